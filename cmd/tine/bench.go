@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tine-run/tine/internal/bench"
+)
+
+func newBenchCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure tine against its peers on this host",
+		Long: `bench runs a benchmark suite on this host. Variants of one task run
+interleaved in the same run and are compared by the ratio of their medians;
+figures are p50, p90 and p99 with n, after discarded warm-ups, and come with
+the host's fingerprint.
+
+Exit status: 0 all measured and every target met; 1 a variant failed or a
+target was missed; 2 the host was loaded or CPU-throttled during the run, so
+the affected figures are NOT MEASURED (run again on a quiet host).`,
+		Args: noArgs,
+	}
+	cmd.AddCommand(newBenchColdCommand())
+	return cmd
+}
+
+func newBenchColdCommand() *cobra.Command {
+	var (
+		rounds, warmup int
+		jsonPath       string
+		plotDir        string
+		timeout        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "cold [-n N] [--warmup W] [--json FILE] [--plot DIR]",
+		Short: "Time a cold `tine run` of /bin/true and python3 against bare exec, bwrap and unshare",
+		Long: `cold starts /bin/true and /usr/bin/python3 -c pass, each bare (the floor),
+under tine run --memory 512m --pids 256 --cpus 1, under bwrap and under
+unshare, interleaved, and compares each with bwrap. The target: ` + bench.ColdTarget.Text + `.
+A peer that is not installed is reported as not available.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rounds < 1 {
+				return usageError{fmt.Sprintf("-n must be at least 1 (got %d)", rounds)}
+			}
+			if warmup < 0 {
+				return usageError{fmt.Sprintf("--warmup must be 0 or more (got %d)", warmup)}
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the tine binary to measure: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			opts := bench.Options{Rounds: rounds, Warmup: warmup, Timeout: timeout, Progress: cmd.ErrOrStderr()}
+			report, err := bench.RunSuite(ctx, "cold", bench.ColdGroups(self), opts)
+			if err != nil {
+				return fmt.Errorf("bench cold: %w", err)
+			}
+			if err := bench.WriteTable(cmd.OutOrStdout(), report); err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				if err := bench.WriteJSON(jsonPath, report); err != nil {
+					return err
+				}
+			}
+			if plotDir != "" {
+				files, err := bench.WritePlots(plotDir, report)
+				if err != nil {
+					return err
+				}
+				for _, f := range files {
+					fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", f)
+				}
+			}
+			if code := report.ExitCode(); code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&rounds, "rounds", "n", 200, "measured rounds; each runs every variant once")
+	cmd.Flags().IntVar(&warmup, "warmup", 20, "warm-up rounds run first and discarded")
+	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
+	cmd.Flags().StringVar(&plotDir, "plot", "", "also write latency CDF charts (SVG) into `DIR`")
+	cmd.Flags().DurationVar(&timeout, "timeout", bench.DefaultTimeout, "kill and fail a single run after this long")
+	return cmd
+}
+
+// noArgs rejects positional arguments as a usage error (exit 2).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("%s takes no arguments (got %q)", cmd.CommandPath(), args)}
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+// Command tine runs commands in fast, isolated Linux sandboxes.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries an exit code up to main without printing anything more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is bad command-line input: exit 2 with one line naming the flag
+// and the accepted form.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tine",
+		Short: "Fast, isolated Linux sandboxes for AI agents",
+		Long: `tine runs commands in isolated Linux sandboxes: fresh pid, mount, ipc, uts,
+net and cgroup namespaces, an overlay root over the host's filesystem (or a
+directory you give), cgroup limits, Docker's default seccomp policy, reduced
+capabilities and Landlock.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand())
+	return root
+}
+
+func main() {
+	err := newRootCommand().Execute()
+	if err == nil {
+		return
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.code)
+	}
+	fmt.Fprintf(os.Stderr, "tine: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+type runFlags struct {
+	memory, cpus, pids, timeout, disk string
+	rootfs, workdir, hostname         string
+	seccompMode                       string
+	volumes, env                      []string
+	tty                               bool
+	outcome                           string
+}
+
+func newRunCommand() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run a command once in a fresh sandbox",
+		Long: `Run a command once in a fresh sandbox and exit with its exit code.
+
+The sandbox has its own pid, mount, ipc, uts, net (only lo, up) and cgroup
+namespaces. Its root is the host's root filesystem (or --rootfs DIR) as the
+read-only base of an overlay whose writable layer is a tmpfs of --disk bytes:
+the command can write anywhere and nothing reaches the host. It gets a fresh
+/proc, a minimal /dev, tmpfs /tmp and /run, a read-only /sys, Docker's default
+seccomp policy and capabilities, no_new_privs, and Landlock rules that allow
+writes only beneath its writable mounts.
+
+Exit codes: the command's own; 128+N when killed by signal N; 137 when killed
+for exceeding --memory (reason "oom"); 124 on --timeout (the whole process
+tree dies); 127 when the command is not found in the sandbox, 126 when it
+cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.`,
+		Example: `  tine run -- /bin/true
+  tine run --memory 512m --pids 128 --timeout 30s -- python3 -c 'print(1)'
+  tine run -v $PWD:/work:ro --workdir /work -- ls -la
+  tine run -t -- /bin/bash`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{"run: no command given; usage: tine run [flags] -- CMD [ARGS...]"}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runOnce(f, args) },
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false)
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (exceeding it kills the command: exit 137, reason oom)")
+	fl.StringVar(&f.cpus, "cpus", "", "CPU quota in cores, e.g. 0.5 or 2")
+	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
+	fl.StringVar(&f.timeout, "timeout", "", "kill the whole sandbox after this long, e.g. 30s (exit 124, reason timeout)")
+	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
+	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
+	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "/", "working directory inside the sandbox")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or KEY to pass the host's value (repeatable)")
+	fl.StringVar(&f.hostname, "hostname", "tine", "host name inside the sandbox")
+	fl.StringVar(&f.seccompMode, "seccomp", "default", "syscall policy: default (Docker's), strict, or unconfined")
+	fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a pseudo-terminal")
+	fl.StringVar(&f.outcome, "outcome", "", "write a JSON outcome (exit code, reason, phase timings, peak memory, CPU time) to FILE")
+	return cmd
+}
+
+// specFromFlags validates every flag and builds the sandbox spec.
+func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
+	s := &sandbox.Spec{Args: args, RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname}
+	var err error
+	if f.memory != "" {
+		if s.Limits.MemoryBytes, err = parseSize("memory", f.memory); err != nil {
+			return nil, err
+		}
+	}
+	if f.cpus != "" {
+		if s.Limits.CPUs, err = parseCPUs(f.cpus); err != nil {
+			return nil, err
+		}
+	}
+	if f.pids != "" {
+		if s.Limits.Pids, err = parseCount("pids", f.pids); err != nil {
+			return nil, err
+		}
+	}
+	if f.timeout != "" {
+		if s.Timeout, err = parseDuration("timeout", f.timeout); err != nil {
+			return nil, err
+		}
+	}
+	if s.DiskBytes, err = parseSize("disk", f.disk); err != nil {
+		return nil, err
+	}
+	if s.Seccomp, err = seccomp.ParseMode(f.seccompMode); err != nil {
+		return nil, usageError{fmt.Sprintf("invalid --seccomp %q: want default, strict or unconfined", f.seccompMode)}
+	}
+	for _, v := range f.volumes {
+		b, err := sandbox.ParseBind(v)
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("invalid --volume: %v", err)}
+		}
+		s.Binds = append(s.Binds, b)
+	}
+	for _, e := range f.env {
+		if k, _, ok := cutEnv(e); ok {
+			s.Env = append(s.Env, e)
+		} else if v, set := os.LookupEnv(k); set {
+			s.Env = append(s.Env, k+"="+v)
+		}
+	}
+	if f.rootfs != "" {
+		if st, err := os.Stat(f.rootfs); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--rootfs %s: not a directory you can use as a root (%v); give an unpacked root filesystem, or leave --rootfs out to use the host's root", f.rootfs, errOrNotDir(err))
+		}
+	}
+	s.TTY = f.tty
+	return s, nil
+}
+
+func cutEnv(e string) (string, string, bool) {
+	for i := 0; i < len(e); i++ {
+		if e[i] == '=' {
+			return e[:i], e[i+1:], true
+		}
+	}
+	return e, "", false
+}
+
+func errOrNotDir(err error) error {
+	if err != nil {
+		return err
+	}
+	return errors.New("not a directory")
+}
+
+func runOnce(f runFlags, args []string) error {
+	s, err := specFromFlags(f, args)
+	if err != nil {
+		return err
+	}
+	var term *ttySession
+	if s.TTY {
+		if term, err = openTTY(); err != nil {
+			return err
+		}
+		defer term.Close()
+		s.Stdio = [3]*os.File{term.slave, term.slave, term.slave}
+	}
+
+	// Catch signals before the sandbox exists, so none is lost in between.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT)
+	defer signal.Stop(sigs)
+
+	p, err := sandbox.Start(s)
+	if err != nil {
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", args[0])
+			return exitError{127}
+		case errors.Is(err, sandbox.ErrPermission):
+			fmt.Fprintf(os.Stderr, "tine: %s: permission denied in sandbox\n", args[0])
+			return exitError{126}
+		}
+		return err
+	}
+	if term != nil {
+		term.Attach()
+	}
+	go func() {
+		for sig := range sigs {
+			if sig == syscall.SIGWINCH && term != nil {
+				term.ResizeFromHost()
+				continue
+			}
+			p.Signal(sig.(syscall.Signal))
+		}
+	}()
+	o, err := p.Wait()
+	if term != nil {
+		term.Drain()
+	}
+	if err != nil {
+		return err
+	}
+	if f.outcome != "" {
+		b, _ := json.MarshalIndent(o, "", "  ")
+		if err := os.WriteFile(f.outcome, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write --outcome: %w", err)
+		}
+	}
+	switch o.Reason {
+	case "timeout":
+		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
+	case "oom":
+		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], f.memory)
+	}
+	if o.ExitCode != 0 {
+		return exitError{o.ExitCode}
+	}
+	return nil
+}

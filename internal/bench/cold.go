@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"os"
+	"slices"
+	"strings"
+)
+
+// ColdTarget is the bar for starting a sandbox from nothing.
+var ColdTarget = Target{Variant: "tine", MaxRatio: 0.6, Text: "tine run /bin/true p50 at most 0.6x bwrap's p50"}
+
+// ColdPayloads are what the cold suite starts: the cheapest possible process,
+// and an interpreter that maps and reads a good deal more.
+var ColdPayloads = [][]string{
+	{"/bin/true"},
+	// Explicitly /usr/bin: a python3 found on PATH may be a slow pyenv shim.
+	{"/usr/bin/python3", "-c", "pass"},
+}
+
+// ColdGroups is the cold-start suite: per payload, one group that runs it
+// bare (the floor), under tine run with limits (seccomp and Landlock are on
+// by default), under bwrap (the reference) and under unshare. tinePath is the
+// tine binary to measure.
+func ColdGroups(tinePath string) []Group {
+	wrappers := []struct {
+		name   string
+		prefix []string
+	}{
+		{"bare", nil},
+		{"tine", []string{tinePath, "run", "--memory", "512m", "--pids", "256", "--cpus", "1", "--"}},
+		{"bwrap", []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}},
+		{"unshare", []string{"unshare", "-fpmn", "--mount-proc"}},
+	}
+	var groups []Group
+	for _, payload := range ColdPayloads {
+		g := Group{Name: strings.Join(payload, " "), Reference: "bwrap", Subject: "tine"}
+		if payload[0] == "/bin/true" {
+			g.Targets = []Target{ColdTarget}
+		}
+		var missing string
+		if _, err := os.Stat(payload[0]); err != nil {
+			missing = "not available: " + err.Error()
+		}
+		for _, w := range wrappers {
+			v := Variant{Name: w.name, Argv: slices.Concat(w.prefix, payload), Unavailable: missing}
+			if w.prefix != nil {
+				// Only a wrapper that ran the payload and passed its
+				// status on exits 7 here.
+				v.Verify = VerifyExitCode(slices.Concat(w.prefix, []string{"/bin/sh", "-c", "exit 7"}), 7)
+			}
+			g.Variants = append(g.Variants, v)
+		}
+		groups = append(groups, g)
+	}
+	return groups
+}

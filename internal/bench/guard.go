@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+)
+
+// HostState is what the disturbed-host guard reads before and after a
+// measurement: the load average, and the CPU-throttling counter of the cgroup
+// this process (and so every process it times) runs in.
+type HostState struct {
+	Load1     float64 `json:"load1"`
+	Load5     float64 `json:"load5"`
+	Load15    float64 `json:"load15"`
+	LoadError string  `json:"load_error,omitempty"`
+	// Throttled is nr_throttled from CPUStatPath; CPUStatError says why it
+	// could not be read, and then Throttled means nothing.
+	Throttled    uint64 `json:"cpu_nr_throttled"`
+	CPUStatPath  string `json:"cpu_stat_path,omitempty"`
+	CPUStatError string `json:"cpu_stat_error,omitempty"`
+}
+
+// Verdict says whether figures measured between two host states can be
+// trusted. A disturbed host's figures are reported as NOT MEASURED.
+type Verdict struct {
+	Disturbed bool     `json:"disturbed"`
+	Reasons   []string `json:"reasons,omitempty"`
+}
+
+// Guard reads host states for one machine; Judge decides between two of them.
+type Guard struct {
+	// Cores is the limit for the 1-minute load average.
+	Cores    int
+	cpuStat  string
+	statsErr error
+}
+
+// NewGuard finds this process's CPU cgroup once, so each Read is two small
+// file reads.
+func NewGuard(cores int) *Guard {
+	g := &Guard{Cores: cores}
+	host, err := cgroup.Detect()
+	if err != nil {
+		g.statsErr = fmt.Errorf("detect cgroups: %w", err)
+		return g
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		g.statsErr = fmt.Errorf("read /proc/self/cgroup: %w", err)
+		return g
+	}
+	g.cpuStat, g.statsErr = cpuStatPath(string(self), host)
+	return g
+}
+
+// Read samples the load average and the throttling counter now.
+func (g *Guard) Read() HostState {
+	var s HostState
+	if b, err := os.ReadFile("/proc/loadavg"); err != nil {
+		s.LoadError = err.Error()
+	} else if s.Load1, s.Load5, s.Load15, err = parseLoadavg(string(b)); err != nil {
+		s.LoadError = err.Error()
+	}
+	s.CPUStatPath = g.cpuStat
+	if g.statsErr != nil {
+		s.CPUStatError = g.statsErr.Error()
+		return s
+	}
+	if b, err := os.ReadFile(g.cpuStat); err != nil {
+		s.CPUStatError = err.Error()
+	} else if s.Throttled, err = parseNrThrottled(string(b)); err != nil {
+		s.CPUStatError = fmt.Sprintf("%s: %v", g.cpuStat, err)
+	}
+	return s
+}
+
+// Judge decides whether the host was disturbed between before and after: a
+// 1-minute load average above cores at either end, an unreadable load
+// average, or any CPU throttling of this process's cgroup in between. An
+// unreadable throttling counter is recorded in the states, not held against
+// the run: many hosts do not expose it.
+func Judge(cores int, before, after HostState) Verdict {
+	var v Verdict
+	for _, end := range []struct {
+		when  string
+		state HostState
+	}{{"before", before}, {"after", after}} {
+		switch {
+		case end.state.LoadError != "":
+			v.Reasons = append(v.Reasons, fmt.Sprintf("load average unreadable %s: %s", end.when, end.state.LoadError))
+		case end.state.Load1 > float64(cores):
+			v.Reasons = append(v.Reasons, fmt.Sprintf("1-minute load average %.2f %s exceeds %d cores", end.state.Load1, end.when, cores))
+		}
+	}
+	if before.CPUStatError == "" && after.CPUStatError == "" && after.Throttled > before.Throttled {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("this process's cgroup was CPU-throttled %d times (nr_throttled in %s)",
+			after.Throttled-before.Throttled, after.CPUStatPath))
+	}
+	v.Disturbed = len(v.Reasons) > 0
+	return v
+}
+
+// parseLoadavg reads the three load averages from /proc/loadavg.
+func parseLoadavg(s string) (l1, l5, l15 float64, err error) {
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		return 0, 0, 0, fmt.Errorf("parse /proc/loadavg %q: want 3 averages", s)
+	}
+	var loads [3]float64
+	for i := range loads {
+		if loads[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+			return 0, 0, 0, fmt.Errorf("parse /proc/loadavg: %w", err)
+		}
+	}
+	return loads[0], loads[1], loads[2], nil
+}
+
+// parseNrThrottled finds nr_throttled in a cpu.stat (same key on v1 and v2).
+func parseNrThrottled(stat string) (uint64, error) {
+	for line := range strings.Lines(stat) {
+		key, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && key == "nr_throttled" {
+			return strconv.ParseUint(val, 10, 64)
+		}
+	}
+	// A v2 cpu.stat without the cpu controller enabled carries usage only.
+	return 0, errors.New("no nr_throttled (is the cpu controller enabled for this cgroup?)")
+}
+
+// cpuStatPath finds the cpu.stat of this process's CPU cgroup from the text of
+// /proc/self/cgroup: the v1 "cpu" hierarchy when it is mounted, otherwise the
+// v2 ("0::") cgroup.
+func cpuStatPath(selfCgroup string, host *cgroup.Host) (string, error) {
+	for line := range strings.Lines(selfCgroup) {
+		// hierarchy-id:controller-list:path
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		controllers, path := strings.Split(parts[1], ","), parts[2]
+		if mnt := host.V1Mounts["cpu"]; mnt != "" && slices.Contains(controllers, "cpu") {
+			return statUnder(mnt, path), nil
+		}
+	}
+	if host.V2Mount != "" {
+		for line := range strings.Lines(selfCgroup) {
+			if path, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+				return statUnder(host.V2Mount, path), nil
+			}
+		}
+	}
+	return "", errors.New("no cpu cgroup for this process (neither a v1 cpu hierarchy nor a v2 cgroup is mounted)")
+}
+
+// statUnder joins a cgroup path to its mount. When the mount is itself a
+// cgroup below the hierarchy root (a container without a cgroup namespace,
+// whose /sys/fs/cgroup/cpu is its own cgroup) the joined path does not exist,
+// and the mount's own cpu.stat is the one that counts for this process.
+func statUnder(mount, cgroupPath string) string {
+	p := filepath.Join(mount, cgroupPath, "cpu.stat")
+	if _, err := os.Stat(p); err != nil {
+		return filepath.Join(mount, "cpu.stat")
+	}
+	return p
+}

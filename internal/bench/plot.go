@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"html"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// WritePlots writes one SVG per group of r into dir: the latency CDF of every
+// measured variant on a log time axis, where a shift is a ratio and a tail is
+// visible at a glance. It returns the files written.
+func WritePlots(dir string, r Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("plot directory: %w", err)
+	}
+	var written []string
+	for _, g := range r.Groups {
+		svg, ok := latencyCDF(r.Suite, g)
+		if !ok {
+			continue
+		}
+		path := filepath.Join(dir, fmt.Sprintf("%s-%s-cdf.svg", r.Suite, fileSlug(g.Name)))
+		if err := os.WriteFile(path, svg, 0o644); err != nil {
+			return written, fmt.Errorf("write plot: %w", err)
+		}
+		written = append(written, path)
+	}
+	return written, nil
+}
+
+// Plot geometry, in SVG user units.
+const (
+	plotWidth, plotHeight = 720, 420
+	marginLeft, marginTop = 60, 40
+	marginRight           = 20
+	marginBottom          = 50
+)
+
+var plotColors = []string{"#1b6ca8", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f"}
+
+// latencyCDF draws g, or reports false when no variant has samples.
+func latencyCDF(suite string, g GroupResult) ([]byte, bool) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range g.Variants {
+		if !v.Measured() {
+			continue
+		}
+		for _, ns := range v.SamplesNs {
+			lo, hi = min(lo, float64(ns)), max(hi, float64(ns))
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return nil, false
+	}
+	// Whole decades around the data keep the axis readable.
+	lo = math.Pow(10, math.Floor(math.Log10(lo)))
+	hi = math.Pow(10, math.Ceil(math.Log10(hi)))
+	if hi <= lo { // every sample the same power of ten
+		hi = lo * 10
+	}
+	innerW := float64(plotWidth - marginLeft - marginRight)
+	innerH := float64(plotHeight - marginTop - marginBottom)
+	x := func(ns float64) float64 {
+		return marginLeft + innerW*(math.Log10(ns)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))
+	}
+	y := func(fraction float64) float64 { return marginTop + innerH*(1-fraction) }
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", plotWidth, plotHeight)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	title := fmt.Sprintf("tine bench %s: %s, latency CDF", suite, g.Name)
+	if g.Verdict.Disturbed {
+		title += " (NOT MEASURED: host disturbed)"
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">%s</text>`+"\n", marginLeft, html.EscapeString(title))
+
+	for decade := lo; decade <= hi*1.0001; decade *= 10 {
+		for _, step := range []float64{1, 2, 5} {
+			tick := decade * step
+			if tick > hi*1.0001 {
+				break
+			}
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x(tick), marginTop, x(tick), y(0))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x(tick), y(0)+16, tickLabel(tick))
+		}
+	}
+	for _, q := range []struct {
+		fraction float64
+		label    string
+	}{{0, "0"}, {0.5, "p50"}, {0.9, "p90"}, {0.99, "p99"}} {
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", marginLeft, y(q.fraction), x(hi), y(q.fraction))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", marginLeft-6, y(q.fraction)+4, q.label)
+	}
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">time per run (log scale)</text>`+"\n", marginLeft+innerW/2, plotHeight-10)
+
+	legend := 0
+	for _, v := range g.Variants {
+		if !v.Measured() {
+			continue
+		}
+		color := plotColors[legend%len(plotColors)]
+		sorted := slices.Clone(v.SamplesNs)
+		slices.Sort(sorted)
+		var points []string
+		for i, ns := range sorted {
+			// A step: the fraction rises at each sample.
+			points = append(points,
+				fmt.Sprintf("%.1f,%.1f", x(float64(ns)), y(float64(i)/float64(len(sorted)))),
+				fmt.Sprintf("%.1f,%.1f", x(float64(ns)), y(float64(i+1)/float64(len(sorted)))))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", color, strings.Join(points, " "))
+		label := fmt.Sprintf("%s (n=%d)", v.Name, len(sorted))
+		ly := marginTop + 16 + 16*legend
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", marginLeft+10, ly-4, marginLeft+30, ly-4, color)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", marginLeft+36, ly, html.EscapeString(label))
+		legend++
+	}
+	b.WriteString("</svg>\n")
+	return b.Bytes(), true
+}
+
+// tickLabel prints a time in the unit that keeps it short.
+func tickLabel(ns float64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%gs", ns/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%gms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%gµs", ns/1e3)
+	}
+	return fmt.Sprintf("%gns", ns)
+}
+
+// fileSlug turns a group name such as "/usr/bin/python3 -c pass" into a file
+// name part ("usr-bin-python3-c-pass").
+func fileSlug(name string) string {
+	slug := strings.Map(func(r rune) rune {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
+			return r
+		}
+		return '-'
+	}, name)
+	for strings.Contains(slug, "--") {
+		slug = strings.ReplaceAll(slug, "--", "-")
+	}
+	return strings.Trim(slug, "-")
+}

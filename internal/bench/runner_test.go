@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestRotation(t *testing.T) {
+	want := [][]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 1, 2}}
+	for round, w := range want {
+		if got := Rotation(3, round); !slices.Equal(got, w) {
+			t.Errorf("Rotation(3, %d) = %v, want %v", round, got, w)
+		}
+	}
+	// Over k rounds every variant takes every position exactly once.
+	const k = 4
+	var seen [k][k]int
+	for round := range k {
+		for pos, v := range Rotation(k, round) {
+			seen[v][pos]++
+		}
+	}
+	for v := range k {
+		for pos := range k {
+			if seen[v][pos] != 1 {
+				t.Errorf("variant %d ran at position %d %d times in %d rounds, want 1", v, pos, seen[v][pos], k)
+			}
+		}
+	}
+}
+
+// quietOptions use a guard that can never call the host loaded, so the
+// tests' outcomes do not depend on the machine they run on.
+func quietOptions(rounds, warmup int) Options {
+	return Options{Rounds: rounds, Warmup: warmup, Guard: NewGuard(1 << 20)}
+}
+
+func TestRunGroupRealCommands(t *testing.T) {
+	g := Group{
+		Name:      "cheap",
+		Reference: "true",
+		Variants: []Variant{
+			{Name: "true", Argv: []string{"/bin/true"}},
+			{Name: "sleep", Argv: []string{"/bin/sleep", "0"}},
+			{Name: "failing", Argv: []string{"/bin/sh", "-c", "echo boom >&2; exit 3"}},
+			{Name: "missing", Argv: []string{"/nonexistent/tine-bench-peer"}},
+			{Name: "declared", Argv: []string{"/bin/true"}, Unavailable: "not available: declared so"},
+		},
+	}
+	res, err := RunGroup(context.Background(), g, quietOptions(5, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Variants) != len(g.Variants) {
+		t.Fatalf("got %d variant results, want %d: nothing is dropped", len(res.Variants), len(g.Variants))
+	}
+	for _, name := range []string{"true", "sleep"} {
+		v, _ := res.Variant(name)
+		if v.Failure != nil || v.Unavailable != "" || !v.Measured() {
+			t.Fatalf("%s: not measured: %+v", name, v)
+		}
+		if v.Stats.N != 5 || v.Stats.Discarded != 2 || len(v.SamplesNs) != 5 || len(v.WarmupNs) != 2 {
+			t.Errorf("%s: n=%d discarded=%d samples=%d warm-ups=%d, want 5 2 5 2",
+				name, v.Stats.N, v.Stats.Discarded, len(v.SamplesNs), len(v.WarmupNs))
+		}
+		for _, ns := range slices.Concat(v.SamplesNs, v.WarmupNs) {
+			if ns <= 0 {
+				t.Errorf("%s: non-positive sample %d", name, ns)
+			}
+		}
+		if s := v.Stats; !(s.MinNs <= s.P50Ns && s.P50Ns <= s.P90Ns && s.P90Ns <= s.P99Ns && s.P99Ns <= s.MaxNs) {
+			t.Errorf("%s: figures out of order: %+v", name, s)
+		}
+		if v.P50Ratio == nil {
+			t.Errorf("%s: no ratio to the reference", name)
+		}
+	}
+	if ref, _ := res.Variant("true"); ref.P50Ratio == nil || *ref.P50Ratio != 1 {
+		t.Errorf("reference ratio = %v, want 1", ref.P50Ratio)
+	}
+
+	failing, _ := res.Variant("failing")
+	if f := failing.Failure; f == nil {
+		t.Errorf("failing command not reported as failed: %+v", failing)
+	} else {
+		if f.Phase != "warm-up" || f.Run != 1 || f.Error != "exit status 3" || strings.TrimSpace(f.Stderr) != "boom" {
+			t.Errorf("failure = %+v, want warm-up run 1, exit status 3, stderr boom", f)
+		}
+		if failing.Stats != nil || failing.P50Ratio != nil {
+			t.Errorf("failed variant has figures: %+v", failing)
+		}
+	}
+	if missing, _ := res.Variant("missing"); !strings.HasPrefix(missing.Unavailable, "not available: ") || missing.Stats != nil {
+		t.Errorf("missing binary: %+v, want not available and no figures", missing)
+	}
+	if declared, _ := res.Variant("declared"); declared.Unavailable != "not available: declared so" || declared.Stats != nil {
+		t.Errorf("declared unavailable: %+v", declared)
+	}
+}
+
+func TestRunGroupInterleavesAndVerifies(t *testing.T) {
+	var log []string
+	record := func(name string) func(context.Context) error {
+		return func(context.Context) error { log = append(log, name); return nil }
+	}
+	g := Group{
+		Name:      "funcs",
+		Reference: "a",
+		Variants: []Variant{
+			{Name: "a", Func: record("a")},
+			{Name: "b", Func: record("b")},
+			{Name: "stub", Func: record("stub"), Verify: func(context.Context) error { return errors.New("did not run the payload") }},
+			{Name: "c", Func: record("c"), Verify: func(context.Context) error { return nil }},
+		},
+	}
+	res, err := RunGroup(context.Background(), g, quietOptions(2, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rounds 0, 1, 2 of rotation over a b stub c, with the stub never run.
+	want := []string{"a", "b", "c", "b", "c", "a", "c", "a", "b"}
+	if !slices.Equal(log, want) {
+		t.Errorf("run order %v, want %v", log, want)
+	}
+	stub, _ := res.Variant("stub")
+	if stub.Failure == nil || stub.Failure.Phase != "preflight" || stub.Failure.Error != "did not run the payload" {
+		t.Errorf("stub failure = %+v, want a preflight failure", stub.Failure)
+	}
+}
+
+func TestRunGroupStopsWhenCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	g := Group{Name: "cancel", Reference: "a", Variants: []Variant{
+		{Name: "a", Func: func(context.Context) error { calls++; cancel(); return nil }},
+	}}
+	if _, err := RunGroup(ctx, g, quietOptions(100, 0)); !errors.Is(err, context.Canceled) {
+		t.Errorf("RunGroup after cancel: %v, want context.Canceled", err)
+	}
+	if calls != 1 {
+		t.Errorf("ran %d times after cancel, want 1", calls)
+	}
+}
+
+func TestVerifyExitCode(t *testing.T) {
+	ctx := context.Background()
+	if err := VerifyExitCode([]string{"/bin/sh", "-c", "exit 7"}, 7)(ctx); err != nil {
+		t.Errorf("a command exiting 7 failed the check for 7: %v", err)
+	}
+	err := VerifyExitCode([]string{"/bin/sh", "-c", "echo stub >&2"}, 7)(ctx)
+	ce, ok := errors.AsType[*CommandError](err)
+	if !ok {
+		t.Fatalf("a command exiting 0 passed the check for 7 (err %v)", err)
+	}
+	if strings.TrimSpace(ce.Output) != "stub" || !strings.Contains(ce.Error(), `/bin/sh -c 'echo stub >&2'`) {
+		t.Errorf("CommandError = %q, output %q", ce.Error(), ce.Output)
+	}
+}
+
+func TestRunGroupKeepsRunsBeforeAFailure(t *testing.T) {
+	calls := 0
+	g := Group{Name: "flaky", Reference: "flaky", Variants: []Variant{
+		{Name: "flaky", Func: func(context.Context) error {
+			if calls++; calls == 4 {
+				return errors.New("fourth call fails")
+			}
+			return nil
+		}},
+	}}
+	res, err := RunGroup(context.Background(), g, quietOptions(5, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res.Variants[0]
+	if v.Failure == nil || v.Failure.Phase != "measured" || v.Failure.Run != 3 {
+		t.Fatalf("failure = %+v, want measured run 3", v.Failure)
+	}
+	if len(v.WarmupNs) != 1 || len(v.SamplesNs) != 2 || v.Stats != nil || calls != 4 {
+		t.Errorf("warm-ups %d samples %d stats %v calls %d; want 1 kept warm-up, 2 kept samples, no figures, no run after the failure",
+			len(v.WarmupNs), len(v.SamplesNs), v.Stats, calls)
+	}
+}

@@ -1,0 +1,73 @@
+package bench
+
+import "fmt"
+
+// Target is a pre-registered bar: Variant's p50 at most MaxRatio times the
+// group's reference p50. Text states it as the issue or design doc does.
+type Target struct {
+	Variant  string  `json:"variant"`
+	MaxRatio float64 `json:"max_p50_ratio"`
+	Text     string  `json:"text"`
+}
+
+// Outcome is what a run says about a target.
+type Outcome string
+
+const (
+	Met         Outcome = "met"
+	Missed      Outcome = "missed"
+	NotMeasured Outcome = "not measured"
+)
+
+// TargetResult is a target judged against one group's figures.
+type TargetResult struct {
+	Target
+	P50Ratio *float64 `json:"p50_ratio,omitempty"`
+	Outcome  Outcome  `json:"outcome"`
+	Why      string   `json:"why,omitempty"`
+}
+
+func evaluateTargets(targets []Target, g GroupResult) []TargetResult {
+	var out []TargetResult
+	for _, t := range targets {
+		out = append(out, evaluateTarget(t, g))
+	}
+	return out
+}
+
+func evaluateTarget(t Target, g GroupResult) TargetResult {
+	r := TargetResult{Target: t, Outcome: NotMeasured}
+	v, _ := g.Variant(t.Variant)
+	ref, _ := g.Variant(g.Reference)
+	switch {
+	case g.Verdict.Disturbed:
+		r.Why = "host disturbed"
+	case !v.Measured():
+		r.Why = t.Variant + " " + whyNoFigures(v)
+	case !ref.Measured():
+		r.Why = "reference " + g.Reference + " " + whyNoFigures(ref)
+	case v.P50Ratio == nil:
+		r.Why = fmt.Sprintf("reference %s has a zero p50", g.Reference)
+	default:
+		r.P50Ratio = v.P50Ratio
+		r.Outcome = Met
+		if *v.P50Ratio > t.MaxRatio {
+			r.Outcome = Missed
+		}
+	}
+	return r
+}
+
+// whyNoFigures explains an unmeasured variant in a few words, to follow its
+// name.
+func whyNoFigures(v VariantResult) string {
+	switch {
+	case v.Name == "":
+		return "is not a variant of the group"
+	case v.Unavailable != "":
+		return v.Unavailable
+	case v.Failure != nil:
+		return "failed"
+	}
+	return "has no runs"
+}

@@ -1,0 +1,323 @@
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Limits are the per-sandbox resource limits; zero means "no limit".
+type Limits struct {
+	MemoryBytes int64
+	// CPUs is a CPU quota in cores (1.5 = one and a half cores).
+	CPUs float64
+	Pids int64
+}
+
+// cpuPeriodUs is the CFS period used for --cpus quotas.
+const cpuPeriodUs = 100000
+
+// Group is one sandbox's cgroup: a directory per v1 controller, or one
+// directory in the unified hierarchy.
+type Group struct {
+	host *Host
+	name string
+	// dirs maps a controller to its directory (v1); for v2 every
+	// controller maps to the same directory.
+	dirs map[string]string
+	// fd is an O_PATH|O_DIRECTORY descriptor of the v2 directory, for
+	// clone3(CLONE_INTO_CGROUP); -1 on v1.
+	fd int
+}
+
+// Name returns the group's name under the tine parent.
+func (g *Group) Name() string { return g.name }
+
+// Dirs returns the group's directories, one per controller.
+func (g *Group) Dirs() map[string]string { return g.dirs }
+
+// FD returns a descriptor for clone3(CLONE_INTO_CGROUP), or -1 when the
+// process must be attached after it is born (v1).
+func (g *Group) FD() int { return g.fd }
+
+// Create makes the cgroup <parent>/tine/<name> with limits lim. Controllers
+// are created only where needed: memory and pids always (accounting, OOM
+// detection, fork-bomb limits), cpu only with a CPU quota. On failure
+// nothing is left behind.
+func (h *Host) Create(name string, lim Limits) (g *Group, err error) {
+	if h.Version == None {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, h.Why)
+	}
+	if lim.CPUs > 0 && !h.Has("cpu") {
+		return nil, fmt.Errorf("%w: the cpu controller is not available (%s)", ErrUnavailable, h.Why)
+	}
+	g = &Group{host: h, name: name, dirs: map[string]string{}, fd: -1}
+	defer func() {
+		if err != nil {
+			g.Remove()
+		}
+	}()
+	want := []string{"memory", "pids"}
+	if lim.CPUs > 0 {
+		want = append(want, "cpu")
+	}
+	switch h.Version {
+	case V2:
+		if err := h.ensureV2Parent(); err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(h.V2Mount, Parent, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		for _, c := range want {
+			g.dirs[c] = dir
+		}
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
+		}
+		g.fd = fd
+	case V1:
+		for _, c := range want {
+			parent := filepath.Join(h.V1Mounts[c], Parent)
+			if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return nil, fmt.Errorf("create cgroup %s: %w", parent, err)
+			}
+			dir := filepath.Join(parent, name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+			}
+			g.dirs[c] = dir
+		}
+	}
+	return g, g.setLimits(lim)
+}
+
+// ensureV2Parent creates the tine parent in the unified hierarchy and hands
+// it the controllers sandboxes need.
+func (h *Host) ensureV2Parent() error {
+	parent := filepath.Join(h.V2Mount, Parent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create cgroup %s: %w", parent, err)
+	}
+	var enable []string
+	for _, c := range h.Enforceable {
+		enable = append(enable, "+"+c)
+	}
+	for _, dir := range []string{h.V2Mount, parent} {
+		if err := writeFile(dir, "cgroup.subtree_control", strings.Join(enable, " ")); err != nil {
+			return fmt.Errorf("enable controllers %v in %s: %w", enable, dir, err)
+		}
+	}
+	return nil
+}
+
+func (g *Group) setLimits(lim Limits) error {
+	v2 := g.host.Version == V2
+	if lim.MemoryBytes > 0 {
+		dir := g.dirs["memory"]
+		mem := strconv.FormatInt(lim.MemoryBytes, 10)
+		if v2 {
+			if err := writeFile(dir, "memory.max", mem); err != nil {
+				return err
+			}
+			// No swap: a memory limit that can spill into swap is not a limit.
+			writeOptional(dir, "memory.swap.max", "0")
+			// An OOM kills the whole sandbox, not a random member of it.
+			writeOptional(dir, "memory.oom.group", "1")
+		} else {
+			if err := writeFile(dir, "memory.limit_in_bytes", mem); err != nil {
+				return err
+			}
+			writeOptional(dir, "memory.memsw.limit_in_bytes", mem)
+			writeOptional(dir, "memory.swappiness", "0")
+		}
+	}
+	if lim.Pids > 0 {
+		if err := writeFile(g.dirs["pids"], "pids.max", strconv.FormatInt(lim.Pids, 10)); err != nil {
+			return err
+		}
+	}
+	if lim.CPUs > 0 {
+		quota := int64(lim.CPUs * cpuPeriodUs)
+		if quota < 1000 {
+			quota = 1000
+		}
+		dir := g.dirs["cpu"]
+		if v2 {
+			if err := writeFile(dir, "cpu.max", fmt.Sprintf("%d %d", quota, cpuPeriodUs)); err != nil {
+				return err
+			}
+		} else {
+			if err := writeFile(dir, "cpu.cfs_period_us", strconv.Itoa(cpuPeriodUs)); err != nil {
+				return err
+			}
+			if err := writeFile(dir, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Attach moves process pid into the group. On v2 with FD() >= 0 the process
+// is better born inside it (clone3 CLONE_INTO_CGROUP) and Attach is not needed.
+func (g *Group) Attach(pid int) error {
+	p := strconv.Itoa(pid)
+	seen := map[string]bool{}
+	for _, c := range Controllers {
+		dir, ok := g.dirs[c]
+		if !ok || seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		if err := writeFile(dir, "cgroup.procs", p); err != nil {
+			return fmt.Errorf("place process %d in cgroup: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// Stats is what a sandbox's cgroup tells after (or during) a run.
+type Stats struct {
+	// PeakMemoryBytes is the highest memory use seen (0 if unknown).
+	PeakMemoryBytes int64
+	// OOMKills counts processes the kernel killed for exceeding the limit.
+	OOMKills int64
+	// Pids is the number of processes in the group now.
+	Pids int64
+}
+
+// Stats reads peak memory, OOM kills and the current process count.
+func (g *Group) Stats() Stats {
+	var s Stats
+	mem := g.dirs["memory"]
+	if g.host.Version == V2 {
+		s.PeakMemoryBytes = readInt(mem, "memory.peak")
+		s.OOMKills = readKeyed(mem, "memory.events", "oom_kill")
+	} else {
+		s.PeakMemoryBytes = readInt(mem, "memory.max_usage_in_bytes")
+		s.OOMKills = readKeyed(mem, "memory.oom_control", "oom_kill")
+	}
+	s.Pids = readInt(g.dirs["pids"], "pids.current")
+	return s
+}
+
+// Kill sends SIGKILL to every process in the group. Sandboxes die with
+// their pid namespace's init; this is the belt to that pair of braces.
+func (g *Group) Kill() {
+	if g.host.Version == V2 {
+		if writeFile(g.dirs["memory"], "cgroup.kill", "1") == nil {
+			return
+		}
+	}
+	for _, c := range Controllers {
+		if dir, ok := g.dirs[c]; ok {
+			killProcs(dir)
+		}
+	}
+}
+
+// Remove deletes the group's directories. A cgroup can only be removed once
+// its last process has been reaped, which can trail the init's exit by a
+// moment, so EBUSY is retried briefly.
+func (g *Group) Remove() error {
+	if g.fd >= 0 {
+		unix.Close(g.fd)
+		g.fd = -1
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, dir := range g.dirs {
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		if err := rmdirRetry(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func rmdirRetry(dir string) error {
+	delay := 100 * time.Microsecond
+	for i := 0; ; i++ {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || i == 40 {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		if i == 20 {
+			killProcs(dir)
+		}
+		time.Sleep(delay)
+		if delay < 20*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func killProcs(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+func writeFile(dir, file, value string) error {
+	p := filepath.Join(dir, file)
+	if err := os.WriteFile(p, []byte(value), 0); err != nil {
+		return fmt.Errorf("write %q to %s: %w", value, p, err)
+	}
+	return nil
+}
+
+// writeOptional writes a file that only some kernels or configurations have.
+func writeOptional(dir, file, value string) { _ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0) }
+
+func readInt(dir, file string) int64 {
+	if dir == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return v
+}
+
+// readKeyed reads "key value" lines such as memory.events.
+func readKeyed(dir, file, key string) int64 {
+	f, err := os.Open(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,158 @@
+// Package landlock computes a sandbox's Landlock write rules — the second
+// wall behind read-only mounts — and creates the ruleset in the parent.
+//
+// The sandbox's child side adds the path rules and restricts itself with raw
+// syscalls (it runs between clone and exec, where the Go runtime is not
+// usable), so this package hands out plain data: rights masks, the rule list
+// and a ruleset fd. Reads are not handled; writes, node creation, removal,
+// renames across directories and truncation are, and are granted only
+// beneath the sandbox's writable paths. Device nodes can be created nowhere.
+package landlock
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Filesystem access rights (include/uapi/linux/landlock.h).
+const (
+	WriteFile  uint64 = 1 << 1
+	RemoveDir  uint64 = 1 << 4
+	RemoveFile uint64 = 1 << 5
+	MakeChar   uint64 = 1 << 6
+	MakeDir    uint64 = 1 << 7
+	MakeReg    uint64 = 1 << 8
+	MakeSock   uint64 = 1 << 9
+	MakeFifo   uint64 = 1 << 10
+	MakeBlock  uint64 = 1 << 11
+	MakeSym    uint64 = 1 << 12
+	Refer      uint64 = 1 << 13 // ABI 2
+	Truncate   uint64 = 1 << 14 // ABI 3
+
+	scopeAbstractUnixSocket uint64 = 1 << 0 // ABI 6
+	scopeSignal             uint64 = 1 << 1 // ABI 6
+)
+
+// Write is every write-side right tine handles.
+const Write = WriteFile | RemoveDir | RemoveFile | MakeChar | MakeDir | MakeReg |
+	MakeSock | MakeFifo | MakeBlock | MakeSym | Refer | Truncate
+
+// Writable is what a writable path grants: everything but device nodes.
+const Writable = Write &^ (MakeChar | MakeBlock)
+
+// DeviceWrite is what /dev grants: writing to the nodes that are there.
+const DeviceWrite = WriteFile | Truncate
+
+// ABI returns the kernel's Landlock ABI version, 0 if Landlock is off.
+func ABI() int {
+	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// Supported masks rights down to what ABI abi knows.
+func Supported(rights uint64, abi int) uint64 {
+	if abi < 2 {
+		rights &^= Refer
+	}
+	if abi < 3 {
+		rights &^= Truncate
+	}
+	return rights
+}
+
+// Rule grants Rights beneath Path (a path inside the sandbox's root).
+type Rule struct {
+	Path   string
+	Rights uint64
+}
+
+// Rules computes the write rules for a sandbox whose writable trees are
+// writable (absolute sandbox paths) and whose read-only subtrees are
+// readOnly (each inside some writable tree, e.g. a read-only bind).
+// Landlock grants a right on a directory to everything beneath it, so a
+// writable tree that contains a read-only one is granted child by child,
+// skipping the read-only entry: children(dir) must list a directory's
+// entries as the sandbox will see them.
+func Rules(writable, readOnly []string, children func(dir string) []string) []Rule {
+	var rules []Rule
+	for _, w := range writable {
+		rules = append(rules, grant(path.Clean(w), readOnly, children)...)
+	}
+	sort.Slice(rules, func(i, j int) bool { return rules[i].Path < rules[j].Path })
+	return rules
+}
+
+func grant(dir string, readOnly []string, children func(string) []string) []Rule {
+	inside := false
+	for _, r := range readOnly {
+		r = path.Clean(r)
+		if r == dir {
+			return nil
+		}
+		if isBeneath(r, dir) {
+			inside = true
+		}
+	}
+	if !inside {
+		return []Rule{{Path: dir, Rights: Writable}}
+	}
+	var rules []Rule
+	for _, name := range children(dir) {
+		rules = append(rules, grant(path.Join(dir, name), readOnly, children)...)
+	}
+	return rules
+}
+
+// isBeneath reports whether p lies strictly beneath dir.
+func isBeneath(p, dir string) bool {
+	if dir == "/" {
+		return p != "/"
+	}
+	return strings.HasPrefix(p, dir+"/")
+}
+
+// rulesetAttr is struct landlock_ruleset_attr (ABI 6 size).
+type rulesetAttr struct {
+	handledFS  uint64
+	handledNet uint64
+	scoped     uint64
+}
+
+// PathBeneathAttr is struct landlock_path_beneath_attr; the child side fills
+// ParentFd with an O_PATH descriptor of the rule's path.
+type PathBeneathAttr struct {
+	Allowed  uint64
+	ParentFd int32
+}
+
+// RuleTypePathBeneath is LANDLOCK_RULE_PATH_BENEATH.
+const RuleTypePathBeneath = 1
+
+// NewRuleset creates a ruleset handling the write rights (and, from ABI 6,
+// scoping signals and abstract unix sockets to the sandbox) and returns its
+// fd, close-on-exec. The caller adds rules and restricts itself.
+func NewRuleset(abi int) (int, error) {
+	attr := rulesetAttr{handledFS: Supported(Write, abi)}
+	size := unsafe.Sizeof(uint64(0))
+	if abi >= 4 {
+		size = 2 * unsafe.Sizeof(uint64(0))
+	}
+	if abi >= 6 {
+		attr.scoped = scopeAbstractUnixSocket | scopeSignal
+		size = unsafe.Sizeof(attr)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("create landlock ruleset (ABI %d): %w", abi, errno)
+	}
+	unix.CloseOnExec(int(fd))
+	return int(fd), nil
+}

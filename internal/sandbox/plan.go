@@ -1,0 +1,343 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/tine-run/tine/internal/kernel/landlock"
+	"golang.org/x/sys/unix"
+)
+
+// StageDir is the host directory over which each sandbox, in its own mount
+// namespace, mounts the tmpfs that holds its root. Nothing is created in it
+// on the host side, so there is nothing per-sandbox to leak. A rootless
+// sandbox cannot create it and stages over /tmp instead (any directory
+// works: the mount is private to the sandbox).
+const StageDir = "/run/tine/stage"
+
+const rootlessStageDir = "/tmp"
+
+// StepKind says which filesystem operation a Step performs.
+type StepKind int
+
+const (
+	StepMount StepKind = iota
+	StepMkdir
+	StepMknod
+	StepSymlink
+	StepTouch // create an empty file to bind a file over
+)
+
+// Step is one filesystem operation of the child's setup, in host-view paths
+// (before pivot_root).
+type Step struct {
+	Kind   StepKind
+	Source string // mount source; symlink target
+	Target string // path operated on
+	FSType string
+	Flags  uintptr
+	Data   string
+	Mode   uint32
+	Dev    uint64
+	// Optional steps are skipped when their target does not exist (masks
+	// of /proc files a kernel may not have).
+	Optional bool
+}
+
+func (s Step) String() string {
+	switch s.Kind {
+	case StepMount:
+		if s.Flags&unix.MS_REMOUNT != 0 {
+			return fmt.Sprintf("remount %s", s.Target)
+		}
+		if s.Flags&unix.MS_BIND != 0 {
+			return fmt.Sprintf("bind %s on %s", s.Source, s.Target)
+		}
+		return fmt.Sprintf("mount %s on %s", s.FSType, s.Target)
+	case StepMkdir:
+		return "mkdir " + s.Target
+	case StepMknod:
+		return "mknod " + s.Target
+	case StepSymlink:
+		return fmt.Sprintf("symlink %s -> %s", s.Target, s.Source)
+	case StepTouch:
+		return "create " + s.Target
+	}
+	return "step"
+}
+
+// Plan is a Spec made concrete: every mount, rule and limit the sandbox
+// gets, as plain data. It is built without touching the kernel.
+type Plan struct {
+	Spec     *Spec
+	Rootless bool
+	// Stage is the directory the sandbox's tmpfs is mounted over, and Root
+	// where the new root is assembled in it (host view) before pivot_root.
+	Stage string
+	Root  string
+	Steps []Step
+	// Landlock lists the write rules, in sandbox paths.
+	Landlock []landlock.Rule
+	// Argv, Env and Workdir of the command; Candidates are the paths execve
+	// tries, in PATH order.
+	Argv       []string
+	Env        []string
+	Workdir    string
+	Candidates []string
+	Hostname   string
+}
+
+// devices are the nodes of the sandbox's minimal /dev.
+var devices = []struct {
+	name         string
+	major, minor uint32
+}{
+	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
+}
+
+// maskedPaths are hidden (host information or kernel knobs); readOnlyPaths
+// stay visible but cannot be written. The lists follow Docker's.
+var (
+	maskedFiles = []string{
+		"/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+		"/proc/timer_stats", "/proc/sched_debug", "/proc/interrupts",
+	}
+	maskedDirs    = []string{"/proc/acpi", "/proc/asound", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// NewPlan builds the plan for s. rootless selects a user-namespace sandbox.
+func NewPlan(s *Spec, rootless bool) (*Plan, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	stage := StageDir
+	if rootless {
+		stage = rootlessStageDir
+	}
+	p := &Plan{Spec: s, Rootless: rootless, Stage: stage, Root: stage + "/root"}
+	p.Hostname = s.Hostname
+	if p.Hostname == "" {
+		p.Hostname = "tine"
+	}
+	p.Workdir = s.Workdir
+	if p.Workdir == "" {
+		p.Workdir = "/"
+	}
+	p.Env = buildEnv(s, p.Hostname)
+	p.Argv = s.Args
+	p.Candidates = candidates(s.Args[0], p.Env)
+
+	disk := s.DiskBytes
+	if disk <= 0 {
+		disk = DefaultDisk
+	}
+	lower := "/"
+	if s.RootFS != "" {
+		lower = s.RootFS
+	}
+	R := p.Root
+	add := func(st Step) { p.Steps = append(p.Steps, st) }
+	mount := func(src, target, fstype string, flags uintptr, data string) {
+		add(Step{Kind: StepMount, Source: src, Target: target, FSType: fstype, Flags: flags, Data: data})
+	}
+	mkdir := func(dir string, mode uint32) { add(Step{Kind: StepMkdir, Target: dir, Mode: mode}) }
+	const nsd = unix.MS_NOSUID | unix.MS_NODEV
+
+	// The root: an overlay of the read-only base and a size-limited tmpfs.
+	mount("tmpfs", stage, "tmpfs", nsd, fmt.Sprintf("size=%d,mode=0755", disk))
+	mkdir(stage+"/upper", 0o755)
+	mkdir(stage+"/work", 0o755)
+	mkdir(R, 0o755)
+	ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", escapeOverlay(lower), stage, stage)
+	if rootless {
+		ovl += ",userxattr"
+	}
+	mount("overlay", R, "overlay", nsd, ovl)
+
+	// /proc, /dev, /tmp, /run, /sys.
+	mkdir(R+"/proc", 0o555)
+	mount("proc", R+"/proc", "proc", nsd|unix.MS_NOEXEC, "")
+	mkdir(R+"/dev", 0o755)
+	mount("tmpfs", R+"/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536,nr_inodes=64")
+	for _, d := range devices {
+		node := R + "/dev/" + d.name
+		if rootless {
+			// mknod is not allowed in a user namespace: bind the host's node.
+			add(Step{Kind: StepTouch, Target: node, Mode: 0o666})
+			mount("/dev/"+d.name, node, "", unix.MS_BIND, "")
+		} else {
+			add(Step{Kind: StepMknod, Target: node, Mode: unix.S_IFCHR | 0o666, Dev: unix.Mkdev(d.major, d.minor)})
+		}
+	}
+	for _, l := range [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}} {
+		add(Step{Kind: StepSymlink, Source: l[0], Target: R + "/dev/" + l[1]})
+	}
+	mkdir(R+"/dev/pts", 0o755)
+	mkdir(R+"/dev/shm", 0o1777)
+	// /dev itself is read-only: no device node can be made where nodes work.
+	mount("", R+"/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+	ptsData := "newinstance,ptmxmode=0666,mode=0620"
+	if !rootless {
+		ptsData += ",gid=5"
+	}
+	mount("devpts", R+"/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsData)
+	mount("tmpfs", R+"/dev/shm", "tmpfs", nsd, "mode=1777,size=67108864")
+	mkdir(R+"/tmp", 0o1777)
+	mount("tmpfs", R+"/tmp", "tmpfs", nsd, "mode=1777")
+	mkdir(R+"/run", 0o755)
+	mount("tmpfs", R+"/run", "tmpfs", nsd, "mode=0755")
+	mkdir(R+"/sys", 0o555)
+	mount("sysfs", R+"/sys", "sysfs", nsd|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+
+	// User binds, shallowest first so nested targets land on their parents.
+	binds := append([]Bind(nil), s.Binds...)
+	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].Target) < depth(binds[j].Target) })
+	for _, b := range binds {
+		target := R + path.Clean(b.Target)
+		st, err := os.Stat(b.Source)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bind source %s: %v", ErrInvalidSpec, b.Source, err)
+		}
+		for _, dir := range parents(path.Clean(b.Target)) {
+			mkdir(R+dir, 0o755)
+		}
+		if st.IsDir() {
+			mkdir(target, 0o755)
+		} else {
+			add(Step{Kind: StepTouch, Target: target, Mode: 0o644})
+		}
+		mount(b.Source, target, "", unix.MS_BIND, "")
+		if b.ReadOnly {
+			mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+		} else {
+			mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, "")
+		}
+	}
+
+	// Masks and read-only kernel knobs, last, so nothing can be mounted over them.
+	for _, f := range maskedFiles {
+		add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
+	}
+	for _, d := range maskedDirs {
+		add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Data: "size=0", Optional: true})
+	}
+	for _, f := range readOnlyPaths {
+		add(Step{Kind: StepMount, Source: R + f, Target: R + f, Flags: unix.MS_BIND | unix.MS_REC, Optional: true})
+		add(Step{Kind: StepMount, Target: R + f, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Optional: true})
+	}
+
+	p.Landlock = landlockRules(s, lower)
+	return p, nil
+}
+
+// landlockRules grants writes beneath the root (the overlay, whose upper
+// layer is the sandbox's own tmpfs) and the writable binds, except beneath
+// read-only binds; /dev only allows writing to its existing nodes.
+func landlockRules(s *Spec, lower string) []landlock.Rule {
+	var readOnly []string
+	for _, b := range s.Binds {
+		if b.ReadOnly {
+			readOnly = append(readOnly, path.Clean(b.Target))
+		}
+	}
+	children := func(dir string) []string {
+		seen := map[string]bool{}
+		if entries, err := os.ReadDir(path.Join(lower, dir)); err == nil {
+			for _, e := range entries {
+				seen[e.Name()] = true
+			}
+		}
+		// Mount points tine adds and bind targets exist even if the base lacks them.
+		for _, t := range append([]string{"/proc", "/dev", "/tmp", "/run", "/sys"}, bindTargets(s)...) {
+			if rel, ok := strings.CutPrefix(t, strings.TrimSuffix(dir, "/")+"/"); ok {
+				seen[strings.Split(rel, "/")[0]] = true
+			}
+		}
+		out := make([]string, 0, len(seen))
+		for n := range seen {
+			out = append(out, n)
+		}
+		sort.Strings(out)
+		return out
+	}
+	rules := landlock.Rules([]string{"/"}, readOnly, children)
+	rules = append(rules, landlock.Rule{Path: "/dev", Rights: landlock.DeviceWrite})
+	return rules
+}
+
+func bindTargets(s *Spec) []string {
+	var out []string
+	for _, b := range s.Binds {
+		out = append(out, path.Clean(b.Target))
+	}
+	return out
+}
+
+// buildEnv gives the command a clean environment: defaults, then -e entries.
+func buildEnv(s *Spec, hostname string) []string {
+	env := []string{"PATH=" + DefaultPath, "HOME=/root", "HOSTNAME=" + hostname}
+	if s.TTY {
+		term := os.Getenv("TERM")
+		if term == "" {
+			term = "xterm"
+		}
+		env = append(env, "TERM="+term)
+	}
+	idx := map[string]int{}
+	for i, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		idx[k] = i
+	}
+	for _, e := range s.Env {
+		k, _, _ := strings.Cut(e, "=")
+		if i, ok := idx[k]; ok {
+			env[i] = e
+			continue
+		}
+		idx[k] = len(env)
+		env = append(env, e)
+	}
+	return env
+}
+
+// candidates lists the paths execve should try for name, like execvp.
+func candidates(name string, env []string) []string {
+	if strings.Contains(name, "/") {
+		return []string{name}
+	}
+	pathVar := DefaultPath
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	var out []string
+	for _, dir := range strings.Split(pathVar, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		out = append(out, dir+"/"+name)
+	}
+	return out
+}
+
+func depth(p string) int { return strings.Count(path.Clean(p), "/") }
+
+// parents lists the ancestors of p below /, shallowest first.
+func parents(p string) []string {
+	var out []string
+	for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
+		out = append([]string{d}, out...)
+	}
+	return out
+}
+
+// escapeOverlay escapes the characters overlayfs treats as separators.
+func escapeOverlay(p string) string {
+	r := strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`)
+	return r.Replace(p)
+}

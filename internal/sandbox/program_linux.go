@@ -1,0 +1,291 @@
+package sandbox
+
+// The parent side of the child's program: a Plan compiled into the raw
+// syscalls init_linux.go runs, with every string, struct and array the
+// syscalls point at allocated here and kept alive by the program.
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"github.com/tine-run/tine/internal/kernel/landlock"
+	"golang.org/x/sys/unix"
+)
+
+// Fixed descriptor slots in the child. The parent's descriptors are copied
+// there first thing, and everything above is closed, so a sandbox never
+// holds another sandbox's pipes (the daemon starts many at once).
+const (
+	slotErr     = 3 // error pipe, write end (close-on-exec)
+	slotSync    = 4 // sync pipe, read end
+	slotStatus  = 5 // status pipe, write end
+	slotRuleset = 6 // Landlock ruleset
+	slotStdio   = 7 // 7, 8, 9: the command's stdin, stdout, stderr
+	slotFirstFree = slotStdio + 3
+)
+
+// program is everything the child runs, in memory the parent prepared.
+type program struct {
+	setup   []op // PID 1, in order
+	command []op // PID 2, before execve
+	execs   []op // one execve per PATH candidate
+	// what describes setup and command ops, for error messages.
+	what []string
+
+	report  childReport
+	status  int32
+	waitSet uint64
+	siginfo [128]byte
+
+	// keep holds what the ops point at, so it outlives the clone.
+	keep []any
+}
+
+// inputs are the parent-side resources a program refers to.
+type inputs struct {
+	errW, syncR, statusW int
+	ruleset              int // -1 without Landlock
+	stdio                [3]int
+	syncEarly            bool // wait for the parent before any mount (user namespace maps)
+	syncLate             bool // wait for the parent before forking the command (cgroup placement)
+	newCgroupNS          bool // unshare the cgroup namespace after placement (v1)
+	filter               []unix.SockFilter
+	keepCaps             uint64
+	dropCaps             []int
+}
+
+func (pg *program) cstr(s string) uintptr {
+	b := append([]byte(s), 0)
+	pg.keep = append(pg.keep, b)
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// cstrv returns a NULL-terminated array of C strings.
+func (pg *program) cstrv(list []string) uintptr {
+	v := make([]uintptr, len(list)+1)
+	for i, s := range list {
+		v[i] = pg.cstr(s)
+	}
+	pg.keep = append(pg.keep, v)
+	return uintptr(unsafe.Pointer(&v[0]))
+}
+
+func (pg *program) ptr(v any, p unsafe.Pointer) uintptr {
+	pg.keep = append(pg.keep, v)
+	return uintptr(p)
+}
+
+func sys(nr uintptr, args ...uintptr) op {
+	o := op{nr: nr, reg: -1, regArg: -1, save: -1, want: -1}
+	copy(o.args[:], args)
+	return o
+}
+
+func (o op) tolerating(e ...syscall.Errno) op {
+	copy(o.tolerate[:], e)
+	return o
+}
+
+func (o op) saving(reg int8) op { o.save = reg; return o }
+
+func (o op) using(reg, arg int8) op { o.reg, o.regArg = reg, arg; return o }
+
+func (pg *program) addSetup(what string, o op) {
+	pg.setup = append(pg.setup, o)
+	pg.what = append(pg.what, what)
+}
+
+// compile turns plan p and the parent's resources into the child program.
+func compile(p *Plan, in inputs) (*program, error) {
+	pg := &program{}
+	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	// Move the parent's descriptors to the fixed slots: first each to a
+	// number above all of them (so no move clobbers one still to be
+	// moved), then down into its slot. Whatever the child's copy of the
+	// descriptor table held at those numbers is junk it closes anyway.
+	fds := []int{in.errW, in.syncR, in.statusW, in.ruleset, in.stdio[0], in.stdio[1], in.stdio[2]}
+	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotStdio, slotStdio + 1, slotStdio + 2}
+	high := slotFirstFree
+	for _, fd := range fds {
+		high = max(high, fd+1)
+	}
+	for i, fd := range fds {
+		if fd >= 0 {
+			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(fd), uintptr(high+i), unix.O_CLOEXEC))
+		}
+	}
+	for i, fd := range fds {
+		if fd >= 0 {
+			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(high+i), uintptr(slots[i]), unix.O_CLOEXEC))
+		}
+	}
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, slotFirstFree, ^uintptr(0)>>1, 0))
+
+	if in.syncEarly {
+		pg.addSyncRead()
+	}
+
+	// Filesystem.
+	pg.addSetup("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
+	for _, st := range p.Steps {
+		o, err := pg.stepOp(st)
+		if err != nil {
+			return nil, err
+		}
+		pg.addSetup(st.String(), o)
+	}
+	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr(p.Root)))
+	dot := pg.cstr(".")
+	pg.addSetup("pivot_root", sys(unix.SYS_PIVOT_ROOT, dot, dot))
+	pg.addSetup("detach old root", sys(unix.SYS_UMOUNT2, dot, unix.MNT_DETACH))
+	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr("/")))
+
+	// Host name and loopback.
+	pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
+	ifr := &ifreqFlags{flags: unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING}
+	copy(ifr.name[:], "lo")
+	pg.addSetup("bring up lo", sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0).saving(1))
+	pg.addSetup("bring up lo", sys(unix.SYS_IOCTL, 0, unix.SIOCSIFFLAGS, pg.ptr(ifr, unsafe.Pointer(ifr))).using(1, 0))
+	pg.addSetup("bring up lo", sys(unix.SYS_CLOSE, 0).using(1, 0))
+
+	if in.syncLate {
+		pg.addSyncRead()
+	}
+	if in.newCgroupNS {
+		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
+	}
+
+	// Walls: no_new_privs, Landlock, capabilities, seccomp — in that order,
+	// since each later step would forbid an earlier one.
+	pg.addSetup("set no_new_privs", sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+	if in.ruleset >= 0 {
+		for _, r := range p.Landlock {
+			attr := &landlock.PathBeneathAttr{Allowed: r.Rights}
+			pg.addSetup("landlock: open "+r.Path, sys(unix.SYS_OPENAT, atFdcwd, pg.cstr(r.Path), unix.O_PATH|unix.O_CLOEXEC).saving(2))
+			add := sys(unix.SYS_LANDLOCK_ADD_RULE, slotRuleset, landlock.RuleTypePathBeneath, pg.ptr(attr, unsafe.Pointer(attr)), 0)
+			add.reg, add.store = 2, &attr.ParentFd
+			pg.addSetup("landlock: allow writes beneath "+r.Path, add)
+			pg.addSetup("landlock: close "+r.Path, sys(unix.SYS_CLOSE, 0).using(2, 0))
+		}
+		pg.addSetup("landlock: restrict", sys(unix.SYS_LANDLOCK_RESTRICT_SELF, slotRuleset, 0))
+		pg.addSetup("landlock: close ruleset", sys(unix.SYS_CLOSE, slotRuleset))
+	}
+	for _, c := range in.dropCaps {
+		pg.addSetup(fmt.Sprintf("drop capability %d", c), sys(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0).tolerating(unix.EINVAL))
+	}
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := &[2]unix.CapUserData{
+		{Effective: uint32(in.keepCaps), Permitted: uint32(in.keepCaps), Inheritable: uint32(in.keepCaps)},
+		{Effective: uint32(in.keepCaps >> 32), Permitted: uint32(in.keepCaps >> 32), Inheritable: uint32(in.keepCaps >> 32)},
+	}
+	pg.addSetup("set capabilities", sys(unix.SYS_CAPSET, pg.ptr(hdr, unsafe.Pointer(hdr)), pg.ptr(data, unsafe.Pointer(data))))
+	if len(in.filter) > 0 {
+		prog := &unix.SockFprog{Len: uint16(len(in.filter)), Filter: &in.filter[0]}
+		pg.keep = append(pg.keep, in.filter)
+		pg.addSetup("load seccomp filter", sys(unix.SYS_SECCOMP, 1 /* SECCOMP_SET_MODE_FILTER */, 0, pg.ptr(prog, unsafe.Pointer(prog))))
+	}
+
+	// PID 2: own session, stdio, default signal handling, then execve.
+	pg.addCommand("start a session", sys(unix.SYS_SETSID))
+	for i := 0; i < 3; i++ {
+		pg.addCommand("set up stdio", sys(unix.SYS_DUP3, uintptr(slotStdio+i), uintptr(i), 0))
+	}
+	if p.Spec.TTY {
+		pg.addCommand("set controlling terminal", sys(unix.SYS_IOCTL, 0, unix.TIOCSCTTY, 0))
+	}
+	dfl := &sigaction{handler: 0}
+	for sig := 1; sig <= 64; sig++ {
+		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			continue
+		}
+		pg.addCommand("reset signal handlers", sys(unix.SYS_RT_SIGACTION, uintptr(sig), pg.ptr(dfl, unsafe.Pointer(dfl)), 0, 8).tolerating(unix.EINVAL))
+	}
+	empty := new(uint64)
+	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
+	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	pg.addCommand("enter working directory "+p.Workdir, sys(unix.SYS_CHDIR, pg.cstr(p.Workdir)))
+	argv := pg.cstrv(p.Argv)
+	envp := pg.cstrv(p.Env)
+	for _, c := range p.Candidates {
+		pg.execs = append(pg.execs, sys(unix.SYS_EXECVE, pg.cstr(c), argv, envp))
+	}
+
+	// PID 1 waits for every signal but the two it cannot block.
+	pg.waitSet = ^uint64(0) &^ (1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1))
+	return pg, nil
+}
+
+// atFdcwd is AT_FDCWD (-100) as a raw syscall argument.
+const atFdcwd = ^uintptr(99)
+
+func (pg *program) addCommand(what string, o op) {
+	pg.command = append(pg.command, o)
+	pg.what = append(pg.what, what)
+}
+
+// addSyncRead blocks the child until the parent writes one byte; EOF
+// (the parent died) fails the setup.
+func (pg *program) addSyncRead() {
+	b := new([1]byte)
+	o := sys(unix.SYS_READ, slotSync, pg.ptr(b, unsafe.Pointer(b)), 1)
+	o.want = 1
+	pg.addSetup("wait for the parent", o)
+}
+
+func (pg *program) stepOp(st Step) (op, error) {
+	var tol []syscall.Errno
+	if st.Optional {
+		tol = append(tol, unix.ENOENT)
+	}
+	switch st.Kind {
+	case StepMount:
+		var fstype, data uintptr
+		if st.FSType != "" {
+			fstype = pg.cstr(st.FSType)
+		}
+		if st.Data != "" {
+			data = pg.cstr(st.Data)
+		}
+		src := pg.cstr(st.Source)
+		return sys(unix.SYS_MOUNT, src, pg.cstr(st.Target), fstype, st.Flags, data).tolerating(tol...), nil
+	case StepMkdir:
+		return sys(unix.SYS_MKDIRAT, atFdcwd, pg.cstr(st.Target), uintptr(st.Mode)).tolerating(append(tol, unix.EEXIST)...), nil
+	case StepMknod:
+		return sys(unix.SYS_MKNODAT, atFdcwd, pg.cstr(st.Target), uintptr(st.Mode), uintptr(st.Dev)).tolerating(append(tol, unix.EEXIST)...), nil
+	case StepSymlink:
+		return sys(unix.SYS_SYMLINKAT, pg.cstr(st.Source), atFdcwd, pg.cstr(st.Target)).tolerating(append(tol, unix.EEXIST)...), nil
+	case StepTouch:
+		return sys(unix.SYS_MKNODAT, atFdcwd, pg.cstr(st.Target), uintptr(unix.S_IFREG|st.Mode), 0).tolerating(append(tol, unix.EEXIST)...), nil
+	}
+	return op{}, fmt.Errorf("unknown step kind %d", st.Kind)
+}
+
+// ifreqFlags is struct ifreq with the flags member.
+type ifreqFlags struct {
+	name  [unix.IFNAMSIZ]byte
+	flags uint16
+	_     [22]byte
+}
+
+// sigaction is the kernel's struct sigaction for rt_sigaction.
+type sigaction struct {
+	handler  uintptr
+	flags    uint64
+	restorer uintptr
+	mask     uint64
+}
+
+// describe turns a child's failure report into an error.
+func (pg *program) describe(r childReport) error {
+	errno := syscall.Errno(r.errno)
+	switch {
+	case r.index == failExec:
+		return errno
+	case r.index == failClone:
+		return fmt.Errorf("%w: fork the command: %v", ErrSetup, errno)
+	case r.index >= 0 && int(r.index) < len(pg.what):
+		return fmt.Errorf("%w: %s: %v", ErrSetup, pg.what[r.index], errno)
+	}
+	return fmt.Errorf("%w: step %d: %v", ErrSetup, r.index, errno)
+}

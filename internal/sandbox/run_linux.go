@@ -1,0 +1,412 @@
+package sandbox
+
+// The parent side: create the cgroup, clone the namespaced child, place it,
+// release it, learn whether the command started, wait, and clean up.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/tine-run/tine/internal/kernel/caps"
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/landlock"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// hostOnce caches what does not change while tine runs.
+var hostOnce = sync.OnceValues(func() (*host, error) {
+	h := &host{landlockABI: landlock.ABI()}
+	cg, err := cgroup.Detect()
+	if err != nil {
+		return nil, err
+	}
+	h.cgroup = cg
+	keep, err := caps.Mask(caps.Default)
+	if err != nil {
+		return nil, err
+	}
+	h.keepCaps, h.dropCaps = keep, caps.ToDrop(keep)
+	if os.Geteuid() == 0 {
+		if err := os.MkdirAll(StageDir, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", StageDir, err)
+		}
+		// A tine that was SIGKILLed leaves its cgroups behind: reap them.
+		cg.Reap()
+	}
+	return h, nil
+})
+
+type host struct {
+	cgroup      *cgroup.Host
+	landlockABI int
+	keepCaps    uint64
+	dropCaps    []int
+}
+
+// Process is a started sandbox.
+type Process struct {
+	plan    *Plan
+	pid     int
+	pidfd   int
+	group   *cgroup.Group
+	statusR *os.File
+	started time.Time
+	phases  Phases
+
+	mu       sync.Mutex
+	timedOut bool
+	done     chan struct{}
+}
+
+// Start builds the plan for s and starts the sandbox. It returns once the
+// command has been exec'd, or with the reason it could not be: ErrNotFound
+// (exit 127), ErrPermission (126), ErrSetup, ErrInvalidSpec.
+func Start(s *Spec) (*Process, error) {
+	t0 := time.Now()
+	h, err := hostOnce()
+	if err != nil {
+		return nil, err
+	}
+	rootless := os.Geteuid() != 0
+	plan, err := NewPlan(s, rootless)
+	if err != nil {
+		return nil, err
+	}
+	if rootless && (s.Limits != cgroup.Limits{}) {
+		return nil, fmt.Errorf("%w: --memory, --cpus and --pids need cgroups, which tine drives only as root (run as root, or drop the limits)", ErrRootlessOnly)
+	}
+	filter, err := seccomp.Program(s.Seccomp)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp policy %q: %w", s.Seccomp, err)
+	}
+	pr := &Process{plan: plan, pidfd: -1, done: make(chan struct{})}
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+
+	in := inputs{ruleset: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, syncEarly: rootless}
+	if !rootless {
+		if h.cgroup.Version == cgroup.None {
+			if (s.Limits != cgroup.Limits{}) {
+				return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
+			}
+		} else {
+			g, err := h.cgroup.Create(cgroup.NewName(), s.Limits)
+			if err != nil {
+				return nil, err
+			}
+			pr.group = g
+			undo = append(undo, func() { g.Kill(); g.Remove() })
+			in.syncLate = g.FD() < 0
+			in.newCgroupNS = g.FD() < 0
+		}
+	}
+	if h.landlockABI > 0 {
+		fd, err := landlock.NewRuleset(h.landlockABI)
+		if err != nil {
+			return nil, err
+		}
+		in.ruleset = fd
+		defer unix.Close(fd)
+	}
+
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer errR.Close()
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		errW.Close()
+		return nil, err
+	}
+	defer syncW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		errW.Close()
+		syncR.Close()
+		return nil, err
+	}
+	undo = append(undo, func() { statusR.Close() })
+	in.errW, in.syncR, in.statusW = int(errW.Fd()), int(syncR.Fd()), int(statusW.Fd())
+	for i, f := range s.Stdio {
+		in.stdio[i] = -1
+		if f != nil {
+			in.stdio[i] = int(f.Fd())
+		} else {
+			in.stdio[i] = i
+		}
+	}
+
+	pg, err := compile(plan, in)
+	if err != nil {
+		return nil, err
+	}
+	flags := uint64(unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET)
+	if rootless {
+		flags |= unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP
+	}
+	cgroupFD := -1
+	if pr.group != nil && pr.group.FD() >= 0 {
+		cgroupFD = pr.group.FD()
+		flags |= unix.CLONE_NEWCGROUP
+	}
+	pr.phases.Plan = ms(time.Since(t0))
+	t1 := time.Now()
+	pid, pidfd, err := cloneChild(pg, flags, cgroupFD)
+	runtime.KeepAlive(s)
+	errW.Close()
+	syncR.Close()
+	statusW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
+	}
+	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, statusR
+	undo = append(undo, func() { pr.kill(); pr.reapQuietly() })
+
+	if rootless {
+		if err := writeIDMaps(pid); err != nil {
+			return nil, err
+		}
+	}
+	if pr.group != nil && in.syncLate {
+		if err := pr.group.Attach(pid); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := syncW.Write([]byte{1}); err != nil {
+		return nil, fmt.Errorf("%w: release the child: %v", ErrSetup, err)
+	}
+
+	// EOF on the error pipe: the command was exec'd (the pipe is
+	// close-on-exec); a report: setup or exec failed.
+	var rep childReport
+	n, _ := readFull(errR, (*[unsafe.Sizeof(rep)]byte)(unsafe.Pointer(&rep))[:])
+	runtime.KeepAlive(pg)
+	if n == int(unsafe.Sizeof(rep)) {
+		failure := pg.describe(rep)
+		if rep.index == failExec {
+			// The command's PID 1 exits by itself; wait so nothing lingers.
+			pr.reapQuietly()
+			switch syscall.Errno(rep.errno) {
+			case unix.ENOENT, unix.ENOTDIR:
+				return nil, fmt.Errorf("%s: %w", s.Args[0], ErrNotFound)
+			case unix.EACCES, unix.EPERM:
+				return nil, fmt.Errorf("%s: %w", s.Args[0], ErrPermission)
+			}
+			return nil, fmt.Errorf("%w: exec %s: %v", ErrSetup, s.Args[0], failure)
+		}
+		return nil, failure
+	}
+	pr.phases.Start = ms(time.Since(t1))
+	pr.started = time.Now()
+	undo = nil
+	if s.Timeout > 0 {
+		go pr.enforceTimeout(s.Timeout)
+	}
+	return pr, nil
+}
+
+// cloneChild clones the child with all signals blocked (so no Go signal
+// handler can run in it) and runs childMain there.
+func cloneChild(pg *program, flags uint64, cgroupFD int) (pid, pidfd int, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	all, old := ^uint64(0), uint64(0)
+	unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+	var pidfd32 int32 = -1
+	args := cloneArgs{flags: flags | unix.CLONE_PIDFD, pidfd: uint64(uintptr(unsafe.Pointer(&pidfd32))), exitSignal: uint64(unix.SIGCHLD)}
+	if cgroupFD >= 0 {
+		args.flags |= unix.CLONE_INTO_CGROUP
+		args.cgroup = uint64(cgroupFD)
+	}
+	r, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args), 0)
+	if errno == unix.ENOSYS && cgroupFD < 0 {
+		// Kernels before 5.3: plain clone, no pidfd.
+		pidfd32 = -1
+		r, _, errno = unix.RawSyscall6(unix.SYS_CLONE, uintptr(flags)|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	}
+	if errno == 0 && r == 0 {
+		childMain(pg) // the child: never returns
+	}
+	unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
+	if errno != 0 {
+		return 0, -1, errno
+	}
+	return int(r), int(pidfd32), nil
+}
+
+// cloneArgs is struct clone_args (clone3(2)), up to the cgroup member.
+type cloneArgs struct {
+	flags      uint64
+	pidfd      uint64
+	childTID   uint64
+	parentTID  uint64
+	exitSignal uint64
+	stack      uint64
+	stackSize  uint64
+	tls        uint64
+	setTID     uint64
+	setTIDSize uint64
+	cgroup     uint64
+}
+
+func writeIDMaps(pid int) error {
+	dir := fmt.Sprintf("/proc/%d/", pid)
+	if err := os.WriteFile(dir+"uid_map", fmt.Appendf(nil, "0 %d 1", os.Geteuid()), 0); err != nil {
+		return fmt.Errorf("%w: map user: %v", ErrSetup, err)
+	}
+	if err := os.WriteFile(dir+"setgroups", []byte("deny"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: deny setgroups: %v", ErrSetup, err)
+	}
+	if err := os.WriteFile(dir+"gid_map", fmt.Appendf(nil, "0 %d 1", os.Getegid()), 0); err != nil {
+		return fmt.Errorf("%w: map group: %v", ErrSetup, err)
+	}
+	return nil
+}
+
+// Signal forwards sig to the sandbox's PID 1, which passes it to the command.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.pidfd >= 0 {
+		return unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
+	}
+	return unix.Kill(p.pid, sig)
+}
+
+// kill ends the whole sandbox: SIGKILL to its PID 1 takes the pid
+// namespace, and so every process in it, down.
+func (p *Process) kill() { p.Signal(unix.SIGKILL) }
+
+func (p *Process) enforceTimeout(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		p.mu.Lock()
+		p.timedOut = true
+		p.mu.Unlock()
+		p.kill()
+	case <-p.done:
+	}
+}
+
+func (p *Process) reapQuietly() {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(p.pid, &ws, unix.WALL, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	p.cleanup()
+}
+
+func (p *Process) cleanup() {
+	if p.pidfd >= 0 {
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+	if p.statusR != nil {
+		p.statusR.Close()
+	}
+}
+
+// Wait waits for the command to end and the sandbox to be torn down, and
+// returns the outcome. Nothing of the sandbox remains when it returns.
+func (p *Process) Wait() (*Outcome, error) {
+	var ws unix.WaitStatus
+	var ru unix.Rusage
+	for {
+		_, err := unix.Wait4(p.pid, &ws, unix.WALL, &ru)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return nil, fmt.Errorf("wait for sandbox: %w", err)
+		}
+	}
+	close(p.done)
+	o := &Outcome{Rootless: p.plan.Rootless, Phases: p.phases, Cgroup: "none"}
+	o.Phases.Run = ms(time.Since(p.started))
+	o.CPUTimeMs = ms(time.Duration(ru.Utime.Nano() + ru.Stime.Nano()))
+
+	var cmd unix.WaitStatus
+	n, _ := readFull(p.statusR, (*[4]byte)(unsafe.Pointer(&cmd))[:])
+	p.cleanup()
+	var stats cgroup.Stats
+	if p.group != nil {
+		stats = p.group.Stats()
+		o.Cgroup = hostCgroupVersion()
+		p.group.Kill()
+		if err := p.group.Remove(); err != nil {
+			return nil, err
+		}
+	}
+	o.PeakMemoryBytes = stats.PeakMemoryBytes
+
+	p.mu.Lock()
+	timedOut := p.timedOut
+	p.mu.Unlock()
+	switch {
+	case timedOut:
+		o.ExitCode, o.Reason = 124, "timeout"
+	case n != 4:
+		// PID 1 died before the command did: it was killed from outside.
+		o.ExitCode, o.Reason, o.Signal = 137, "signal", int(unix.SIGKILL)
+		if ws.Signaled() {
+			o.ExitCode, o.Signal = 128+int(ws.Signal()), int(ws.Signal())
+		}
+	case cmd.Signaled():
+		o.ExitCode, o.Reason, o.Signal = 128+int(cmd.Signal()), "signal", int(cmd.Signal())
+	default:
+		o.ExitCode, o.Reason = cmd.ExitStatus(), "exit"
+	}
+	if stats.OOMKills > 0 && o.ExitCode == 137 && !timedOut {
+		o.Reason = "oom"
+	}
+	return o, nil
+}
+
+func hostCgroupVersion() string {
+	h, err := hostOnce()
+	if err != nil {
+		return "none"
+	}
+	return h.cgroup.Version.String()
+}
+
+// Pid returns the host pid of the sandbox's PID 1.
+func (p *Process) Pid() int { return p.pid }
+
+// Run starts s and waits for it.
+func Run(s *Spec) (*Outcome, error) {
+	p, err := Start(s)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait()
+}
+
+func readFull(f *os.File, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := f.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,162 @@
+// Package sandbox turns a Spec into a Plan (plain data: mounts, rules,
+// limits, policies) and runs it: the parent side (run_linux.go) creates the
+// cgroup and clones the namespaced child; the child side (init_linux.go)
+// applies the plan with raw syscalls and becomes the sandbox's PID 1, which
+// forks the command and reaps.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+)
+
+// DefaultDisk is the default size of the writable layer over the root.
+const DefaultDisk = 256 << 20
+
+// DefaultPath is the PATH a sandboxed command gets unless -e sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Spec is what the user asks for.
+type Spec struct {
+	// Args is the command and its arguments; Args[0] is looked up in the
+	// sandbox's PATH when it has no slash.
+	Args []string
+	// Env is KEY=VALUE pairs; PATH, HOME and HOSTNAME get defaults.
+	Env []string
+	// Workdir is the command's working directory inside the sandbox.
+	Workdir string
+	// Hostname is the sandbox's private host name.
+	Hostname string
+	// RootFS is a directory used as the read-only base of the root; empty
+	// means the host's own root filesystem.
+	RootFS string
+	// DiskBytes caps the writable layer over the root.
+	DiskBytes int64
+	// Binds are host paths made visible inside.
+	Binds []Bind
+	// Limits are enforced through the cgroup driver.
+	Limits cgroup.Limits
+	// Timeout kills the whole sandbox after this long (0: none).
+	Timeout time.Duration
+	// Seccomp selects the syscall policy.
+	Seccomp seccomp.Mode
+	// TTY gives the command a new pseudo-terminal as its controlling tty.
+	TTY bool
+	// Stdio are the command's stdin, stdout and stderr.
+	Stdio [3]*os.File
+}
+
+// Bind makes host path Source visible at Target inside the sandbox.
+type Bind struct {
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// ParseBind parses HOST:GUEST[:ro|:rw].
+func ParseBind(s string) (Bind, error) {
+	parts := strings.Split(s, ":")
+	var b Bind
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
+		b.ReadOnly = parts[2] == "ro"
+	default:
+		return b, fmt.Errorf("bind %q: want HOST:GUEST or HOST:GUEST:ro", s)
+	}
+	b.Source, b.Target = parts[0], parts[1]
+	if !path.IsAbs(b.Source) || !path.IsAbs(b.Target) {
+		return b, fmt.Errorf("bind %q: both paths must be absolute", s)
+	}
+	return b, nil
+}
+
+// Errors a caller can test for.
+var (
+	ErrNotFound     = errors.New("not found in sandbox")
+	ErrPermission   = errors.New("permission denied in sandbox")
+	ErrInvalidSpec  = errors.New("invalid sandbox spec")
+	ErrSetup        = errors.New("sandbox setup failed")
+	ErrRootlessOnly = errors.New("not available without root")
+)
+
+// reservedTargets are trees tine builds itself; binds may not cover them.
+var reservedTargets = []string{"/proc", "/sys", "/dev"}
+
+// Validate checks the spec for what can be known before anything is created.
+func (s *Spec) Validate() error {
+	if len(s.Args) == 0 || s.Args[0] == "" {
+		return fmt.Errorf("%w: no command given", ErrInvalidSpec)
+	}
+	if s.RootFS != "" {
+		st, err := os.Stat(s.RootFS)
+		if err != nil {
+			return fmt.Errorf("%w: --rootfs %s: %v", ErrInvalidSpec, s.RootFS, err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%w: --rootfs %s is not a directory", ErrInvalidSpec, s.RootFS)
+		}
+	}
+	if s.Workdir != "" && !path.IsAbs(s.Workdir) {
+		return fmt.Errorf("%w: --workdir %q must be an absolute path", ErrInvalidSpec, s.Workdir)
+	}
+	for _, b := range s.Binds {
+		if _, err := os.Stat(b.Source); err != nil {
+			return fmt.Errorf("%w: bind source %s: %v", ErrInvalidSpec, b.Source, err)
+		}
+		t := path.Clean(b.Target)
+		if t == "/" {
+			return fmt.Errorf("%w: bind target / would hide the whole root; use --rootfs", ErrInvalidSpec)
+		}
+		for _, r := range reservedTargets {
+			if t == r || strings.HasPrefix(t, r+"/") {
+				return fmt.Errorf("%w: bind target %s is inside %s, which tine builds itself", ErrInvalidSpec, t, r)
+			}
+		}
+	}
+	for _, e := range s.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidSpec, e)
+		}
+	}
+	if len(s.Hostname) > 64 {
+		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)
+	}
+	return nil
+}
+
+// Outcome is how a sandboxed command ended.
+type Outcome struct {
+	// ExitCode follows the shell: the command's code, 128+N when killed by
+	// signal N, 137 on OOM, 124 on timeout, 127 when not found.
+	ExitCode int `json:"exit_code"`
+	// Reason is "exit", "signal", "oom", "timeout" or "not-found".
+	Reason string `json:"reason"`
+	// Signal is the signal that killed the command, if any.
+	Signal int `json:"signal,omitempty"`
+	// Phases times plan (spec to plan), start (until the command is
+	// exec'd) and run (until it ended and was reaped), in milliseconds.
+	Phases Phases `json:"phases_ms"`
+	// PeakMemoryBytes is the cgroup's peak memory use (0 when unknown).
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// CPUTime is user+system CPU time of the whole tree, in milliseconds.
+	CPUTimeMs float64 `json:"cpu_time_ms"`
+	// Cgroup names the cgroup version that enforced the limits.
+	Cgroup string `json:"cgroup"`
+	// Rootless is true when the sandbox ran in a user namespace.
+	Rootless bool `json:"rootless"`
+}
+
+// Phases are wall-clock phase durations in milliseconds.
+type Phases struct {
+	Plan  float64 `json:"plan"`
+	Start float64 `json:"start"`
+	Run   float64 `json:"run"`
+}
