@@ -17,11 +17,11 @@ import (
 // there first thing, and everything above is closed, so a sandbox never
 // holds another sandbox's pipes (the daemon starts many at once).
 const (
-	slotErr     = 3 // error pipe, write end (close-on-exec)
-	slotSync    = 4 // sync pipe, read end
-	slotStatus  = 5 // status pipe, write end
-	slotRuleset = 6 // Landlock ruleset
-	slotStdio   = 7 // 7, 8, 9: the command's stdin, stdout, stderr
+	slotErr       = 3 // error pipe, write end (close-on-exec)
+	slotSync      = 4 // sync pipe, read end
+	slotStatus    = 5 // status pipe, write end
+	slotRuleset   = 6 // Landlock ruleset
+	slotStdio     = 7 // 7, 8, 9: the command's stdin, stdout, stderr
 	slotFirstFree = slotStdio + 3
 )
 

@@ -290,7 +290,9 @@ func writeFile(dir, file, value string) error {
 }
 
 // writeOptional writes a file that only some kernels or configurations have.
-func writeOptional(dir, file, value string) { _ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0) }
+func writeOptional(dir, file, value string) {
+	_ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0)
+}
 
 func readInt(dir, file string) int64 {
 	if dir == "" {

@@ -69,8 +69,9 @@ type cond struct {
 //
 // Rules naming the same syscall combine as libseccomp combines them: the
 // argument-filtered rules are tried first, in profile order, and an
-// unconditional rule's action applies when none of them matches. So a
-// specific ERRNO rule refuses its case of a syscall that is otherwise allowed.
+// unconditional rule's action (else the default) applies when none of them
+// matches. So a specific ERRNO rule refuses its case of a syscall that is
+// otherwise allowed, whichever comes first in the profile.
 func translate(profile *specs.LinuxSeccomp, a *arch.Info) (policy, error) {
 	defaultAction, err := action(profile.DefaultAction, profile.DefaultErrnoRet)
 	if err != nil {
@@ -113,11 +114,11 @@ func translate(profile *specs.LinuxSeccomp, a *arch.Info) (policy, error) {
 		}
 	}
 	for _, d := range p.syscalls {
-		// A last rule that gives the fallback anyway only costs instructions,
-		// and without rules the kernel can cache the syscall's verdict.
-		for len(d.rules) > 0 && d.rules[len(d.rules)-1].action == d.fallback {
-			d.rules = d.rules[:len(d.rules)-1]
-		}
+		// A rule that gives the fallback anyway matters only where it
+		// overlaps a rule with another verdict, and there the other, more
+		// specific one should win. Without rules, the kernel can also cache
+		// the syscall's verdict.
+		d.rules = slices.DeleteFunc(d.rules, func(r rule) bool { return r.action == d.fallback })
 	}
 	slices.Sort(p.skipped)
 	return p, nil
