@@ -244,29 +244,45 @@ func landlockRules(s *Spec, lower string) []landlock.Rule {
 			readOnly = append(readOnly, path.Clean(b.Target))
 		}
 	}
-	children := func(dir string) []string {
+	children := func(dir string) []landlock.Entry {
 		seen := map[string]bool{}
 		if entries, err := os.ReadDir(path.Join(lower, dir)); err == nil {
 			for _, e := range entries {
-				seen[e.Name()] = true
+				seen[e.Name()] = e.IsDir()
 			}
 		}
-		// Mount points tine adds and bind targets exist even if the base lacks them.
+		// Mount points tine adds and bind targets exist even if the base
+		// lacks them; a bind of a file is a file.
 		for _, t := range append([]string{"/proc", "/dev", "/tmp", "/run", "/sys"}, bindTargets(s)...) {
 			if rel, ok := strings.CutPrefix(t, strings.TrimSuffix(dir, "/")+"/"); ok {
-				seen[strings.Split(rel, "/")[0]] = true
+				name, deeper, _ := strings.Cut(rel, "/")
+				if _, known := seen[name]; !known {
+					seen[name] = deeper != "" || isDirOnHost(s, t)
+				}
 			}
 		}
-		out := make([]string, 0, len(seen))
-		for n := range seen {
-			out = append(out, n)
+		out := make([]landlock.Entry, 0, len(seen))
+		for n, d := range seen {
+			out = append(out, landlock.Entry{Name: n, Dir: d})
 		}
-		sort.Strings(out)
+		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 		return out
 	}
 	rules := landlock.Rules([]string{"/"}, readOnly, children)
-	rules = append(rules, landlock.Rule{Path: "/dev", Rights: landlock.DeviceWrite})
+	rules = append(rules, landlock.Rule{Path: "/dev", Rights: landlock.FileWrite})
 	return rules
+}
+
+// isDirOnHost reports whether sandbox path t is a bind of a host directory
+// (or one of tine's own mount points).
+func isDirOnHost(s *Spec, t string) bool {
+	for _, b := range s.Binds {
+		if path.Clean(b.Target) == t {
+			st, err := os.Stat(b.Source)
+			return err == nil && st.IsDir()
+		}
+	}
+	return true
 }
 
 func bindTargets(s *Spec) []string {

@@ -45,8 +45,10 @@ const Write = WriteFile | RemoveDir | RemoveFile | MakeChar | MakeDir | MakeReg 
 // Writable is what a writable path grants: everything but device nodes.
 const Writable = Write &^ (MakeChar | MakeBlock)
 
-// DeviceWrite is what /dev grants: writing to the nodes that are there.
-const DeviceWrite = WriteFile | Truncate
+// FileWrite is what a writable non-directory grants (Landlock refuses
+// directory rights on files), and what /dev grants: writing to the nodes
+// that are there.
+const FileWrite = WriteFile | Truncate
 
 // ABI returns the kernel's Landlock ABI version, 0 if Landlock is off.
 func ABI() int {
@@ -74,6 +76,12 @@ type Rule struct {
 	Rights uint64
 }
 
+// Entry is a directory entry as the sandbox will see it.
+type Entry struct {
+	Name string
+	Dir  bool
+}
+
 // Rules computes the write rules for a sandbox whose writable trees are
 // writable (absolute sandbox paths) and whose read-only subtrees are
 // readOnly (each inside some writable tree, e.g. a read-only bind).
@@ -81,32 +89,35 @@ type Rule struct {
 // writable tree that contains a read-only one is granted child by child,
 // skipping the read-only entry: children(dir) must list a directory's
 // entries as the sandbox will see them.
-func Rules(writable, readOnly []string, children func(dir string) []string) []Rule {
+func Rules(writable, readOnly []string, children func(dir string) []Entry) []Rule {
 	var rules []Rule
 	for _, w := range writable {
-		rules = append(rules, grant(path.Clean(w), readOnly, children)...)
+		rules = append(rules, grant(path.Clean(w), true, readOnly, children)...)
 	}
 	sort.Slice(rules, func(i, j int) bool { return rules[i].Path < rules[j].Path })
 	return rules
 }
 
-func grant(dir string, readOnly []string, children func(string) []string) []Rule {
+func grant(p string, isDir bool, readOnly []string, children func(string) []Entry) []Rule {
 	inside := false
 	for _, r := range readOnly {
 		r = path.Clean(r)
-		if r == dir {
+		if r == p {
 			return nil
 		}
-		if isBeneath(r, dir) {
+		if isBeneath(r, p) {
 			inside = true
 		}
 	}
+	if !isDir {
+		return []Rule{{Path: p, Rights: FileWrite}}
+	}
 	if !inside {
-		return []Rule{{Path: dir, Rights: Writable}}
+		return []Rule{{Path: p, Rights: Writable}}
 	}
 	var rules []Rule
-	for _, name := range children(dir) {
-		rules = append(rules, grant(path.Join(dir, name), readOnly, children)...)
+	for _, e := range children(p) {
+		rules = append(rules, grant(path.Join(p, e.Name), e.Dir, readOnly, children)...)
 	}
 	return rules
 }

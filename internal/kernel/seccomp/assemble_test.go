@@ -130,7 +130,11 @@ func TestProgramMatchesPolicy(t *testing.T) {
 	for _, mode := range []Mode{Default, Strict} {
 		t.Run(string(mode), func(t *testing.T) {
 			p, a := testedPolicy(t, mode)
-			prog, err := Program(mode)
+			c, err := compile(mode) // Program's, when generated, are checked against these
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := toSockFilter(c.program)
 			if err != nil {
 				t.Fatal(err)
 			}
