@@ -21,7 +21,8 @@ const (
 	slotSync      = 4 // sync pipe, read end
 	slotStatus    = 5 // status pipe, write end
 	slotRuleset   = 6 // Landlock ruleset
-	slotStdio     = 7 // 7, 8, 9: the command's stdin, stdout, stderr
+	slotNetns     = 7 // network namespace made by the parent
+	slotStdio     = 8 // 8, 9, 10: the command's stdin, stdout, stderr
 	slotFirstFree = slotStdio + 3
 )
 
@@ -46,6 +47,7 @@ type program struct {
 type inputs struct {
 	errW, syncR, statusW int
 	ruleset              int // -1 without Landlock
+	netns                int // -1: the child brings its own (user namespaces)
 	stdio                [3]int
 	syncEarly            bool // wait for the parent before any mount (user namespace maps)
 	syncLate             bool // wait for the parent before forking the command (cgroup placement)
@@ -104,8 +106,8 @@ func compile(p *Plan, in inputs) (*program, error) {
 	// number above all of them (so no move clobbers one still to be
 	// moved), then down into its slot. Whatever the child's copy of the
 	// descriptor table held at those numbers is junk it closes anyway.
-	fds := []int{in.errW, in.syncR, in.statusW, in.ruleset, in.stdio[0], in.stdio[1], in.stdio[2]}
-	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotStdio, slotStdio + 1, slotStdio + 2}
+	fds := []int{in.errW, in.syncR, in.statusW, in.ruleset, in.netns, in.stdio[0], in.stdio[1], in.stdio[2]}
+	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotNetns, slotStdio, slotStdio + 1, slotStdio + 2}
 	high := slotFirstFree
 	for _, fd := range fds {
 		high = max(high, fd+1)
@@ -125,6 +127,11 @@ func compile(p *Plan, in inputs) (*program, error) {
 	if in.syncEarly {
 		pg.addSyncRead()
 	}
+	if in.netns >= 0 {
+		// Before sysfs is mounted: sysfs shows the mounter's network namespace.
+		pg.addSetup("enter network namespace", sys(unix.SYS_SETNS, slotNetns, unix.CLONE_NEWNET))
+		pg.addSetup("close network namespace", sys(unix.SYS_CLOSE, slotNetns))
+	}
 
 	// Filesystem.
 	pg.addSetup("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
@@ -141,13 +148,14 @@ func compile(p *Plan, in inputs) (*program, error) {
 	pg.addSetup("detach old root", sys(unix.SYS_UMOUNT2, dot, unix.MNT_DETACH))
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr("/")))
 
-	// Host name and loopback.
 	pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
-	ifr := &ifreqFlags{flags: unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING}
-	copy(ifr.name[:], "lo")
-	pg.addSetup("bring up lo", sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0).saving(1))
-	pg.addSetup("bring up lo", sys(unix.SYS_IOCTL, 0, unix.SIOCSIFFLAGS, pg.ptr(ifr, unsafe.Pointer(ifr))).using(1, 0))
-	pg.addSetup("bring up lo", sys(unix.SYS_CLOSE, 0).using(1, 0))
+	if in.netns < 0 {
+		ifr := &ifreqFlags{flags: unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING}
+		copy(ifr.name[:], "lo")
+		pg.addSetup("bring up lo", sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0).saving(1))
+		pg.addSetup("bring up lo", sys(unix.SYS_IOCTL, 0, unix.SIOCSIFFLAGS, pg.ptr(ifr, unsafe.Pointer(ifr))).using(1, 0))
+		pg.addSetup("bring up lo", sys(unix.SYS_CLOSE, 0).using(1, 0))
+	}
 
 	if in.syncLate {
 		pg.addSyncRead()
