@@ -27,6 +27,9 @@ type op struct {
 	store  *int32
 	// save is the register the result goes to (-1: none).
 	save int8
+	// load, when set, makes the op a register load: *load goes to
+	// register save, and no syscall is made.
+	load *int32
 	// tolerate lists errnos that count as success (EEXIST for mkdir,
 	// ENOENT for optional masks); 0 entries are unused.
 	tolerate [2]syscall.Errno
@@ -54,6 +57,10 @@ type childReport struct {
 func runOps(ops []op, regs *[4]uintptr) (int, syscall.Errno) {
 	for i := 0; i < len(ops); i++ {
 		o := &ops[i]
+		if o.load != nil {
+			regs[o.save&3] = uintptr(*o.load)
+			continue
+		}
 		a := o.args
 		if o.reg >= 0 {
 			v := regs[o.reg&3]

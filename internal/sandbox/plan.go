@@ -45,6 +45,9 @@ type Step struct {
 	// Optional steps are skipped when their target does not exist (masks
 	// of /proc files a kernel may not have).
 	Optional bool
+	// InNetns steps run after the child has entered its network namespace
+	// (sysfs shows the mounter's network namespace).
+	InNetns bool
 }
 
 func (s Step) String() string {
@@ -191,7 +194,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(R+"/run", 0o755)
 	mount("tmpfs", R+"/run", "tmpfs", nsd, "mode=0755")
 	mkdir(R+"/sys", 0o555)
-	mount("sysfs", R+"/sys", "sysfs", nsd|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+	add(Step{Kind: StepMount, Source: "sysfs", Target: R + "/sys", FSType: "sysfs", Flags: nsd | unix.MS_NOEXEC | unix.MS_RDONLY, InNetns: true})
 
 	// User binds, shallowest first so nested targets land on their parents.
 	binds := append([]Bind(nil), s.Binds...)
@@ -223,7 +226,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
 	}
 	for _, d := range maskedDirs {
-		add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Data: "size=0", Optional: true})
+		add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Data: "size=0", Optional: true, InNetns: strings.HasPrefix(d, "/sys/")})
 	}
 	for _, f := range readOnlyPaths {
 		add(Step{Kind: StepMount, Source: R + f, Target: R + f, Flags: unix.MS_BIND | unix.MS_REC, Optional: true})

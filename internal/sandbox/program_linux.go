@@ -18,11 +18,10 @@ import (
 // holds another sandbox's pipes (the daemon starts many at once).
 const (
 	slotErr       = 3 // error pipe, write end (close-on-exec)
-	slotSync      = 4 // sync pipe, read end
+	slotSync      = 4 // the child's end of the release socket
 	slotStatus    = 5 // status pipe, write end
 	slotRuleset   = 6 // Landlock ruleset
-	slotNetns     = 7 // network namespace made by the parent
-	slotStdio     = 8 // 8, 9, 10: the command's stdin, stdout, stderr
+	slotStdio     = 7 // 7, 8, 9: the command's stdin, stdout, stderr
 	slotFirstFree = slotStdio + 3
 )
 
@@ -45,13 +44,15 @@ type program struct {
 
 // inputs are the parent-side resources a program refers to.
 type inputs struct {
-	errW, syncR, statusW int
-	ruleset              int // -1 without Landlock
-	netns                int // -1: the child brings its own (user namespaces)
+	errW, sync, statusW int
+	ruleset             int // -1 without Landlock
 	stdio                [3]int
-	syncEarly            bool // wait for the parent before any mount (user namespace maps)
-	syncLate             bool // wait for the parent before forking the command (cgroup placement)
-	newCgroupNS          bool // unshare the cgroup namespace after placement (v1)
+	// userns: the child runs in a user namespace: it waits for the parent
+	// (ID maps) before any mount and makes its own network namespace.
+	// Otherwise it mounts first, then waits for the parent to place it in
+	// its cgroup and hand it the network namespace (made in parallel).
+	userns      bool
+	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
 	filter               []unix.SockFilter
 	keepCaps             uint64
 	dropCaps             []int
@@ -106,8 +107,8 @@ func compile(p *Plan, in inputs) (*program, error) {
 	// number above all of them (so no move clobbers one still to be
 	// moved), then down into its slot. Whatever the child's copy of the
 	// descriptor table held at those numbers is junk it closes anyway.
-	fds := []int{in.errW, in.syncR, in.statusW, in.ruleset, in.netns, in.stdio[0], in.stdio[1], in.stdio[2]}
-	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotNetns, slotStdio, slotStdio + 1, slotStdio + 2}
+	fds := []int{in.errW, in.sync, in.statusW, in.ruleset, in.stdio[0], in.stdio[1], in.stdio[2]}
+	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotStdio, slotStdio + 1, slotStdio + 2}
 	high := slotFirstFree
 	for _, fd := range fds {
 		high = max(high, fd+1)
@@ -124,23 +125,26 @@ func compile(p *Plan, in inputs) (*program, error) {
 	}
 	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, slotFirstFree, ^uintptr(0)>>1, 0))
 
-	if in.syncEarly {
-		pg.addSyncRead()
-	}
-	if in.netns >= 0 {
-		// Before sysfs is mounted: sysfs shows the mounter's network namespace.
-		pg.addSetup("enter network namespace", sys(unix.SYS_SETNS, slotNetns, unix.CLONE_NEWNET))
-		pg.addSetup("close network namespace", sys(unix.SYS_CLOSE, slotNetns))
+	if in.userns {
+		pg.addRelease(false)
 	}
 
 	// Filesystem.
 	pg.addSetup("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
-	for _, st := range p.Steps {
-		o, err := pg.stepOp(st)
-		if err != nil {
-			return nil, err
+	for _, inNetns := range []bool{false, true} {
+		if inNetns && !in.userns {
+			pg.addRelease(true)
 		}
-		pg.addSetup(st.String(), o)
+		for _, st := range p.Steps {
+			if st.InNetns != inNetns {
+				continue
+			}
+			o, err := pg.stepOp(st)
+			if err != nil {
+				return nil, err
+			}
+			pg.addSetup(st.String(), o)
+		}
 	}
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr(p.Root)))
 	dot := pg.cstr(".")
@@ -149,16 +153,12 @@ func compile(p *Plan, in inputs) (*program, error) {
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr("/")))
 
 	pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
-	if in.netns < 0 {
+	if in.userns {
 		ifr := &ifreqFlags{flags: unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING}
 		copy(ifr.name[:], "lo")
 		pg.addSetup("bring up lo", sys(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0).saving(1))
 		pg.addSetup("bring up lo", sys(unix.SYS_IOCTL, 0, unix.SIOCSIFFLAGS, pg.ptr(ifr, unsafe.Pointer(ifr))).using(1, 0))
 		pg.addSetup("bring up lo", sys(unix.SYS_CLOSE, 0).using(1, 0))
-	}
-
-	if in.syncLate {
-		pg.addSyncRead()
 	}
 	if in.newCgroupNS {
 		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
@@ -232,13 +232,38 @@ func (pg *program) addCommand(what string, o op) {
 	pg.what = append(pg.what, what)
 }
 
-// addSyncRead blocks the child until the parent writes one byte; EOF
-// (the parent died) fails the setup.
-func (pg *program) addSyncRead() {
-	b := new([1]byte)
-	o := sys(unix.SYS_READ, slotSync, pg.ptr(b, unsafe.Pointer(b)), 1)
+// addRelease blocks the child until the parent releases it with one byte
+// on the release socket; EOF (the parent died) fails the setup. With
+// netns, the byte carries the network namespace (SCM_RIGHTS), which the
+// child enters.
+func (pg *program) addRelease(netns bool) {
+	rel := &release{}
+	rel.iov = unix.Iovec{Base: &rel.byte[0], Len: 1}
+	rel.msg = unix.Msghdr{Iov: &rel.iov, Iovlen: 1}
+	if netns {
+		rel.msg.Control = &rel.control[0]
+		rel.msg.SetControllen(len(rel.control))
+	}
+	o := sys(unix.SYS_RECVMSG, slotSync, pg.ptr(rel, unsafe.Pointer(&rel.msg)), unix.MSG_CMSG_CLOEXEC)
 	o.want = 1
 	pg.addSetup("wait for the parent", o)
+	if !netns {
+		return
+	}
+	// The descriptor is the data of the one SCM_RIGHTS message.
+	load := sys(0)
+	load.load, load.save = (*int32)(unsafe.Pointer(&rel.control[unix.CmsgLen(0)])), 1
+	pg.addSetup("enter network namespace", load)
+	pg.addSetup("enter network namespace", sys(unix.SYS_SETNS, 0, unix.CLONE_NEWNET).using(1, 0))
+	pg.addSetup("close network namespace", sys(unix.SYS_CLOSE, 0).using(1, 0))
+}
+
+// release is the child's receive buffer for the parent's release message.
+type release struct {
+	msg     unix.Msghdr
+	iov     unix.Iovec
+	byte    [1]byte
+	control [24]byte // CmsgSpace(4): one descriptor
 }
 
 func (pg *program) stepOp(st Step) (op, error) {

@@ -113,7 +113,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		})
 	}
 
-	in := inputs{ruleset: -1, netns: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, syncEarly: rootless}
+	in := inputs{ruleset: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless}
 	cgVersion := cgroup.None
 	if !rootless {
 		cgVersion = h.cgroup.Version
@@ -137,9 +137,9 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 			return nil, err
 		}
 	case cgroup.V1:
-		// Placed after clone, while the child mounts; it waits before
-		// forking the command, then enters a cgroup namespace rooted there.
-		in.syncLate, in.newCgroupNS = true, true
+		// Placed after clone, while the child mounts; it waits to be
+		// released, then enters a cgroup namespace rooted there.
+		in.newCgroupNS = true
 	}
 	if h.landlockABI > 0 {
 		fd, err := landlock.NewRuleset(h.landlockABI)
@@ -155,20 +155,23 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, err
 	}
 	defer errR.Close()
-	syncR, syncW, err := os.Pipe()
+	// The release socket: the parent's end releases the child (and hands it
+	// the network namespace); the child sees EOF if the parent dies first.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		errW.Close()
-		return nil, err
+		return nil, fmt.Errorf("release socket: %w", err)
 	}
-	defer syncW.Close()
+	releaseFD, childRelease := pair[0], pair[1]
+	defer unix.Close(releaseFD)
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		errW.Close()
-		syncR.Close()
+		unix.Close(childRelease)
 		return nil, err
 	}
 	undo = append(undo, func() { statusR.Close() })
-	in.errW, in.syncR, in.statusW = int(errW.Fd()), int(syncR.Fd()), int(statusW.Fd())
+	in.errW, in.sync, in.statusW = int(errW.Fd()), childRelease, int(statusW.Fd())
 	for i, f := range s.Stdio {
 		in.stdio[i] = -1
 		if f != nil {
@@ -183,14 +186,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		// A namespace made by the parent would belong to the host's user
 		// namespace, where the child cannot mount sysfs for it.
 		flags |= unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP | unix.CLONE_NEWNET
-	} else {
-		r := <-netns
-		netns <- netnsResult{fd: -1} // the undo above finds nothing more to close
-		if r.err != nil {
-			return nil, r.err
-		}
-		in.netns = r.fd
-		defer unix.Close(r.fd)
 	}
 	pg, err := compile(plan, in)
 	if err != nil {
@@ -203,10 +198,10 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
-	pid, pidfd, err := cloneChild(pg, flags, cgroupFD)
+	pid, pidfd, err := cloneOnParentThread(pg, flags, cgroupFD)
 	runtime.KeepAlive(s)
 	errW.Close()
-	syncR.Close()
+	unix.Close(childRelease)
 	statusW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
@@ -227,7 +222,17 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 			return nil, err
 		}
 	}
-	if _, err := syncW.Write([]byte{1}); err != nil {
+	var rights []byte
+	if !rootless {
+		r := <-netns
+		netns <- netnsResult{fd: -1} // the undo above finds nothing more to close
+		if r.err != nil {
+			return nil, r.err
+		}
+		defer unix.Close(r.fd)
+		rights = unix.UnixRights(r.fd)
+	}
+	if err := unix.Sendmsg(releaseFD, []byte{1}, rights, nil, 0); err != nil {
 		return nil, fmt.Errorf("%w: release the child: %v", ErrSetup, err)
 	}
 
@@ -300,6 +305,44 @@ func loopbackUp() error {
 		return fmt.Errorf("%w: bring up lo: %v", ErrSetup, err)
 	}
 	return nil
+}
+
+// The sandbox's PID 1 gets SIGKILL when the *thread* that cloned it exits
+// (PR_SET_PDEATHSIG follows the parent thread), so clones happen on one
+// thread that stays locked for the life of the process: Go ends threads
+// whose goroutine exits while locked, as newNetNS's do.
+var (
+	parentThreadOnce sync.Once
+	cloneRequests    chan cloneRequest
+)
+
+type cloneRequest struct {
+	pg       *program
+	flags    uint64
+	cgroupFD int
+	reply    chan cloneResult
+}
+
+type cloneResult struct {
+	pid, pidfd int
+	err        error
+}
+
+func cloneOnParentThread(pg *program, flags uint64, cgroupFD int) (pid, pidfd int, err error) {
+	parentThreadOnce.Do(func() {
+		cloneRequests = make(chan cloneRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked
+			for req := range cloneRequests {
+				pid, pidfd, err := cloneChild(req.pg, req.flags, req.cgroupFD)
+				req.reply <- cloneResult{pid, pidfd, err}
+			}
+		}()
+	})
+	reply := make(chan cloneResult, 1)
+	cloneRequests <- cloneRequest{pg, flags, cgroupFD, reply}
+	r := <-reply
+	return r.pid, r.pidfd, r.err
 }
 
 // cloneChild clones the child with all signals blocked (so no Go signal
