@@ -46,16 +46,16 @@ type program struct {
 type inputs struct {
 	errW, sync, statusW int
 	ruleset             int // -1 without Landlock
-	stdio                [3]int
+	stdio               [3]int
 	// userns: the child runs in a user namespace: it waits for the parent
 	// (ID maps) before any mount and makes its own network namespace.
 	// Otherwise it mounts first, then waits for the parent to place it in
 	// its cgroup and hand it the network namespace (made in parallel).
 	userns      bool
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
-	filter               []unix.SockFilter
-	keepCaps             uint64
-	dropCaps             []int
+	filter      []unix.SockFilter
+	keepCaps    uint64
+	dropCaps    []int
 }
 
 func (pg *program) cstr(s string) uintptr {

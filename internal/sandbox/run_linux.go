@@ -475,7 +475,8 @@ func (p *Process) Wait() (*Outcome, error) {
 	if p.group != nil {
 		stats = p.group.Stats()
 		o.Cgroup = hostCgroupVersion()
-		p.group.Kill()
+		// PID 1 is gone, so is its pid namespace: the group is empty, or
+		// Remove kills what a stray process left in it.
 		if err := p.group.Remove(); err != nil {
 			return nil, err
 		}

@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -270,11 +269,7 @@ func rmdirRetry(dir string) error {
 }
 
 func killProcs(dir string) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return
-	}
-	for _, f := range strings.Fields(string(b)) {
+	for _, f := range strings.Fields(readSmall(filepath.Join(dir, "cgroup.procs"))) {
 		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
 			unix.Kill(pid, unix.SIGKILL)
 		}
@@ -298,24 +293,31 @@ func readInt(dir, file string) int64 {
 	if dir == "" {
 		return 0
 	}
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	v, _ := strconv.ParseInt(strings.TrimSpace(readSmall(filepath.Join(dir, file))), 10, 64)
 	return v
+}
+
+// readSmall reads a small cgroupfs file with plain syscalls: os.File would
+// register and unregister each one with the poller, a cost paid on every
+// sandbox's exit.
+func readSmall(path string) string {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	var buf [4096]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil || n < 0 {
+		return ""
+	}
+	return string(buf[:n])
 }
 
 // readKeyed reads "key value" lines such as memory.events.
 func readKeyed(dir, file, key string) int64 {
-	f, err := os.Open(filepath.Join(dir, file))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+	for _, line := range strings.Split(readSmall(filepath.Join(dir, file)), "\n") {
+		k, v, ok := strings.Cut(line, " ")
 		if ok && k == key {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n

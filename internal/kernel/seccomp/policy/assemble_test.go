@@ -1,4 +1,4 @@
-package seccomp
+package policy
 
 import (
 	"encoding/binary"
@@ -57,8 +57,8 @@ func (f filterVM) run(t *testing.T, auditArch, nr uint32, args [6]uint64) uint32
 	return uint32(ret)
 }
 
-// verdict is the reference semantics of a policy.
-func (p policy) verdict(nr uint32, args [6]uint64) uint32 {
+// verdict is the reference semantics of a decision table.
+func (p table) verdict(nr uint32, args [6]uint64) uint32 {
 	d, ok := p.syscalls[nr]
 	if !ok {
 		return p.defaultAction
@@ -106,7 +106,7 @@ func probeValues(v uint64) []uint64 {
 	return []uint64{v, v - 1, v + 1, v ^ 1<<32, v | 1<<32, v &^ (1<<32 - 1), v | 1<<32 - 1, ^v, 0, ^uint64(0)}
 }
 
-func testedPolicy(t *testing.T, mode Mode) (policy, *arch.Info) {
+func testedPolicy(t *testing.T, mode string) (table, *arch.Info) {
 	t.Helper()
 	profile, err := dockerProfile()
 	if err != nil {
@@ -127,10 +127,10 @@ func testedPolicy(t *testing.T, mode Mode) (policy, *arch.Info) {
 }
 
 func TestProgramMatchesPolicy(t *testing.T) {
-	for _, mode := range []Mode{Default, Strict} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, mode := range []string{Default, Strict} {
+		t.Run(mode, func(t *testing.T) {
 			p, a := testedPolicy(t, mode)
-			c, err := compile(mode) // Program's, when generated, are checked against these
+			c, err := compile(mode) // seccomp's generated programs are checked against these
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestProgramMatchesPolicy(t *testing.T) {
 }
 
 func TestForeignABIsAreRefused(t *testing.T) {
-	prog, err := Program(Default)
+	prog, err := Compile(Default)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestComparisons(t *testing.T) {
 		for _, arg := range []uint32{0, 3, 5} {
 			c.arg = arg
 			t.Run(fmt.Sprintf("%s/arg%d", c.op, arg), func(t *testing.T) {
-				p := policy{defaultAction: eperm, syscalls: map[uint32]*decision{
+				p := table{defaultAction: eperm, syscalls: map[uint32]*decision{
 					7: {rules: []rule{{conds: []cond{c}, action: allow}}, fallback: eperm},
 				}}
 				insts, err := assemble(p, a)
@@ -267,7 +267,7 @@ func TestLongJumps(t *testing.T) {
 	for i := range uint64(100) {
 		long.rules = append(long.rules, rule{conds: []cond{{op: specs.OpEqualTo, value: i * 3}}, action: allow})
 	}
-	p := policy{defaultAction: eperm, syscalls: map[uint32]*decision{
+	p := table{defaultAction: eperm, syscalls: map[uint32]*decision{
 		1: long, 2: {fallback: allow}, 3: {fallback: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
 	}}
 	insts, err := assemble(p, a)

@@ -10,7 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"github.com/tine-run/tine/internal/kernel/seccomp/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +42,7 @@ func runHelper(mode Mode) int {
 		return 1
 	}
 	if prog != nil {
-		if err := Install(prog); err != nil {
+		if err := install(prog); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -116,7 +119,7 @@ func syscallResult(nr uintptr, args ...uintptr) string {
 }
 
 func syscallByName(name string, args ...uintptr) string {
-	a, err := nativeArch()
+	a, err := arch.GetInfo("")
 	if err != nil {
 		return result(err)
 	}
@@ -217,7 +220,7 @@ func init() {
 func TestInstalledProgramRefusesWhatThePolicyRefuses(t *testing.T) {
 	control := runProbes(t, Unconfined)
 	// The calls every program must allow work at all, and the helper ran.
-	for _, name := range []string{"getpid", "read-file", "fork-exec", "ptrace-attach", "socket-inet"} {
+	for _, name := range []string{"getpid", "read-file", "fork-exec"} {
 		if control[name] != "ok" {
 			t.Fatalf("unconfined %s: %s, want ok", name, control[name])
 		}
@@ -263,12 +266,28 @@ func BenchmarkProgram(b *testing.B) {
 // generated program.
 func BenchmarkCompile(b *testing.B) {
 	for b.Loop() {
-		c, err := compile(Default)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := toSockFilter(c.program); err != nil {
+		if _, err := policy.Compile(string(Default)); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// install confines every thread of the calling process to filter, as the
+// sandbox's child does for itself (internal/sandbox), plus TSYNC for the Go
+// runtime's other threads.
+func install(filter []unix.SockFilter) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	// TSYNC puts the filter on the Go runtime's other threads too.
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	if errno != 0 {
+		return fmt.Errorf("install seccomp filter: %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("install seccomp filter: thread %d could not be synchronized", r)
+	}
+	return nil
 }

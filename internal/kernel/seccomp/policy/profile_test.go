@@ -1,4 +1,4 @@
-package seccomp
+package policy
 
 import (
 	"bufio"
@@ -12,28 +12,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
-
-func TestParseMode(t *testing.T) {
-	for _, m := range []Mode{Default, Strict, Unconfined} {
-		if got, err := ParseMode(string(m)); err != nil || got != m {
-			t.Errorf("ParseMode(%q) = %q, %v", m, got, err)
-		}
-	}
-	_, err := ParseMode("permissive")
-	if !errors.Is(err, ErrUnknownMode) || !strings.Contains(err.Error(), `"unconfined"`) {
-		t.Errorf("ParseMode(permissive): %v, want ErrUnknownMode naming the accepted modes", err)
-	}
-}
-
-func TestUnconfinedHasNoProgram(t *testing.T) {
-	prog, err := Program(Unconfined)
-	if err != nil || prog != nil {
-		t.Fatalf("Program(Unconfined) = %d instructions, %v; want nil, nil", len(prog), err)
-	}
-	if _, err := Program("permissive"); !errors.Is(err, ErrUnknownMode) {
-		t.Fatalf("Program(permissive): %v, want ErrUnknownMode", err)
-	}
-}
 
 // The profile names syscalls of every architecture; those this one lacks are
 // skipped. The skipped ones must not include a native syscall.

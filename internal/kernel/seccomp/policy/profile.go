@@ -1,4 +1,4 @@
-package seccomp
+package policy
 
 import (
 	"fmt"
@@ -9,15 +9,16 @@ import (
 	"github.com/elastic/go-seccomp-bpf/arch"
 	moby "github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/tine-run/tine/internal/kernel/caps"
 	"golang.org/x/sys/unix"
 )
 
-// dockerProfile resolves Docker's default profile for DefaultCapabilities on
+// dockerProfile resolves Docker's default profile for caps.Default on
 // this host. Rules in it depend on capabilities, on the architecture and, for
 // ptrace and process_vm_*, on the kernel being at least 4.8.
 func dockerProfile() (*specs.LinuxSeccomp, error) {
 	spec := &specs.Spec{Process: &specs.Process{
-		Capabilities: &specs.LinuxCapabilities{Bounding: DefaultCapabilities},
+		Capabilities: &specs.LinuxCapabilities{Bounding: caps.Default},
 	}}
 	p, err := moby.GetDefaultProfile(spec)
 	if err != nil {
@@ -37,8 +38,8 @@ func nativeArch() (*arch.Info, error) {
 	return a, nil
 }
 
-// policy is what the filter decides, per syscall number, before assembly.
-type policy struct {
+// table is what the filter decides, per syscall number, before assembly.
+type table struct {
 	defaultAction uint32 // for syscalls that no rule names
 	syscalls      map[uint32]*decision
 	skipped       []string // profile names this architecture does not have
@@ -65,28 +66,28 @@ type cond struct {
 	valueTwo uint64
 }
 
-// translate turns an OCI seccomp profile into a policy for architecture a.
+// translate turns an OCI seccomp profile into a decision table for architecture a.
 //
-// Rules naming the same syscall combine as libseccomp combines them: the
-// argument-filtered rules are tried first, in profile order, and an
-// unconditional rule's action (else the default) applies when none of them
+// Rules naming the same syscall combine so that the specific beats the
+// general: the argument-filtered rules are tried first, in profile order, and
+// an unconditional rule's action (else the default) applies when none of them
 // matches. So a specific ERRNO rule refuses its case of a syscall that is
 // otherwise allowed, whichever comes first in the profile.
-func translate(profile *specs.LinuxSeccomp, a *arch.Info) (policy, error) {
+func translate(profile *specs.LinuxSeccomp, a *arch.Info) (table, error) {
 	defaultAction, err := action(profile.DefaultAction, profile.DefaultErrnoRet)
 	if err != nil {
-		return policy{}, fmt.Errorf("default action: %w", err)
+		return table{}, fmt.Errorf("default action: %w", err)
 	}
-	p := policy{defaultAction: defaultAction, syscalls: map[uint32]*decision{}}
+	p := table{defaultAction: defaultAction, syscalls: map[uint32]*decision{}}
 	unconditional := map[uint32]uint32{}
 	for _, s := range profile.Syscalls {
 		act, err := action(s.Action, s.ErrnoRet)
 		if err != nil {
-			return policy{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
+			return table{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
 		}
 		conds, err := conditions(s.Args)
 		if err != nil {
-			return policy{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
+			return table{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
 		}
 		for _, name := range s.Names {
 			num, ok := a.SyscallNames[name]
@@ -107,7 +108,7 @@ func translate(profile *specs.LinuxSeccomp, a *arch.Info) (policy, error) {
 				continue
 			}
 			if prev, ok := unconditional[nr]; ok && prev != act {
-				return policy{}, fmt.Errorf("%s has two unconditional actions: %#x and %#x", name, prev, act)
+				return table{}, fmt.Errorf("%s has two unconditional actions: %#x and %#x", name, prev, act)
 			}
 			unconditional[nr] = act
 			d.fallback = act

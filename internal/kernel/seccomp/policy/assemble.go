@@ -1,4 +1,4 @@
-package seccomp
+package policy
 
 import (
 	"encoding/binary"
@@ -34,7 +34,7 @@ const maxSkip = 255
 //
 // Every path that loads an argument ends in a return, so a syscall number is
 // never compared against a stale argument left in the accumulator.
-func assemble(p policy, a *arch.Info) ([]bpf.Instruction, error) {
+func assemble(p table, a *arch.Info) ([]bpf.Instruction, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		return nil, fmt.Errorf("%s is big-endian, argument offsets assume little-endian", a.Name)
 	}
@@ -66,7 +66,7 @@ type verdictRange struct {
 
 // verdictRanges covers all syscall numbers, merging neighbours that get the
 // same unconditional verdict.
-func verdictRanges(p policy) []verdictRange {
+func verdictRanges(p table) []verdictRange {
 	var out []verdictRange
 	add := func(first uint32, code []bpf.Instruction) {
 		if n := len(out); n > 0 && len(code) == 1 && len(out[n-1].code) == 1 && out[n-1].code[0] == code[0] {
