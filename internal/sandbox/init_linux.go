@@ -108,6 +108,13 @@ func childMain(p *program) {
 	if i, e := runOps(p.setup, &regs); i >= 0 {
 		report(p, i, e, 1)
 	}
+	if len(p.execs) == 0 {
+		// A live sandbox: closing the error pipe tells the parent it is
+		// ready; PID 1 then only reaps until it is killed.
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotStatus-1, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotStatus+1, ^uintptr(0)>>1, 0)
+		reap(p, 0)
+	}
 	pid, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if e != 0 {
 		report(p, failClone, e, 1)
@@ -149,7 +156,8 @@ func commandMain(p *program) {
 
 // reap waits for signals: SIGCHLD reaps (orphans included) and ends the
 // sandbox when the command is reaped, passing its wait status on; any
-// other signal is forwarded to the command. All signals are blocked (the
+// other signal is forwarded to the command. With cmd 0 (a live sandbox's
+// PID 1) it only reaps. All signals are blocked (the
 // parent blocked them before clone), so none is lost or runs a handler.
 //
 //go:nosplit
@@ -161,7 +169,9 @@ func reap(p *program, cmd uintptr) {
 			continue
 		}
 		if sig != uintptr(syscall.SIGCHLD) {
-			syscall.RawSyscall(syscall.SYS_KILL, cmd, sig, 0)
+			if cmd != 0 {
+				syscall.RawSyscall(syscall.SYS_KILL, cmd, sig, 0)
+			}
 			continue
 		}
 		for {

@@ -132,7 +132,9 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 	p.Env = buildEnv(s, p.Hostname)
 	p.Argv = s.Args
-	p.Candidates = candidates(s.Args[0], p.Env)
+	if len(s.Args) > 0 {
+		p.Candidates = candidates(s.Args[0], p.Env)
+	}
 
 	disk := s.DiskBytes
 	if disk <= 0 {

@@ -100,7 +100,7 @@ func TestSpecValidation(t *testing.T) {
 	file := t.TempDir() + "/f"
 	os.WriteFile(file, nil, 0o644)
 	cases := map[string]*Spec{
-		"no command":       {},
+		"empty command":    {Args: []string{""}},
 		"missing rootfs":   {Args: []string{"x"}, RootFS: "/does/not/exist"},
 		"rootfs is a file": {Args: []string{"x"}, RootFS: file},
 		"relative workdir": {Args: []string{"x"}, Workdir: "tmp"},

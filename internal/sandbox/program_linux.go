@@ -21,7 +21,8 @@ const (
 	slotSync      = 4 // the child's end of the release socket
 	slotStatus    = 5 // status pipe, write end
 	slotRuleset   = 6 // Landlock ruleset
-	slotStdio     = 7 // 7, 8, 9: the command's stdin, stdout, stderr
+	slotTarget    = 7 // pidfd of the sandbox an exec joins
+	slotStdio     = 8 // 8, 9, 10: the command's stdin, stdout, stderr
 	slotFirstFree = slotStdio + 3
 )
 
@@ -46,6 +47,7 @@ type program struct {
 type inputs struct {
 	errW, sync, statusW int
 	ruleset             int // -1 without Landlock
+	target              int // pidfd of the sandbox to join; -1 when booting one
 	stdio               [3]int
 	// userns: the child runs in a user namespace: it waits for the parent
 	// (ID maps) before any mount and makes its own network namespace.
@@ -99,32 +101,25 @@ func (pg *program) addSetup(what string, o op) {
 	pg.what = append(pg.what, what)
 }
 
-// compile turns plan p and the parent's resources into the child program.
-func compile(p *Plan, in inputs) (*program, error) {
+// command is what PID 2 (or an exec's command process) runs.
+type command struct {
+	argv, env, candidates []string
+	workdir               string
+	tty                   bool
+}
+
+func (p *Plan) command() *command {
+	if len(p.Argv) == 0 {
+		return nil // a live sandbox: PID 1 only reaps
+	}
+	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY}
+}
+
+// compileBoot turns plan p into the program of a new sandbox's PID 1.
+func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg := &program{}
 	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
-	// Move the parent's descriptors to the fixed slots: first each to a
-	// number above all of them (so no move clobbers one still to be
-	// moved), then down into its slot. Whatever the child's copy of the
-	// descriptor table held at those numbers is junk it closes anyway.
-	fds := []int{in.errW, in.sync, in.statusW, in.ruleset, in.stdio[0], in.stdio[1], in.stdio[2]}
-	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotStdio, slotStdio + 1, slotStdio + 2}
-	high := slotFirstFree
-	for _, fd := range fds {
-		high = max(high, fd+1)
-	}
-	for i, fd := range fds {
-		if fd >= 0 {
-			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(fd), uintptr(high+i), unix.O_CLOEXEC))
-		}
-	}
-	for i, fd := range fds {
-		if fd >= 0 {
-			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(high+i), uintptr(slots[i]), unix.O_CLOEXEC))
-		}
-	}
-	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, slotFirstFree, ^uintptr(0)>>1, 0))
-
+	pg.moveDescriptors(in)
 	if in.userns {
 		pg.addRelease(false)
 	}
@@ -163,9 +158,59 @@ func compile(p *Plan, in inputs) (*program, error) {
 	if in.newCgroupNS {
 		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
 	}
+	pg.addWalls(p, in)
+	pg.addCommandProcess(p.command(), false)
+	return pg, nil
+}
 
-	// Walls: no_new_privs, Landlock, capabilities, seccomp — in that order,
-	// since each later step would forbid an earlier one.
+// compileJoin turns an exec into a live sandbox into a program: the child
+// joins every namespace of the sandbox's PID 1 (slotTarget, a pidfd), puts
+// up the same walls, and forks the command, which lands in the sandbox's
+// pid namespace; the child stays outside it, reaping the command and
+// forwarding signals, and dies with tine like PID 1 does.
+func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
+	pg := &program{}
+	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	pg.moveDescriptors(in)
+	pg.addRelease(false)
+	ns := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP)
+	if in.userns {
+		ns |= unix.CLONE_NEWUSER
+	}
+	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
+	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
+	pg.addWalls(p, in)
+	pg.addCommandProcess(cmd, true)
+	return pg, nil
+}
+
+// moveDescriptors moves the parent's descriptors to the fixed slots: first
+// each to a number above all of them (so no move clobbers one still to be
+// moved), then down into its slot. Whatever the child's copy of the
+// descriptor table held at those numbers is junk it closes anyway.
+func (pg *program) moveDescriptors(in inputs) {
+	fds := []int{in.errW, in.sync, in.statusW, in.ruleset, in.target, in.stdio[0], in.stdio[1], in.stdio[2]}
+	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotTarget, slotStdio, slotStdio + 1, slotStdio + 2}
+	high := slotFirstFree
+	for _, fd := range fds {
+		high = max(high, fd+1)
+	}
+	for i, fd := range fds {
+		if fd >= 0 {
+			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(fd), uintptr(high+i), unix.O_CLOEXEC))
+		}
+	}
+	for i, fd := range fds {
+		if fd >= 0 {
+			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(high+i), uintptr(slots[i]), unix.O_CLOEXEC))
+		}
+	}
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, slotFirstFree, ^uintptr(0)>>1, 0))
+}
+
+// addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
+// order, since each later step would forbid an earlier one.
+func (pg *program) addWalls(p *Plan, in inputs) {
 	pg.addSetup("set no_new_privs", sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 	if in.ruleset >= 0 {
 		for _, r := range p.Landlock {
@@ -180,7 +225,7 @@ func compile(p *Plan, in inputs) (*program, error) {
 		pg.addSetup("landlock: close ruleset", sys(unix.SYS_CLOSE, slotRuleset))
 	}
 	for _, c := range in.dropCaps {
-		pg.addSetup(fmt.Sprintf("drop capability %d", c), sys(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0).tolerating(unix.EINVAL))
+		pg.addSetup("drop capabilities", sys(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0).tolerating(unix.EINVAL))
 	}
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := &[2]unix.CapUserData{
@@ -193,13 +238,25 @@ func compile(p *Plan, in inputs) (*program, error) {
 		pg.keep = append(pg.keep, in.filter)
 		pg.addSetup("load seccomp filter", sys(unix.SYS_SECCOMP, 1 /* SECCOMP_SET_MODE_FILTER */, 0, pg.ptr(prog, unsafe.Pointer(prog))))
 	}
+	// The reaper waits for every signal but the two it cannot block.
+	pg.waitSet = ^uint64(0) &^ (1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1))
+}
 
-	// PID 2: own session, stdio, default signal handling, then execve.
+// addCommandProcess adds what the forked command process runs before
+// execve: its own session, stdio, default signal handling. An exec's
+// command also dies with the child that reaps it (orphanedByParent).
+func (pg *program) addCommandProcess(c *command, orphanedByParent bool) {
+	if c == nil {
+		return
+	}
 	pg.addCommand("start a session", sys(unix.SYS_SETSID))
+	if orphanedByParent {
+		pg.addCommand("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	}
 	for i := 0; i < 3; i++ {
 		pg.addCommand("set up stdio", sys(unix.SYS_DUP3, uintptr(slotStdio+i), uintptr(i), 0))
 	}
-	if p.Spec.TTY {
+	if c.tty {
 		pg.addCommand("set controlling terminal", sys(unix.SYS_IOCTL, 0, unix.TIOCSCTTY, 0))
 	}
 	dfl := &sigaction{handler: 0}
@@ -212,16 +269,12 @@ func compile(p *Plan, in inputs) (*program, error) {
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
 	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
-	pg.addCommand("enter working directory "+p.Workdir, sys(unix.SYS_CHDIR, pg.cstr(p.Workdir)))
-	argv := pg.cstrv(p.Argv)
-	envp := pg.cstrv(p.Env)
-	for _, c := range p.Candidates {
-		pg.execs = append(pg.execs, sys(unix.SYS_EXECVE, pg.cstr(c), argv, envp))
+	pg.addCommand("enter working directory "+c.workdir, sys(unix.SYS_CHDIR, pg.cstr(c.workdir)))
+	argv := pg.cstrv(c.argv)
+	envp := pg.cstrv(c.env)
+	for _, cand := range c.candidates {
+		pg.execs = append(pg.execs, sys(unix.SYS_EXECVE, pg.cstr(cand), argv, envp))
 	}
-
-	// PID 1 waits for every signal but the two it cannot block.
-	pg.waitSet = ^uint64(0) &^ (1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1))
-	return pg, nil
 }
 
 // atFdcwd is AT_FDCWD (-100) as a raw syscall argument.

@@ -60,15 +60,29 @@ type Process struct {
 	started time.Time
 	phases  Phases
 
+	// sandbox is the live sandbox an exec runs in (nil for a sandbox's own
+	// PID 1); oomBefore its OOM-kill count when the exec started.
+	sandbox   *Sandbox
+	oomBefore int64
+
 	mu       sync.Mutex
 	timedOut bool
-	done     chan struct{}
+	done     chan struct{} // closed when Wait has the exit: stops the timeout
+
+	waitOnce sync.Once
+	exited   chan struct{} // closed once the process was reaped
+	ws       unix.WaitStatus
+	ru       unix.Rusage
+	waitErr  error
 }
 
 // Start builds the plan for s and starts the sandbox. It returns once the
 // command has been exec'd, or with the reason it could not be: ErrNotFound
 // (exit 127), ErrPermission (126), ErrSetup, ErrInvalidSpec.
 func Start(s *Spec) (*Process, error) {
+	if len(s.Args) == 0 {
+		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
+	}
 	t0 := time.Now()
 	h, err := hostOnce()
 	if err != nil {
@@ -92,7 +106,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp policy %q: %w", s.Seccomp, err)
 	}
-	pr := &Process{plan: plan, pidfd: -1, done: make(chan struct{})}
+	pr := &Process{plan: plan, pidfd: -1, done: make(chan struct{}), exited: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -113,7 +127,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		})
 	}
 
-	in := inputs{ruleset: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless}
+	in := inputs{ruleset: -1, target: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless}
 	cgVersion := cgroup.None
 	if !rootless {
 		cgVersion = h.cgroup.Version
@@ -122,7 +136,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
 	}
 	createGroup := func() error {
-		g, err := h.cgroup.Create(cgroup.NewName(), s.Limits)
+		g, err := h.cgroup.Create(cgroup.NewName(), s.Limits, len(plan.Argv) == 0)
 		if err != nil {
 			return err
 		}
@@ -150,36 +164,14 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		defer unix.Close(fd)
 	}
 
-	errR, errW, err := os.Pipe()
+	ch, err := newChannels()
 	if err != nil {
 		return nil, err
 	}
-	defer errR.Close()
-	// The release socket: the parent's end releases the child (and hands it
-	// the network namespace); the child sees EOF if the parent dies first.
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		errW.Close()
-		return nil, fmt.Errorf("release socket: %w", err)
-	}
-	releaseFD, childRelease := pair[0], pair[1]
-	defer unix.Close(releaseFD)
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		errW.Close()
-		unix.Close(childRelease)
-		return nil, err
-	}
-	undo = append(undo, func() { statusR.Close() })
-	in.errW, in.sync, in.statusW = int(errW.Fd()), childRelease, int(statusW.Fd())
-	for i, f := range s.Stdio {
-		in.stdio[i] = -1
-		if f != nil {
-			in.stdio[i] = int(f.Fd())
-		} else {
-			in.stdio[i] = i
-		}
-	}
+	defer ch.closeParentEnds()
+	undo = append(undo, func() { ch.statusR.Close() })
+	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
+	in.stdio = stdioFDs(s.Stdio)
 
 	flags := uint64(unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
 	if rootless {
@@ -187,7 +179,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		// namespace, where the child cannot mount sysfs for it.
 		flags |= unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP | unix.CLONE_NEWNET
 	}
-	pg, err := compile(plan, in)
+	pg, err := compileBoot(plan, in)
 	if err != nil {
 		return nil, err
 	}
@@ -200,13 +192,11 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	t1 := time.Now()
 	pid, pidfd, err := cloneOnParentThread(pg, flags, cgroupFD)
 	runtime.KeepAlive(s)
-	errW.Close()
-	unix.Close(childRelease)
-	statusW.Close()
+	ch.closeChildEnds()
 	if err != nil {
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
-	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, statusR
+	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
 	undo = append(undo, func() { pr.kill(); pr.reapQuietly() })
 
 	if rootless {
@@ -232,29 +222,11 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		defer unix.Close(r.fd)
 		rights = unix.UnixRights(r.fd)
 	}
-	if err := unix.Sendmsg(releaseFD, []byte{1}, rights, nil, 0); err != nil {
-		return nil, fmt.Errorf("%w: release the child: %v", ErrSetup, err)
+	if err := ch.release(rights); err != nil {
+		return nil, err
 	}
-
-	// EOF on the error pipe: the command was exec'd (the pipe is
-	// close-on-exec); a report: setup or exec failed.
-	var rep childReport
-	n, _ := readFull(errR, (*[unsafe.Sizeof(rep)]byte)(unsafe.Pointer(&rep))[:])
-	runtime.KeepAlive(pg)
-	if n == int(unsafe.Sizeof(rep)) {
-		failure := pg.describe(rep)
-		if rep.index == failExec {
-			// The command's PID 1 exits by itself; wait so nothing lingers.
-			pr.reapQuietly()
-			switch syscall.Errno(rep.errno) {
-			case unix.ENOENT, unix.ENOTDIR:
-				return nil, fmt.Errorf("%s: %w", s.Args[0], ErrNotFound)
-			case unix.EACCES, unix.EPERM:
-				return nil, fmt.Errorf("%s: %w", s.Args[0], ErrPermission)
-			}
-			return nil, fmt.Errorf("%w: exec %s: %v", ErrSetup, s.Args[0], failure)
-		}
-		return nil, failure
+	if err := ch.awaitExec(pg, pr, s.Args); err != nil {
+		return nil, err
 	}
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
@@ -263,6 +235,107 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		go pr.enforceTimeout(s.Timeout)
 	}
 	return pr, nil
+}
+
+// channels are the pipes and socket between the parent and a child.
+type channels struct {
+	// errR reads the child's failure report; EOF means the command was
+	// exec'd (the write end is close-on-exec) or a live sandbox is ready.
+	errR, errW *os.File
+	// The release socket: the parent's end releases the child (and can hand
+	// it the network namespace); the child sees EOF if the parent dies.
+	releaseFD, childRelease int
+	// statusR receives the command's wait status from its reaper.
+	statusR, statusW *os.File
+}
+
+func newChannels() (*channels, error) {
+	ch := &channels{releaseFD: -1, childRelease: -1}
+	var err error
+	if ch.errR, ch.errW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		ch.closeParentEnds()
+		ch.closeChildEnds()
+		return nil, fmt.Errorf("release socket: %w", err)
+	}
+	ch.releaseFD, ch.childRelease = pair[0], pair[1]
+	if ch.statusR, ch.statusW, err = os.Pipe(); err != nil {
+		ch.closeParentEnds()
+		ch.closeChildEnds()
+		return nil, err
+	}
+	return ch, nil
+}
+
+// closeChildEnds closes the parent's copies of the child's ends, once the
+// child holds its own.
+func (ch *channels) closeChildEnds() {
+	ch.errW.Close()
+	if ch.childRelease >= 0 {
+		unix.Close(ch.childRelease)
+		ch.childRelease = -1
+	}
+	if ch.statusW != nil {
+		ch.statusW.Close()
+	}
+}
+
+// closeParentEnds closes what the parent needs only while starting; the
+// status pipe's read end stays with the Process.
+func (ch *channels) closeParentEnds() {
+	ch.errR.Close()
+	if ch.releaseFD >= 0 {
+		unix.Close(ch.releaseFD)
+		ch.releaseFD = -1
+	}
+}
+
+// release lets the child go on, handing it the descriptors in rights.
+func (ch *channels) release(rights []byte) error {
+	if err := unix.Sendmsg(ch.releaseFD, []byte{1}, rights, nil, 0); err != nil {
+		return fmt.Errorf("%w: release the child: %v", ErrSetup, err)
+	}
+	return nil
+}
+
+// awaitExec waits until the child exec'd the command (or, for a live
+// sandbox, is ready) and turns a failure report into an error.
+func (ch *channels) awaitExec(pg *program, pr *Process, argv []string) error {
+	var rep childReport
+	n, _ := readFull(ch.errR, (*[unsafe.Sizeof(rep)]byte)(unsafe.Pointer(&rep))[:])
+	runtime.KeepAlive(pg)
+	if n != int(unsafe.Sizeof(rep)) {
+		return nil
+	}
+	failure := pg.describe(rep)
+	if rep.index != failExec {
+		return failure
+	}
+	// The command's reaper exits by itself; wait so nothing lingers.
+	pr.reapQuietly()
+	switch syscall.Errno(rep.errno) {
+	case unix.ENOENT, unix.ENOTDIR:
+		return fmt.Errorf("%s: %w", argv[0], ErrNotFound)
+	case unix.EACCES, unix.EPERM:
+		return fmt.Errorf("%s: %w", argv[0], ErrPermission)
+	}
+	return fmt.Errorf("%w: exec %s: %v", ErrSetup, argv[0], failure)
+}
+
+// stdioFDs returns the descriptors for the command's stdio: the given
+// files, or tine's own.
+func stdioFDs(files [3]*os.File) [3]int {
+	var fds [3]int
+	for i, f := range files {
+		fds[i] = i
+		if f != nil {
+			fds[i] = int(f.Fd())
+		}
+	}
+	return fds
 }
 
 type netnsResult struct {
@@ -405,8 +478,15 @@ func writeIDMaps(pid int) error {
 
 // Signal forwards sig to the sandbox's PID 1, which passes it to the command.
 func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.pidfd >= 0 {
 		return unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
+	}
+	select {
+	case <-p.exited:
+		return unix.ESRCH // reaped: the pid may belong to someone else now
+	default:
 	}
 	return unix.Kill(p.pid, sig)
 }
@@ -428,42 +508,48 @@ func (p *Process) enforceTimeout(d time.Duration) {
 	}
 }
 
-func (p *Process) reapQuietly() {
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(p.pid, &ws, unix.WALL, nil)
-		if err != unix.EINTR {
-			break
+// waitExit reaps the process once, keeping its wait status and rusage.
+func (p *Process) waitExit() {
+	p.waitOnce.Do(func() {
+		for {
+			_, err := unix.Wait4(p.pid, &p.ws, unix.WALL, &p.ru)
+			if err != unix.EINTR {
+				p.waitErr = err
+				break
+			}
 		}
-	}
+		close(p.exited)
+	})
+}
+
+func (p *Process) reapQuietly() {
+	p.waitExit()
 	p.cleanup()
 }
 
 func (p *Process) cleanup() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.pidfd >= 0 {
 		unix.Close(p.pidfd)
 		p.pidfd = -1
 	}
 	if p.statusR != nil {
 		p.statusR.Close()
+		p.statusR = nil
 	}
 }
 
-// Wait waits for the command to end and the sandbox to be torn down, and
-// returns the outcome. Nothing of the sandbox remains when it returns.
+// Wait waits for the command to end and returns the outcome. For a
+// one-shot sandbox nothing of it remains when Wait returns; for an exec,
+// the live sandbox stays.
 func (p *Process) Wait() (*Outcome, error) {
-	var ws unix.WaitStatus
-	var ru unix.Rusage
-	for {
-		_, err := unix.Wait4(p.pid, &ws, unix.WALL, &ru)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return nil, fmt.Errorf("wait for sandbox: %w", err)
-		}
+	p.waitExit()
+	if p.waitErr != nil {
+		return nil, fmt.Errorf("wait for sandbox: %w", p.waitErr)
 	}
 	close(p.done)
+	ws, ru := p.ws, p.ru
 	o := &Outcome{Rootless: p.plan.Rootless, Phases: p.phases, Cgroup: "none"}
 	o.Phases.Run = ms(time.Since(p.started))
 	o.CPUTimeMs = ms(time.Duration(ru.Utime.Nano() + ru.Stime.Nano()))
@@ -472,7 +558,9 @@ func (p *Process) Wait() (*Outcome, error) {
 	n, _ := readFull(p.statusR, (*[4]byte)(unsafe.Pointer(&cmd))[:])
 	p.cleanup()
 	var stats cgroup.Stats
-	if p.group != nil {
+	oomBefore := int64(0)
+	switch {
+	case p.group != nil:
 		stats = p.group.Stats()
 		o.Cgroup = hostCgroupVersion()
 		// PID 1 is gone, so is its pid namespace: the group is empty, or
@@ -480,6 +568,11 @@ func (p *Process) Wait() (*Outcome, error) {
 		if err := p.group.Remove(); err != nil {
 			return nil, err
 		}
+	case p.sandbox != nil && p.sandbox.init.group != nil:
+		stats = p.sandbox.init.group.Stats()
+		o.Cgroup = hostCgroupVersion()
+		oomBefore = p.oomBefore
+		stats.PeakMemoryBytes = 0 // the sandbox's peak, not this command's
 	}
 	o.PeakMemoryBytes = stats.PeakMemoryBytes
 
@@ -490,7 +583,7 @@ func (p *Process) Wait() (*Outcome, error) {
 	case timedOut:
 		o.ExitCode, o.Reason = 124, "timeout"
 	case n != 4:
-		// PID 1 died before the command did: it was killed from outside.
+		// The reaper died before the command did: killed from outside.
 		o.ExitCode, o.Reason, o.Signal = 137, "signal", int(unix.SIGKILL)
 		if ws.Signaled() {
 			o.ExitCode, o.Signal = 128+int(ws.Signal()), int(ws.Signal())
@@ -500,7 +593,7 @@ func (p *Process) Wait() (*Outcome, error) {
 	default:
 		o.ExitCode, o.Reason = cmd.ExitStatus(), "exit"
 	}
-	if stats.OOMKills > 0 && o.ExitCode == 137 && !timedOut {
+	if stats.OOMKills > oomBefore && o.ExitCode == 137 && !timedOut {
 		o.Reason = "oom"
 	}
 	return o, nil

@@ -91,9 +91,10 @@ var (
 var reservedTargets = []string{"/proc", "/sys", "/dev"}
 
 // Validate checks the spec for what can be known before anything is created.
+// A spec without Args describes a live sandbox (see Create).
 func (s *Spec) Validate() error {
-	if len(s.Args) == 0 || s.Args[0] == "" {
-		return fmt.Errorf("%w: no command given", ErrInvalidSpec)
+	if len(s.Args) > 0 && s.Args[0] == "" {
+		return fmt.Errorf("%w: empty command name", ErrInvalidSpec)
 	}
 	if s.RootFS != "" {
 		st, err := os.Stat(s.RootFS)

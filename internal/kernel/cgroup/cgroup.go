@@ -44,8 +44,9 @@ func (v Version) String() string {
 // Parent is the cgroup under each hierarchy's root that holds every sandbox.
 const Parent = "tine"
 
-// Controllers tine uses, in the order it sets them up.
-var Controllers = []string{"memory", "pids", "cpu"}
+// Controllers tine uses, in the order it sets them up. cpuacct exists only
+// on v1 (v2 accounts CPU time in every cgroup).
+var Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
 
 // ErrUnavailable means the host has no hierarchy where a limit can be enforced.
 var ErrUnavailable = errors.New("cgroup limits are unavailable on this host")

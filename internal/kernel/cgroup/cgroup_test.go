@@ -26,7 +26,7 @@ func testHost(t *testing.T) *Host {
 // on a real process, usage is read back, and nothing is left behind.
 func TestGroupEnforcesPidsLimit(t *testing.T) {
 	h := testHost(t)
-	g, err := h.Create(NewName(), Limits{Pids: 4, MemoryBytes: 64 << 20})
+	g, err := h.Create(NewName(), Limits{Pids: 4, MemoryBytes: 64 << 20}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestGroupEnforcesPidsLimit(t *testing.T) {
 
 func TestGroupEnforcesMemoryLimit(t *testing.T) {
 	h := testHost(t)
-	g, err := h.Create(NewName(), Limits{MemoryBytes: 32 << 20})
+	g, err := h.Create(NewName(), Limits{MemoryBytes: 32 << 20}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestReapRemovesGroupsOfDeadOwners(t *testing.T) {
 	h := testHost(t)
 	// A group named after a pid that cannot be alive, holding a process.
 	dead := "999999999-1"
-	g, err := h.Create(dead, Limits{Pids: 10})
+	g, err := h.Create(dead, Limits{Pids: 10}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestReapRemovesGroupsOfDeadOwners(t *testing.T) {
 	if err := g.Attach(cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	mine, err := h.Create(NewName(), Limits{Pids: 10})
+	mine, err := h.Create(NewName(), Limits{Pids: 10}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,9 +49,10 @@ func (g *Group) FD() int { return g.fd }
 
 // Create makes the cgroup <parent>/tine/<name> with limits lim. Controllers
 // are created only where needed: memory and pids always (accounting, OOM
-// detection, fork-bomb limits), cpu only with a CPU quota. On failure
-// nothing is left behind.
-func (h *Host) Create(name string, lim Limits) (g *Group, err error) {
+// detection, fork-bomb limits), cpu only with a CPU quota, and on v1
+// cpuacct when accountCPU asks for CPU time (a one-shot sandbox gets it
+// from its PID 1's rusage instead). On failure nothing is left behind.
+func (h *Host) Create(name string, lim Limits, accountCPU bool) (g *Group, err error) {
 	if h.Version == None {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, h.Why)
 	}
@@ -67,6 +68,9 @@ func (h *Host) Create(name string, lim Limits) (g *Group, err error) {
 	want := []string{"memory", "pids"}
 	if lim.CPUs > 0 {
 		want = append(want, "cpu")
+	}
+	if accountCPU && h.Version == V1 && h.V1Mounts["cpuacct"] != "" {
+		want = append(want, "cpuacct")
 	}
 	switch h.Version {
 	case V2:
@@ -87,6 +91,10 @@ func (h *Host) Create(name string, lim Limits) (g *Group, err error) {
 		g.fd = fd
 	case V1:
 		for _, c := range want {
+			if dir, shared := g.sharedDir(h.V1Mounts[c]); shared {
+				g.dirs[c] = dir // co-mounted controllers (cpu,cpuacct) share a directory
+				continue
+			}
 			parent := filepath.Join(h.V1Mounts[c], Parent)
 			if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				return nil, fmt.Errorf("create cgroup %s: %w", parent, err)
@@ -99,6 +107,17 @@ func (h *Host) Create(name string, lim Limits) (g *Group, err error) {
 		}
 	}
 	return g, g.setLimits(lim)
+}
+
+// sharedDir returns the directory already created in the hierarchy mounted
+// at mount, if any.
+func (g *Group) sharedDir(mount string) (string, bool) {
+	for c, dir := range g.dirs {
+		if g.host.V1Mounts[c] == mount {
+			return dir, true
+		}
+	}
+	return "", false
 }
 
 // ensureV2Parent creates the tine parent in the unified hierarchy and hands
@@ -188,8 +207,12 @@ func (g *Group) Attach(pid int) error {
 
 // Stats is what a sandbox's cgroup tells after (or during) a run.
 type Stats struct {
+	// MemoryBytes is the memory in use now.
+	MemoryBytes int64
 	// PeakMemoryBytes is the highest memory use seen (0 if unknown).
 	PeakMemoryBytes int64
+	// CPUTimeNs is the CPU time used by the group (0 if not accounted).
+	CPUTimeNs int64
 	// OOMKills counts processes the kernel killed for exceeding the limit.
 	OOMKills int64
 	// Pids is the number of processes in the group now.
@@ -201,11 +224,17 @@ func (g *Group) Stats() Stats {
 	var s Stats
 	mem := g.dirs["memory"]
 	if g.host.Version == V2 {
+		s.MemoryBytes = readInt(mem, "memory.current")
 		s.PeakMemoryBytes = readInt(mem, "memory.peak")
 		s.OOMKills = readKeyed(mem, "memory.events", "oom_kill")
+		s.CPUTimeNs = readKeyed(mem, "cpu.stat", "usage_usec") * 1000
 	} else {
+		s.MemoryBytes = readInt(mem, "memory.usage_in_bytes")
 		s.PeakMemoryBytes = readInt(mem, "memory.max_usage_in_bytes")
 		s.OOMKills = readKeyed(mem, "memory.oom_control", "oom_kill")
+		if dir, ok := g.dirs["cpuacct"]; ok {
+			s.CPUTimeNs = readInt(dir, "cpuacct.usage")
+		}
 	}
 	s.Pids = readInt(g.dirs["pids"], "pids.current")
 	return s

@@ -1,0 +1,212 @@
+package sandbox
+
+// Live sandboxes: the same isolation as a one-shot run, with no command.
+// PID 1 only reaps; commands are exec'd into it by children that join its
+// namespaces and cgroup and put up the same walls (compileJoin).
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tine-run/tine/internal/kernel/landlock"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox is a live sandbox.
+type Sandbox struct {
+	h    *host
+	init *Process // PID 1
+	plan *Plan
+
+	destroyOnce sync.Once
+	destroyErr  error
+	dead        chan struct{}
+}
+
+// ExecSpec is a command to run in a live sandbox.
+type ExecSpec struct {
+	Args []string
+	// Env adds to (and overrides) the sandbox's environment.
+	Env []string
+	// Workdir defaults to the sandbox's.
+	Workdir string
+	TTY     bool
+	Stdio   [3]*os.File
+	Timeout time.Duration
+}
+
+// Usage is a live sandbox's resource use now.
+type Usage struct {
+	MemoryBytes     int64   `json:"memory_bytes"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
+	Pids            int64   `json:"pids"`
+	CPUTimeMs       float64 `json:"cpu_time_ms"`
+}
+
+// Create starts a live sandbox from s, which must have no Args. It returns
+// once the sandbox is ready for Exec.
+func Create(s *Spec) (*Sandbox, error) {
+	if len(s.Args) > 0 {
+		return nil, fmt.Errorf("%w: a live sandbox takes no command; exec commands into it", ErrInvalidSpec)
+	}
+	h, err := hostOnce()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := NewPlan(s, os.Geteuid() != 0)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := startPlan(h, plan, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	sb := &Sandbox{h: h, init: pr, plan: plan, dead: make(chan struct{})}
+	go func() {
+		// PID 1 only ends when killed: Destroy, or tine's death.
+		<-pr.exited
+		close(sb.dead)
+	}()
+	go pr.waitExit()
+	return sb, nil
+}
+
+// Pid returns the host pid of the sandbox's PID 1.
+func (sb *Sandbox) Pid() int { return sb.init.pid }
+
+// Root returns a path to the sandbox's root filesystem as seen from the
+// host (through its PID 1), for confined file access.
+func (sb *Sandbox) Root() string { return "/proc/" + strconv.Itoa(sb.init.pid) + "/root" }
+
+// Spec returns the spec the sandbox was created from.
+func (sb *Sandbox) Spec() *Spec { return sb.plan.Spec }
+
+// Done is closed when the sandbox has died.
+func (sb *Sandbox) Done() <-chan struct{} { return sb.dead }
+
+// Usage reads the sandbox's cgroup.
+func (sb *Sandbox) Usage() Usage {
+	if sb.init.group == nil {
+		return Usage{}
+	}
+	st := sb.init.group.Stats()
+	return Usage{MemoryBytes: st.MemoryBytes, PeakMemoryBytes: st.PeakMemoryBytes, Pids: st.Pids, CPUTimeMs: float64(st.CPUTimeNs) / 1e6}
+}
+
+// Destroy kills every process in the sandbox, waits for its PID 1 and
+// removes its cgroup. It is safe to call more than once.
+func (sb *Sandbox) Destroy() error {
+	sb.destroyOnce.Do(func() {
+		sb.init.kill()
+		<-sb.dead
+		if g := sb.init.group; g != nil {
+			// Exec reapers live outside the pid namespace; they exit once
+			// their command died with it, and Remove kills any that lag.
+			sb.destroyErr = g.Remove()
+		}
+		sb.init.cleanup()
+	})
+	return sb.destroyErr
+}
+
+// Exec runs a command in the sandbox. It returns once the command was
+// exec'd (ErrNotFound, ErrPermission otherwise); Wait for its outcome.
+func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
+	if len(e.Args) == 0 || e.Args[0] == "" {
+		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
+	}
+	select {
+	case <-sb.dead:
+		return nil, ErrSandboxGone
+	default:
+	}
+	t0 := time.Now()
+	p, h := sb.plan, sb.h
+	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...), TTY: e.TTY}, p.Hostname)
+	cmd := &command{argv: e.Args, env: env, candidates: candidates(e.Args[0], env), workdir: e.Workdir, tty: e.TTY}
+	if cmd.workdir == "" {
+		cmd.workdir = p.Workdir
+	}
+	filter, err := seccomp.Program(p.Spec.Seccomp)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp policy %q: %w", p.Spec.Seccomp, err)
+	}
+	in := inputs{ruleset: -1, target: sb.init.pidfd, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: p.Rootless}
+	if in.target < 0 {
+		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
+	}
+	if h.landlockABI > 0 {
+		fd, err := landlock.NewRuleset(h.landlockABI)
+		if err != nil {
+			return nil, err
+		}
+		in.ruleset = fd
+		defer unix.Close(fd)
+	}
+	ch, err := newChannels()
+	if err != nil {
+		return nil, err
+	}
+	defer ch.closeParentEnds()
+	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
+	in.stdio = stdioFDs(e.Stdio)
+	pg, err := compileJoin(p, cmd, in)
+	if err != nil {
+		ch.closeChildEnds()
+		ch.statusR.Close()
+		return nil, err
+	}
+	pr := &Process{plan: p, pidfd: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
+	g := sb.init.group
+	cgroupFD := -1
+	if g != nil && g.FD() >= 0 {
+		cgroupFD = g.FD()
+	}
+	if g != nil {
+		pr.oomBefore = g.Stats().OOMKills
+	}
+	pr.phases.Plan = ms(time.Since(t0))
+	t1 := time.Now()
+	pid, pidfd, err := cloneOnParentThread(pg, 0, cgroupFD)
+	runtime.KeepAlive(e)
+	ch.closeChildEnds()
+	if err != nil {
+		ch.statusR.Close()
+		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
+	}
+	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
+	fail := func(err error) (*Process, error) {
+		pr.kill()
+		pr.reapQuietly()
+		return nil, err
+	}
+	if g != nil && cgroupFD < 0 {
+		if err := g.Attach(pid); err != nil {
+			return fail(err)
+		}
+	}
+	if err := ch.release(nil); err != nil {
+		return fail(err)
+	}
+	if err := ch.awaitExec(pg, pr, e.Args); err != nil {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrPermission) {
+			return nil, err // awaitExec reaped the reaper
+		}
+		return fail(err)
+	}
+	pr.phases.Start = ms(time.Since(t1))
+	pr.started = time.Now()
+	if e.Timeout > 0 {
+		go pr.enforceTimeout(e.Timeout)
+	}
+	return pr, nil
+}
+
+// ErrSandboxGone means the sandbox died or was destroyed.
+var ErrSandboxGone = errors.New("the sandbox is gone")

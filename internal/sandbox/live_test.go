@@ -1,0 +1,127 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/require"
+)
+
+// execOutput runs args in sb and returns its stdout+stderr and outcome.
+func execOutput(t *testing.T, sb *Sandbox, e *ExecSpec) (string, *Outcome) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Stdio = [3]*os.File{nil, w, w}
+	p, err := sb.Exec(e)
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatalf("exec %v: %v", e.Args, err)
+	}
+	out, _ := io.ReadAll(r)
+	r.Close()
+	o, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), o
+}
+
+func TestLiveSandboxExecs(t *testing.T) {
+	require.Root(t)
+	sb, err := Create(&Spec{Hostname: "live", Seccomp: seccomp.Default, Limits: cgroup.Limits{Pids: 64, MemoryBytes: 128 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+
+	out, o := execOutput(t, sb, &ExecSpec{Args: []string{"/bin/sh", "-c", "hostname; echo $$; grep Seccomp: /proc/self/status; echo kept > /etc/live-marker"}})
+	if o.ExitCode != 0 || !strings.Contains(out, "live\n") || !strings.Contains(out, "Seccomp:\t2") {
+		t.Fatalf("first exec: %q %+v", out, o)
+	}
+	// The exec runs in the sandbox's pid namespace: a small pid, not the host's.
+	var hostname string
+	var pid int
+	fmt.Sscanf(out, "%s\n%d", &hostname, &pid)
+	if pid <= 1 || pid > 1000 {
+		t.Fatalf("exec'd shell has pid %d: not inside the sandbox's pid namespace", pid)
+	}
+	// State persists between execs, and never reaches the host.
+	out, _ = execOutput(t, sb, &ExecSpec{Args: []string{"cat", "/etc/live-marker"}})
+	if out != "kept\n" {
+		t.Fatalf("second exec read %q", out)
+	}
+	if _, err := os.Stat("/etc/live-marker"); err == nil {
+		t.Fatal("the sandbox's write reached the host")
+	}
+	_, o = execOutput(t, sb, &ExecSpec{Args: []string{"sh", "-c", "exit 3"}})
+	if o.ExitCode != 3 {
+		t.Fatalf("exit code %d, want 3", o.ExitCode)
+	}
+	if _, err := sb.Exec(&ExecSpec{Args: []string{"no-such-command"}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("got %v, want ErrNotFound", err)
+	}
+	_, o = execOutput(t, sb, &ExecSpec{Args: []string{"sleep", "30"}, Timeout: 200 * time.Millisecond})
+	if o.Reason != "timeout" || o.ExitCode != 124 {
+		t.Fatalf("timeout outcome %+v", o)
+	}
+
+	// Concurrent execs do not interfere.
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r, w, _ := os.Pipe()
+			p, err := sb.Exec(&ExecSpec{Args: []string{"sh", "-c", fmt.Sprintf("echo %d > /tmp/c%d; sleep 0.1; cat /tmp/c%d", i, i, i)}, Stdio: [3]*os.File{nil, w, w}})
+			w.Close()
+			if err != nil {
+				errs <- err
+				return
+			}
+			b, _ := io.ReadAll(r)
+			r.Close()
+			p.Wait()
+			if strings.TrimSpace(string(b)) != fmt.Sprint(i) {
+				errs <- fmt.Errorf("exec %d read %q", i, b)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	if u := sb.Usage(); u.PeakMemoryBytes == 0 || u.CPUTimeMs == 0 {
+		t.Errorf("usage not accounted: %+v", u)
+	}
+	dirs := sb.init.group.Dirs()
+	pid1 := sb.Pid()
+	if err := sb.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s survived Destroy", d)
+		}
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid1)); err == nil {
+		t.Errorf("PID 1 (%d) survived Destroy", pid1)
+	}
+	if _, err := sb.Exec(&ExecSpec{Args: []string{"true"}}); !errors.Is(err, ErrSandboxGone) {
+		t.Fatalf("exec after destroy: %v", err)
+	}
+}
