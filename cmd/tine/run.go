@@ -149,15 +149,6 @@ func runOnce(f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	var term *ttySession
-	if s.TTY {
-		if term, err = openTTY(); err != nil {
-			return err
-		}
-		defer term.Close()
-		s.Stdio = [3]*os.File{term.slave, term.slave, term.slave}
-	}
-
 	// Catch signals before the sandbox exists, so none is lost in between.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
@@ -176,8 +167,9 @@ func runOnce(f runFlags, args []string) error {
 		}
 		return err
 	}
-	if term != nil {
-		term.Attach()
+	var term *ttySession
+	if m := p.TTY(); m != nil {
+		term = attachTTY(m)
 	}
 	go func() {
 		for sig := range sigs {
@@ -190,7 +182,7 @@ func runOnce(f runFlags, args []string) error {
 	}()
 	o, err := p.Wait()
 	if term != nil {
-		term.Drain()
+		term.Close()
 	}
 	if err != nil {
 		return err

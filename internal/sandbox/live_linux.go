@@ -182,6 +182,9 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	}
 	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
 	fail := func(err error) (*Process, error) {
+		if pr.tty != nil {
+			pr.tty.Close()
+		}
 		pr.kill()
 		pr.reapQuietly()
 		return nil, err
@@ -194,8 +197,14 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if err := ch.release(nil); err != nil {
 		return fail(err)
 	}
+	if e.TTY {
+		pr.tty = ch.receiveTTY()
+	}
 	if err := ch.awaitExec(pg, pr, e.Args); err != nil {
 		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrPermission) {
+			if pr.tty != nil {
+				pr.tty.Close()
+			}
 			return nil, err // awaitExec reaped the reaper
 		}
 		return fail(err)

@@ -158,6 +158,9 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if in.newCgroupNS {
 		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
 	}
+	if c := p.command(); c != nil && c.tty {
+		pg.addPTY()
+	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(p.command(), false)
 	return pg, nil
@@ -179,9 +182,36 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	}
 	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
 	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
+	if cmd.tty {
+		pg.addPTY()
+	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(cmd, true)
 	return pg, nil
+}
+
+// addPTY allocates a pseudo-terminal in the sandbox's own devpts, so the
+// command's terminal has a name there (tty, ssh and sudo look it up): the
+// slave becomes the command's stdio, and the master goes to the parent
+// over the release socket.
+func (pg *program) addPTY() {
+	zero := new(int32)
+	pg.addSetup("open /dev/ptmx", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/dev/ptmx"), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC).saving(1))
+	pg.addSetup("unlock the pseudo-terminal", sys(unix.SYS_IOCTL, 0, unix.TIOCSPTLCK, pg.ptr(zero, unsafe.Pointer(zero))).using(1, 0))
+	pg.addSetup("open the pseudo-terminal's peer", sys(unix.SYS_IOCTL, 0, unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC).using(1, 0).saving(2))
+	for i := 0; i < 3; i++ {
+		pg.addSetup("attach the pseudo-terminal", sys(unix.SYS_DUP3, 0, uintptr(slotStdio+i), unix.O_CLOEXEC).using(2, 0))
+	}
+	pg.addSetup("attach the pseudo-terminal", sys(unix.SYS_CLOSE, 0).using(2, 0))
+	msg := &fdMessage{}
+	copy(msg.control[:], unix.UnixRights(0))
+	msg.iov = unix.Iovec{Base: &msg.byte[0], Len: 1}
+	msg.msg = unix.Msghdr{Iov: &msg.iov, Iovlen: 1, Control: &msg.control[0]}
+	msg.msg.SetControllen(len(msg.control))
+	send := sys(unix.SYS_SENDMSG, slotSync, pg.ptr(msg, unsafe.Pointer(&msg.msg)), unix.MSG_NOSIGNAL)
+	send.reg, send.store = 1, (*int32)(unsafe.Pointer(&msg.control[unix.CmsgLen(0)]))
+	pg.addSetup("send the pseudo-terminal to the parent", send)
+	pg.addSetup("close the pseudo-terminal's master", sys(unix.SYS_CLOSE, 0).using(1, 0))
 }
 
 // moveDescriptors moves the parent's descriptors to the fixed slots: first
@@ -290,7 +320,7 @@ func (pg *program) addCommand(what string, o op) {
 // netns, the byte carries the network namespace (SCM_RIGHTS), which the
 // child enters.
 func (pg *program) addRelease(netns bool) {
-	rel := &release{}
+	rel := &fdMessage{}
 	rel.iov = unix.Iovec{Base: &rel.byte[0], Len: 1}
 	rel.msg = unix.Msghdr{Iov: &rel.iov, Iovlen: 1}
 	if netns {
@@ -311,12 +341,13 @@ func (pg *program) addRelease(netns bool) {
 	pg.addSetup("close network namespace", sys(unix.SYS_CLOSE, 0).using(1, 0))
 }
 
-// release is the child's receive buffer for the parent's release message.
-type release struct {
+// fdMessage is a one-byte message carrying one descriptor (SCM_RIGHTS):
+// the parent's release of the child, or the child's pseudo-terminal.
+type fdMessage struct {
 	msg     unix.Msghdr
 	iov     unix.Iovec
 	byte    [1]byte
-	control [24]byte // CmsgSpace(4): one descriptor
+	control [24]byte // CmsgSpace(4)
 }
 
 func (pg *program) stepOp(st Step) (op, error) {

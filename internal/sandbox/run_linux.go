@@ -60,6 +60,9 @@ type Process struct {
 	started time.Time
 	phases  Phases
 
+	// tty is the master of the command's pseudo-terminal, when it has one.
+	tty *os.File
+
 	// sandbox is the live sandbox an exec runs in (nil for a sandbox's own
 	// PID 1); oomBefore its OOM-kill count when the exec started.
 	sandbox   *Sandbox
@@ -225,6 +228,14 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if err := ch.release(rights); err != nil {
 		return nil, err
 	}
+	if s.TTY {
+		pr.tty = ch.receiveTTY()
+		undo = append(undo, func() {
+			if pr.tty != nil {
+				pr.tty.Close()
+			}
+		})
+	}
 	if err := ch.awaitExec(pg, pr, s.Args); err != nil {
 		return nil, err
 	}
@@ -299,6 +310,26 @@ func (ch *channels) release(rights []byte) error {
 		return fmt.Errorf("%w: release the child: %v", ErrSetup, err)
 	}
 	return nil
+}
+
+// receiveTTY receives the pseudo-terminal master the child allocated; nil
+// if the child failed first (awaitExec then reports why).
+func (ch *channels) receiveTTY() *os.File {
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(ch.releaseFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil || oobn == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil
+	}
+	return os.NewFile(uintptr(fds[0]), "/dev/ptmx")
 }
 
 // awaitExec waits until the child exec'd the command (or, for a live
@@ -609,6 +640,10 @@ func hostCgroupVersion() string {
 
 // Pid returns the host pid of the sandbox's PID 1.
 func (p *Process) Pid() int { return p.pid }
+
+// TTY returns the master of the command's pseudo-terminal (nil without
+// one). The caller copies to and from it, sets its size, and closes it.
+func (p *Process) TTY() *os.File { return p.tty }
 
 // Run starts s and waits for it.
 func Run(s *Spec) (*Outcome, error) {
