@@ -157,11 +157,17 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(stage+"/upper", 0o755)
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
-	ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", escapeOverlay(lower), stage, stage)
-	if rootless {
-		ovl += ",userxattr"
+	if rootless && s.RootFS == "" {
+		if err := p.addRootlessHostRoot(stage); err != nil {
+			return nil, err
+		}
+	} else {
+		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", escapeOverlay(lower), stage, stage)
+		if rootless {
+			ovl += ",userxattr"
+		}
+		mount("overlay", R, "overlay", nsd, ovl)
 	}
-	mount("overlay", R, "overlay", nsd, ovl)
 
 	// /proc, /dev, /tmp, /run, /sys.
 	mkdir(R+"/proc", 0o555)
@@ -237,6 +243,80 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 
 	p.Landlock = landlockRules(s, lower)
 	return p, nil
+}
+
+// ownMounts are the top-level trees every sandbox gets fresh.
+var ownMounts = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "run": true}
+
+// addRootlessHostRoot builds the root of a rootless sandbox over the host's
+// root. In a user namespace every inherited mount is locked, and overlayfs
+// refuses a lower layer with locked mounts beneath it (as the host's / has:
+// /proc, /sys, ...), so the root is a tmpfs holding one overlay per
+// top-level directory instead; a directory with mounts beneath it is bound
+// read-only, and top-level files and symlinks are recreated or bound.
+func (p *Plan) addRootlessHostRoot(stage string) error {
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return fmt.Errorf("%w: list the host's root: %v", ErrSetup, err)
+	}
+	mounted := hostMountPoints()
+	add := func(st Step) { p.Steps = append(p.Steps, st) }
+	// pivot_root needs the new root to be a mount point.
+	add(Step{Kind: StepMount, Source: p.Root, Target: p.Root, Flags: unix.MS_BIND})
+	for _, e := range entries {
+		name := e.Name()
+		if ownMounts[name] {
+			continue
+		}
+		host, target := "/"+name, p.Root+"/"+name
+		switch {
+		case e.Type()&os.ModeSymlink != 0:
+			link, err := os.Readlink(host)
+			if err != nil {
+				continue
+			}
+			add(Step{Kind: StepSymlink, Source: link, Target: target})
+		case e.IsDir() && hasMountBeneath(mounted, host):
+			add(Step{Kind: StepMkdir, Target: target, Mode: 0o755})
+			add(Step{Kind: StepMount, Source: host, Target: target, Flags: unix.MS_BIND | unix.MS_REC})
+			add(Step{Kind: StepMount, Target: target, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
+		case e.IsDir():
+			for _, d := range []string{stage + "/upper/" + name, stage + "/work/" + name, target} {
+				add(Step{Kind: StepMkdir, Target: d, Mode: 0o755})
+			}
+			add(Step{Kind: StepMount, Source: "overlay", Target: target, FSType: "overlay", Flags: unix.MS_NOSUID | unix.MS_NODEV,
+				Data: fmt.Sprintf("lowerdir=%s,upperdir=%s/upper/%s,workdir=%s/work/%s,userxattr", escapeOverlay(host), stage, name, stage, name)})
+		case e.Type().IsRegular():
+			add(Step{Kind: StepTouch, Target: target, Mode: 0o644})
+			add(Step{Kind: StepMount, Source: host, Target: target, Flags: unix.MS_BIND})
+			add(Step{Kind: StepMount, Target: target, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
+		}
+	}
+	return nil
+}
+
+// hostMountPoints lists the mount points of tine's mount namespace.
+func hostMountPoints() []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func hasMountBeneath(mounts []string, dir string) bool {
+	for _, m := range mounts {
+		if m == dir || strings.HasPrefix(m, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // landlockRules grants writes beneath the root (the overlay, whose upper

@@ -241,6 +241,10 @@ func (pg *program) moveDescriptors(in inputs) {
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
 // order, since each later step would forbid an earlier one.
 func (pg *program) addWalls(p *Plan, in inputs) {
+	// The reaper keeps the same credentials as the command it reaps; not
+	// dumpable, it cannot be ptraced (or its memory read) by that command.
+	// The command itself becomes dumpable again at execve.
+	pg.addSetup("make the reaper undumpable", sys(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0))
 	pg.addSetup("set no_new_privs", sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 	if in.ruleset >= 0 {
 		for _, r := range p.Landlock {

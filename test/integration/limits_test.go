@@ -1,0 +1,214 @@
+package integration
+
+import (
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tine-run/tine/internal/require"
+)
+
+// sleepArg returns a unique argument for sleep, e.g. "1000.4711", so the
+// sleep's host process can be found by its exact argv.
+func sleepArg() string {
+	n, _ := rand.Int(rand.Reader, big.NewInt(1_000_000_000))
+	return fmt.Sprintf("1000.%d", n.Int64()+1)
+}
+
+// A fork bomb is held by --pids; the host can still fork meanwhile, and
+// the run ends with a failure and leaves nothing.
+func TestForkBombContained(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "cgroup")
+	// The bomb forks in the background; the command itself then waits
+	// in sleep (exec needs no new pid) until --timeout ends the sandbox.
+	script := fmt.Sprintf(`echo bomb-start # %s
+f() { f | f & }
+f
+exec sleep 100`, h.marker)
+	out := filepath.Join(t.TempDir(), "outcome.json")
+	p := h.start(runConfig{}, "run", "--pids", "64", "--timeout", "5s", "--outcome", out, "--", "bash", "-c", script)
+	p.waitStdout("bomb-start", 20*time.Second)
+
+	forks, failed := 0, []string{}
+	for running := true; running; {
+		select {
+		case <-p.done:
+			running = false
+		case <-time.After(200 * time.Millisecond):
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				failed = append(failed, err.Error())
+			}
+			forks++
+		}
+	}
+	r := p.wait()
+	if forks == 0 || len(failed) > 0 {
+		t.Errorf("the host could not fork /bin/true during the bomb: %d tries, failures %v", forks, failed)
+	}
+	// Negative check: the bomb ran into the limit.
+	if !strings.Contains(r.Stderr, "Resource temporarily unavailable") {
+		t.Errorf("the fork bomb never hit the pids limit (no EAGAIN from fork):\n%s", r)
+	}
+	if r.Code == 0 {
+		t.Errorf("the fork bomb run exited 0, want a failure:\n%s", r)
+	}
+	if o, _ := readOutcome(t, out); o.Reason != "timeout" || o.ExitCode != r.Code {
+		t.Errorf("outcome: reason %q, exit_code %d; want timeout and %d", o.Reason, o.ExitCode, r.Code)
+	}
+}
+
+// A command that allocates past --memory is killed: exit 137, reason oom.
+func TestMemoryBombKilled(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "cgroup")
+	require.Binary(t, python)
+	out := filepath.Join(t.TempDir(), "outcome.json")
+	bomb := `print("allocating", flush=True)
+chunks = []
+for i in range(1024):
+    chunks.append(b"x" * (1 << 20))
+print("survived", len(chunks), "MiB", flush=True)`
+	r := h.run("run", "--memory", "64m", "--outcome", out, "--", python, "-c", bomb, h.marker)
+	if !strings.Contains(r.Stdout, "allocating") {
+		t.Fatalf("the memory bomb did not start:\n%s", r)
+	}
+	if strings.Contains(r.Stdout, "survived") {
+		t.Errorf("the command allocated 1 GiB under --memory 64m:\n%s", r)
+	}
+	if r.Code != 137 {
+		t.Errorf("memory bomb: exit %d, want 137\n%s", r.Code, r)
+	}
+	o, _ := readOutcome(t, out)
+	if o.Reason != "oom" || o.ExitCode != 137 {
+		t.Errorf("outcome: reason %q, exit_code %d; want oom, 137", o.Reason, o.ExitCode)
+	}
+	if o.PeakMemoryBytes <= 0 || o.PeakMemoryBytes > 80<<20 {
+		t.Errorf("outcome: peak_memory_bytes %d, want within (0, 80 MiB] under a 64 MiB limit", o.PeakMemoryBytes)
+	}
+}
+
+// --timeout kills the whole tree, including a grandchild that left the
+// command's session and process tree.
+func TestTimeoutKillsDaemonizedGrandchild(t *testing.T) {
+	h := setup(t)
+	arg := sleepArg()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "outcome.json")
+	pidDir := filepath.Join(dir, "pids")
+	os.Mkdir(pidDir, 0o755)
+	// ( ... & ) is the double fork: the subshell exits, so the sleep is
+	// reparented to PID 1 and, with setsid, leads its own session.
+	script := fmt.Sprintf(`(setsid sleep %s </dev/null >/dev/null 2>&1 & echo $! > /pids/daemon)
+echo started-%s
+sleep 100`, arg, h.marker)
+	p := h.start(runConfig{}, "run", "--timeout", "2s", "--outcome", out, "-v", pidDir+":/pids", "--", "bash", "-c", script)
+	p.waitStdout("started-"+h.marker, 20*time.Second)
+	// Negative check: the daemon is alive on the host before the timeout.
+	if !eventually(5*time.Second, func() bool { return len(hostProcs(argvIs("sleep", arg))) > 0 }) {
+		t.Fatalf("the daemonized sleep %s never showed up in the host's /proc", arg)
+	}
+	if pid, err := os.ReadFile(filepath.Join(pidDir, "daemon")); err != nil || strings.TrimSpace(string(pid)) == "" {
+		t.Errorf("the sandbox did not record the daemon's pid through the volume: %q, %v", pid, err)
+	}
+	r := p.wait()
+	if r.Code != 124 {
+		t.Errorf("--timeout 2s: exit %d, want 124\n%s", r.Code, r)
+	}
+	if o, _ := readOutcome(t, out); o.Reason != "timeout" || o.ExitCode != 124 {
+		t.Errorf("outcome: reason %q, exit_code %d; want timeout, 124", o.Reason, o.ExitCode)
+	}
+	var left []int
+	if !eventually(3*time.Second, func() bool {
+		left = hostProcs(argvContains(arg))
+		return len(left) == 0
+	}) {
+		t.Errorf("after --timeout, processes of the sandbox remain on the host:%s", describe(left))
+	}
+}
+
+// Concurrent sandboxes each have their own /tmp and root overlay.
+func TestConcurrentRunsIsolated(t *testing.T) {
+	h := setup(t)
+	const n = 20
+	_, hostHadX := os.Stat("/etc/x")
+	var wg sync.WaitGroup
+	results := make([]result, n)
+	procs := make([]*proc, n)
+	for i := range n {
+		v := fmt.Sprintf("%s-%d", h.marker, i)
+		procs[i] = h.start(runConfig{}, "run", "--", "sh", "-c",
+			fmt.Sprintf(`echo %[1]s > /tmp/x && echo %[1]s > /etc/x && sleep 0.5 && echo "$(cat /tmp/x) $(cat /etc/x)"`, v))
+	}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-procs[i].done:
+			case <-time.After(runLimit):
+				procs[i].cmd.Process.Kill()
+				<-procs[i].done
+			}
+			results[i] = procs[i].res
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		v := fmt.Sprintf("%s-%d", h.marker, i)
+		if r.Code != 0 || strings.TrimSpace(r.Stdout) != v+" "+v {
+			t.Errorf("run %d: want %q, got:\n%s", i, v+" "+v, r)
+		}
+	}
+	if _, err := os.Stat("/etc/x"); hostHadX != nil && err == nil {
+		t.Errorf("/etc/x written inside the sandboxes appeared on the host")
+	}
+}
+
+// When tine is SIGKILLed, its sandbox's processes die with it and no mount
+// shows on the host; its cgroup stays until `tine gc`, which removes it.
+func TestLeftoversAfterSIGKILL(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "cgroup")
+	arg := sleepArg()
+	p := h.start(runConfig{}, "run", "--", "sleep", arg)
+	if !eventually(10*time.Second, func() bool { return len(hostProcs(argvIs("sleep", arg))) > 0 }) {
+		t.Fatalf("sleep %s never showed up in the host's /proc\nstderr: %s", arg, p.stderr.String())
+	}
+	// Negative check: the run's cgroup exists where the leftover checks look.
+	if len(cgroupsOf(p.pid())) == 0 {
+		t.Errorf("no cgroup named after tine pid %d under /sys/fs/cgroup while it runs; the leftover checks look in the wrong place", p.pid())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait()
+	if r.Signal != syscall.SIGKILL {
+		t.Fatalf("tine was not killed by SIGKILL:\n%s", r)
+	}
+	var left []int
+	if !eventually(5*time.Second, func() bool {
+		left = hostProcs(argvContains(arg))
+		return len(left) == 0
+	}) {
+		t.Errorf("after SIGKILL of tine, its sandbox's processes remain:%s", describe(left))
+	}
+	if m := stageMounts(); len(m) > 0 {
+		t.Errorf("after SIGKILL of tine, the host's mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n"))
+	}
+	gc, err := exec.Command(tineBin, "gc").CombinedOutput()
+	if err != nil {
+		t.Errorf("tine gc: %v\n%s", err, gc)
+	}
+	if dirs := cgroupsOf(p.pid()); len(dirs) > 0 {
+		t.Errorf("after tine gc, cgroups of the killed tine (pid %d) remain: %v\ngc said: %s", p.pid(), dirs, gc)
+	}
+}
