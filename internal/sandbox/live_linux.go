@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/landlock"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"golang.org/x/sys/unix"
@@ -219,3 +220,14 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 
 // ErrSandboxGone means the sandbox died or was destroyed.
 var ErrSandboxGone = errors.New("the sandbox is gone")
+
+// SetLimits changes the sandbox's cgroup limits.
+func (sb *Sandbox) SetLimits(lim cgroup.Limits) error {
+	if sb.init.group == nil {
+		if (lim != cgroup.Limits{}) {
+			return fmt.Errorf("%w: this sandbox has no cgroup", cgroup.ErrUnavailable)
+		}
+		return nil
+	}
+	return sb.init.group.SetLimits(lim)
+}

@@ -49,10 +49,11 @@ func (g *Group) FD() int { return g.fd }
 
 // Create makes the cgroup <parent>/tine/<name> with limits lim. Controllers
 // are created only where needed: memory and pids always (accounting, OOM
-// detection, fork-bomb limits), cpu only with a CPU quota, and on v1
-// cpuacct when accountCPU asks for CPU time (a one-shot sandbox gets it
-// from its PID 1's rusage instead). On failure nothing is left behind.
-func (h *Host) Create(name string, lim Limits, accountCPU bool) (g *Group, err error) {
+// detection, fork-bomb limits), cpu with a CPU quota. A long-lived group
+// (a live sandbox) also gets cpu, so a quota can be set later, and on v1
+// cpuacct for its CPU time (a one-shot sandbox gets that from its PID 1's
+// rusage instead). On failure nothing is left behind.
+func (h *Host) Create(name string, lim Limits, longLived bool) (g *Group, err error) {
 	if h.Version == None {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, h.Why)
 	}
@@ -66,10 +67,10 @@ func (h *Host) Create(name string, lim Limits, accountCPU bool) (g *Group, err e
 		}
 	}()
 	want := []string{"memory", "pids"}
-	if lim.CPUs > 0 {
+	if lim.CPUs > 0 || (longLived && h.Has("cpu")) {
 		want = append(want, "cpu")
 	}
-	if accountCPU && h.Version == V1 && h.V1Mounts["cpuacct"] != "" {
+	if longLived && h.Version == V1 && h.V1Mounts["cpuacct"] != "" {
 		want = append(want, "cpuacct")
 	}
 	switch h.Version {
@@ -137,6 +138,17 @@ func (h *Host) ensureV2Parent() error {
 		}
 	}
 	return nil
+}
+
+// SetLimits changes the group's limits (a pooled sandbox gets its
+// request's limits when it is claimed). A limit can only be set on a
+// controller the group was created with: memory and pids always, cpu only
+// if it was created with a CPU quota.
+func (g *Group) SetLimits(lim Limits) error {
+	if _, ok := g.dirs["cpu"]; lim.CPUs > 0 && !ok {
+		return fmt.Errorf("%w: this group has no cpu controller", ErrUnavailable)
+	}
+	return g.setLimits(lim)
 }
 
 func (g *Group) setLimits(lim Limits) error {

@@ -1,0 +1,175 @@
+// Package pool keeps live sandboxes ready for one-shot runs: a `tine run`
+// handed to the daemon finds its namespaces, mounts and cgroup already
+// made, and pays only for joining them and exec'ing its command. A pooled
+// sandbox serves exactly one run and is destroyed after it; the pool
+// refills in the background, so no state ever passes from one run to the
+// next.
+package pool
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// Pool holds up to size ready sandboxes made from the default spec.
+type Pool struct {
+	size  int
+	ready chan *sandbox.Sandbox
+
+	mu      sync.Mutex
+	closed  bool
+	filling int
+	lastErr error
+	wg      sync.WaitGroup
+}
+
+// New starts filling a pool of size sandboxes (0 disables pooling).
+func New(size int) *Pool {
+	p := &Pool{size: size, ready: make(chan *sandbox.Sandbox, max(size, 1))}
+	p.refill()
+	return p
+}
+
+// base is the spec pooled sandboxes are made from: tine run's defaults.
+func base() *sandbox.Spec {
+	return &sandbox.Spec{Seccomp: seccomp.Default}
+}
+
+// Fits reports whether a run of s can use a pooled sandbox: everything but
+// the command, its environment, working directory, limits and timeout must
+// be tine run's default.
+func Fits(s *sandbox.Spec) bool {
+	return s.RootFS == "" && len(s.Binds) == 0 && !s.TTY &&
+		(s.DiskBytes == 0 || s.DiskBytes == sandbox.DefaultDisk) &&
+		(s.Hostname == "" || s.Hostname == "tine") &&
+		(s.Seccomp == "" || s.Seccomp == seccomp.Default)
+}
+
+// ErrClosed means the pool was closed.
+var ErrClosed = errors.New("pool closed")
+
+// Claim returns a fresh sandbox: a ready one, or one made now when none is.
+// The caller owns it and destroys it after its one run.
+func (p *Pool) Claim() (*sandbox.Sandbox, error) {
+	defer p.refill()
+	select {
+	case sb := <-p.ready:
+		select {
+		case <-sb.Done(): // died while waiting (killed from outside)
+		default:
+			return sb, nil
+		}
+		sb.Destroy()
+	default:
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	return sandbox.Create(base())
+}
+
+// refill starts making sandboxes until the ready ones and those being made
+// reach the pool's size.
+func (p *Pool) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.closed && len(p.ready)+p.filling < p.size {
+		p.filling++
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			sb, err := sandbox.Create(base())
+			p.mu.Lock()
+			p.filling--
+			p.lastErr = err
+			closed := p.closed
+			p.mu.Unlock()
+			if err != nil {
+				return // the next Claim retries
+			}
+			if closed {
+				sb.Destroy()
+				return
+			}
+			p.ready <- sb
+		}()
+	}
+}
+
+// Ready returns how many sandboxes wait in the pool now.
+func (p *Pool) Ready() int { return len(p.ready) }
+
+// Close destroys the ready sandboxes and stops refilling.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	for {
+		select {
+		case sb := <-p.ready:
+			sb.Destroy()
+		default:
+			return
+		}
+	}
+}
+
+// Run is a one-shot run in a pooled sandbox.
+type Run struct {
+	pool *Pool
+	sb   *sandbox.Sandbox
+	proc *sandbox.Process
+}
+
+// Start runs s's command in a claimed sandbox with s's limits. s must Fit.
+func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
+	if len(s.Args) == 0 {
+		return nil, errors.New("pool: no command given")
+	}
+	sb, err := p.Claim()
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.SetLimits(s.Limits); err != nil {
+		sb.Destroy()
+		return nil, err
+	}
+	wd := s.Workdir
+	if wd == "" {
+		wd = "/"
+	}
+	proc, err := sb.Exec(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout})
+	if err != nil {
+		go sb.Destroy()
+		return nil, err
+	}
+	return &Run{pool: p, sb: sb, proc: proc}, nil
+}
+
+// Process returns the command's process, for signals.
+func (r *Run) Process() *sandbox.Process { return r.proc }
+
+// Wait waits for the command and returns its outcome; the sandbox is then
+// destroyed in the background (everything the command left running dies
+// with it; Close waits for that).
+func (r *Run) Wait() (*sandbox.Outcome, error) {
+	o, err := r.proc.Wait()
+	usage := r.sb.Usage()
+	r.pool.wg.Add(1)
+	go func() {
+		defer r.pool.wg.Done()
+		r.sb.Destroy()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	o.PeakMemoryBytes = usage.PeakMemoryBytes // a fresh sandbox: all of it is this run's
+	return o, nil
+}
