@@ -9,6 +9,7 @@ package pool
 import (
 	"errors"
 	"sync"
+	"syscall"
 
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
@@ -125,7 +126,7 @@ func (p *Pool) Close() {
 type Run struct {
 	pool *Pool
 	sb   *sandbox.Sandbox
-	proc *sandbox.Process
+	cmd  *sandbox.Launched
 }
 
 // Start runs s's command in a claimed sandbox with s's limits. s must Fit.
@@ -145,31 +146,32 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	if wd == "" {
 		wd = "/"
 	}
-	proc, err := sb.Exec(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout})
+	// The sandbox's PID 1 forks the command: it inherits namespaces, cgroup
+	// and walls, so the run costs a fork and an execve.
+	cmd, err := sb.Launch(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout})
 	if err != nil {
 		go sb.Destroy()
 		return nil, err
 	}
-	return &Run{pool: p, sb: sb, proc: proc}, nil
+	return &Run{pool: p, sb: sb, cmd: cmd}, nil
 }
 
-// Process returns the command's process, for signals.
-func (r *Run) Process() *sandbox.Process { return r.proc }
+// Signal sends sig to the command.
+func (r *Run) Signal(sig syscall.Signal) error { return r.cmd.Signal(sig) }
 
 // Wait waits for the command and returns its outcome; the sandbox is then
 // destroyed in the background (everything the command left running dies
 // with it; Close waits for that).
 func (r *Run) Wait() (*sandbox.Outcome, error) {
-	o, err := r.proc.Wait()
+	o, err := r.cmd.Wait()
 	usage := r.sb.Usage()
 	r.pool.wg.Add(1)
 	go func() {
 		defer r.pool.wg.Done()
 		r.sb.Destroy()
 	}()
-	if err != nil {
-		return nil, err
+	if o != nil {
+		o.PeakMemoryBytes = usage.PeakMemoryBytes // a fresh sandbox: all of it is this run's
 	}
-	o.PeakMemoryBytes = usage.PeakMemoryBytes // a fresh sandbox: all of it is this run's
-	return o, nil
+	return o, err
 }

@@ -110,10 +110,10 @@ func childMain(p *program) {
 	}
 	if len(p.execs) == 0 {
 		// A live sandbox: closing the error pipe tells the parent it is
-		// ready; PID 1 then only reaps until it is killed.
-		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotStatus-1, 0)
-		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotStatus+1, ^uintptr(0)>>1, 0)
-		reap(p, 0)
+		// ready; PID 1 then reaps and launches commands until it is killed.
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotLaunch-1, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotLaunch+1, ^uintptr(0)>>1, 0)
+		serve(p)
 	}
 	pid, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if e != 0 {
@@ -184,5 +184,277 @@ func reap(p *program, cmd uintptr) {
 				syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 			}
 		}
+	}
+}
+
+// Launching (a live sandbox's PID 1). The parent sends one SOCK_SEQPACKET
+// message per command on the launch socket: a header (launchHeader), then
+// NUL-terminated strings — the working directory, the argv, the
+// environment, the execve candidates — and four descriptors: the command's
+// stdin, stdout, stderr, and a SOCK_SEQPACKET status socket. PID 1 forks
+// the command (which inherits the sandbox's namespaces, cgroup and walls,
+// so nothing is joined, placed or applied again) and reports on the status
+// socket, in 8-byte launchReport messages: launchStarted with a pidfd of
+// the command, then launchExitStatus with its wait status. The command
+// reports launchExecFailed itself when no candidate could be exec'd.
+
+const (
+	launchMaxMessage = 64 << 10
+	launchMaxStrings = 2048 // argv + env + candidates + 1
+	launchMaxRunning = 256
+	launchFDs        = 4
+)
+
+// launchHeader starts a launch message.
+type launchHeader struct {
+	nargs, nenv, ncand, flags uint32
+}
+
+// launchReport is one message on a command's status socket.
+type launchReport struct {
+	tag, value int32
+}
+
+const (
+	launchStarted    = 1 // value: the command's pid in the sandbox; a pidfd attached
+	launchExecFailed = 2 // value: errno of the most telling execve failure
+	launchExitStatus = 3 // value: the wait status
+)
+
+// launchState is PID 1's own memory for serving launches.
+type launchState struct {
+	buf     [launchMaxMessage]byte
+	control [64]byte // CmsgSpace(4 * launchFDs)
+	iov     unix.Iovec
+	msg     unix.Msghdr
+	ptrs    [launchMaxStrings + 3]uintptr // argv, NULL, envp, NULL
+	poll    [2]unix.PollFd
+	sigmask uint64
+	sigfd   int32
+	info    [128]byte
+	report  launchReport
+	sendIov unix.Iovec
+	sendMsg unix.Msghdr
+	sendCtl [24]byte
+	running [launchMaxRunning]struct{ pid, status int32 }
+	dfl     sigaction
+	empty   uint64
+}
+
+// prepare points the launch buffers at each other. It runs in the parent,
+// before the clone: the child must not store pointers (that would run the
+// garbage collector's write barrier, which it cannot), only numbers.
+func (l *launchState) prepare() {
+	l.iov = unix.Iovec{Base: &l.buf[0], Len: launchMaxMessage}
+	l.msg = unix.Msghdr{Iov: &l.iov, Iovlen: 1, Control: &l.control[0]}
+	l.sendIov = unix.Iovec{Base: (*byte)(unsafe.Pointer(&l.report)), Len: 8}
+	l.sendMsg = unix.Msghdr{Iov: &l.sendIov, Iovlen: 1, Control: &l.sendCtl[0]}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&l.sendCtl[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_RIGHTS
+	h.SetLen(unix.CmsgLen(4))
+}
+
+// serve is a live sandbox's PID 1 loop: reap, and launch what the parent
+// sends. It returns never; it exits when the parent closes the socket.
+//
+//go:nosplit
+//go:norace
+func serve(p *program) {
+	l := p.launch
+	l.sigmask = 1 << (syscall.SIGCHLD - 1)
+	fd, _, e := syscall.RawSyscall6(unix.SYS_SIGNALFD4, ^uintptr(0), uintptr(unsafe.Pointer(&l.sigmask)), 8, unix.SFD_CLOEXEC, 0, 0)
+	if e != 0 {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 1, 0, 0)
+	}
+	l.sigfd = int32(fd)
+	l.poll[0] = unix.PollFd{Fd: l.sigfd, Events: unix.POLLIN}
+	l.poll[1] = unix.PollFd{Fd: slotLaunch, Events: unix.POLLIN}
+	for {
+		_, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&l.poll[0])), 2, 0, 0, 0, 0)
+		if e != 0 {
+			continue
+		}
+		if l.poll[0].Revents != 0 {
+			syscall.RawSyscall(syscall.SYS_READ, uintptr(l.sigfd), uintptr(unsafe.Pointer(&l.info[0])), 128)
+			reapLaunched(l)
+		}
+		if l.poll[1].Revents&unix.POLLIN != 0 {
+			launch(p, l)
+		} else if l.poll[1].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0) // the parent is gone
+		}
+	}
+}
+
+// reapLaunched reaps every exited child and reports a launched command's
+// status on its status socket.
+//
+//go:nosplit
+//go:norace
+func reapLaunched(l *launchState) {
+	for {
+		var ws int32
+		pid, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(&ws)), syscall.WNOHANG|0x40000000, 0, 0, 0)
+		if e != 0 || pid == 0 {
+			return
+		}
+		for i := 0; i < launchMaxRunning; i++ {
+			r := &l.running[i]
+			if r.pid == int32(pid) {
+				l.report = launchReport{tag: launchExitStatus, value: ws}
+				syscall.RawSyscall(syscall.SYS_WRITE, uintptr(r.status), uintptr(unsafe.Pointer(&l.report)), 8)
+				syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(r.status), 0, 0)
+				r.pid, r.status = 0, 0
+				break
+			}
+		}
+	}
+}
+
+// launch receives one launch message and forks its command.
+//
+//go:nosplit
+//go:norace
+func launch(p *program, l *launchState) {
+	l.msg.Controllen = uint64(len(l.control)) // recvmsg rewrote it
+	n, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, slotLaunch, uintptr(unsafe.Pointer(&l.msg)), unix.MSG_CMSG_CLOEXEC)
+	if e != 0 {
+		return
+	}
+	if n == 0 {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
+	}
+	// The descriptors: one SCM_RIGHTS message of launchFDs int32s.
+	if l.msg.Controllen < uint64(unix.CmsgLen(4*launchFDs)) {
+		return
+	}
+	fds := (*[launchFDs]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)]))
+	status := fds[3]
+	h := (*launchHeader)(unsafe.Pointer(&l.buf[0]))
+	total := int(h.nargs) + int(h.nenv) + int(h.ncand)
+	if h.nargs == 0 || h.ncand == 0 || total > launchMaxStrings {
+		closeFDs(fds)
+		return
+	}
+	// Split the strings: workdir, then argv, env and candidates, each
+	// NUL-terminated; argv and env become NULL-terminated pointer arrays.
+	pos := int(unsafe.Sizeof(launchHeader{}))
+	end := int(n)
+	workdir := uintptr(unsafe.Pointer(&l.buf[pos]))
+	pos = skipString(&l.buf, pos, end)
+	argv := 0
+	envp := int(h.nargs) + 1
+	cand := envp + int(h.nenv) + 1
+	i := 0
+	for ; i < total && pos < end; i++ {
+		slot := argv + i
+		if i >= int(h.nargs) {
+			slot = envp + i - int(h.nargs)
+		}
+		if i >= int(h.nargs)+int(h.nenv) {
+			slot = cand + i - int(h.nargs) - int(h.nenv)
+		}
+		if slot >= len(l.ptrs) {
+			closeFDs(fds)
+			return
+		}
+		l.ptrs[slot] = uintptr(unsafe.Pointer(&l.buf[pos]))
+		pos = skipString(&l.buf, pos, end)
+	}
+	if i < total || pos > end || cand+int(h.ncand) > len(l.ptrs) {
+		closeFDs(fds)
+		return
+	}
+	l.ptrs[envp-1] = 0
+	l.ptrs[cand-1] = 0
+
+	pid, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if e != 0 {
+		l.report = launchReport{tag: launchExecFailed, value: int32(e)}
+		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(status), uintptr(unsafe.Pointer(&l.report)), 8)
+		closeFDs(fds)
+		return
+	}
+	if pid == 0 {
+		launchedMain(l, fds, workdir, argv, envp, cand, int(h.ncand))
+	}
+	// Tell the parent, with a pidfd it can signal the command by.
+	pidfd, _, e := syscall.RawSyscall(unix.SYS_PIDFD_OPEN, pid, 0, 0)
+	l.report = launchReport{tag: launchStarted, value: int32(pid)}
+	l.sendMsg.Controllen = 0
+	if e == 0 {
+		*(*int32)(unsafe.Pointer(&l.sendCtl[unix.CmsgLen(0)])) = int32(pidfd)
+		l.sendMsg.Controllen = uint64(len(l.sendCtl))
+	}
+	syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(status), uintptr(unsafe.Pointer(&l.sendMsg)), unix.MSG_NOSIGNAL)
+	if e == 0 {
+		syscall.RawSyscall(syscall.SYS_CLOSE, pidfd, 0, 0)
+	}
+	for i := 0; i < 3; i++ {
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
+	}
+	for i := 0; i < launchMaxRunning; i++ {
+		if l.running[i].pid == 0 {
+			l.running[i].pid, l.running[i].status = int32(pid), status
+			return
+		}
+	}
+	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(status), 0, 0) // table full: no status report
+}
+
+// launchedMain is a launched command's process before execve.
+//
+//go:nosplit
+//go:norace
+func launchedMain(l *launchState, fds *[launchFDs]int32, workdir uintptr, argv, envp, cand, ncand int) {
+	syscall.RawSyscall(syscall.SYS_SETSID, 0, 0, 0)
+	for i := 0; i < 3; i++ {
+		syscall.RawSyscall(unix.SYS_DUP3, uintptr(fds[i]), uintptr(i), 0)
+	}
+	// The status socket stays, close-on-exec, for an exec failure report.
+	syscall.RawSyscall(unix.SYS_DUP3, uintptr(fds[3]), 3, unix.O_CLOEXEC)
+	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0)>>1, 0)
+	for sig := uintptr(1); sig <= 64; sig++ {
+		if sig != uintptr(syscall.SIGKILL) && sig != uintptr(syscall.SIGSTOP) {
+			syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&l.dfl)), 0, 8, 0, 0)
+		}
+	}
+	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&l.empty)), 0, 8, 0, 0)
+	worst := syscall.ENOENT
+	if _, _, e := syscall.RawSyscall(syscall.SYS_CHDIR, workdir, 0, 0); e != 0 {
+		worst = e
+	} else {
+		for i := 0; i < ncand; i++ {
+			_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, l.ptrs[cand+i], uintptr(unsafe.Pointer(&l.ptrs[argv])), uintptr(unsafe.Pointer(&l.ptrs[envp])))
+			if e != syscall.ENOENT && e != syscall.ENOTDIR {
+				worst = e
+			}
+		}
+	}
+	l.report = launchReport{tag: launchExecFailed, value: int32(worst)}
+	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&l.report)), 8)
+	code := uintptr(127)
+	if worst != syscall.ENOENT {
+		code = 126
+	}
+	syscall.RawSyscall(syscall.SYS_EXIT_GROUP, code, 0, 0)
+}
+
+// skipString returns the position after the NUL that ends the string at pos.
+//
+//go:nosplit
+//go:norace
+func skipString(buf *[launchMaxMessage]byte, pos, end int) int {
+	for pos < end && buf[pos] != 0 {
+		pos++
+	}
+	return pos + 1
+}
+
+//go:nosplit
+//go:norace
+func closeFDs(fds *[launchFDs]int32) {
+	for i := 0; i < launchFDs; i++ {
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
 	}
 }

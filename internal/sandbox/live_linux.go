@@ -138,7 +138,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp policy %q: %w", p.Spec.Seccomp, err)
 	}
-	in := inputs{ruleset: -1, target: sb.init.pidfd, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: p.Rootless}
+	in := inputs{ruleset: -1, target: sb.init.pidfd, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: p.Rootless}
 	if in.target < 0 {
 		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
 	}
@@ -163,7 +163,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		ch.statusR.Close()
 		return nil, err
 	}
-	pr := &Process{plan: p, pidfd: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
+	pr := &Process{plan: p, pidfd: -1, launchFD: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
 	g := sb.init.group
 	cgroupFD := -1
 	if g != nil && g.FD() >= 0 {

@@ -125,3 +125,73 @@ func TestLiveSandboxExecs(t *testing.T) {
 		t.Fatalf("exec after destroy: %v", err)
 	}
 }
+
+func launchOutput(t *testing.T, sb *Sandbox, e *ExecSpec) (string, *Outcome, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Stdio = [3]*os.File{nil, w, w}
+	l, err := sb.Launch(e)
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatalf("launch %v: %v", e.Args, err)
+	}
+	out, _ := io.ReadAll(r)
+	r.Close()
+	o, err := l.Wait()
+	return string(out), o, err
+}
+
+func TestLaunchThroughPID1(t *testing.T) {
+	require.Root(t)
+	sb, err := Create(&Spec{Seccomp: seccomp.Default, Env: []string{"FROM_SPEC=1"}, Limits: cgroup.Limits{Pids: 64, MemoryBytes: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	out, o, err := launchOutput(t, sb, &ExecSpec{Args: []string{"/bin/sh", "-c", "echo $$ $FROM_SPEC $X; pwd; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; exit 6"}, Env: []string{"X=2"}, Workdir: "/tmp"})
+	if err != nil || o.ExitCode != 6 {
+		t.Fatalf("outcome %+v, %v (output %q)", o, err, out)
+	}
+	for _, want := range []string{" 1 2\n", "/tmp\n", "Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t00000000a80425fb"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output %q lacks %q", out, want)
+		}
+	}
+	var pid int
+	fmt.Sscanf(out, "%d", &pid)
+	if pid <= 1 || pid > 1000 {
+		t.Errorf("launched shell has pid %d: not in the sandbox's pid namespace", pid)
+	}
+	if _, _, err := launchOutput(t, sb, &ExecSpec{Args: []string{"no-such-command"}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("got %v, want ErrNotFound", err)
+	}
+	_, o, _ = launchOutput(t, sb, &ExecSpec{Args: []string{"sleep", "30"}, Timeout: 100 * time.Millisecond})
+	if o.Reason != "timeout" {
+		t.Fatalf("timeout outcome %+v", o)
+	}
+	_, o, _ = launchOutput(t, sb, &ExecSpec{Args: []string{"/usr/bin/python3", "-c", "b = bytearray(256 << 20)"}})
+	if o.Reason != "oom" {
+		t.Fatalf("memory bomb outcome %+v, want oom", o)
+	}
+	// Many at once through the one PID 1.
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			out, o, err := launchOutput(t, sb, &ExecSpec{Args: []string{"sh", "-c", fmt.Sprintf("echo %d", i)}})
+			if err != nil || o.ExitCode != 0 || out != fmt.Sprintf("%d\n", i) {
+				t.Errorf("launch %d: %q %+v %v", i, out, o, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	sb.Destroy()
+	if _, err := sb.Launch(&ExecSpec{Args: []string{"true"}}); !errors.Is(err, ErrSandboxGone) {
+		t.Fatalf("launch after destroy: %v", err)
+	}
+}

@@ -17,13 +17,14 @@ import (
 // there first thing, and everything above is closed, so a sandbox never
 // holds another sandbox's pipes (the daemon starts many at once).
 const (
-	slotErr       = 3 // error pipe, write end (close-on-exec)
-	slotSync      = 4 // the child's end of the release socket
-	slotStatus    = 5 // status pipe, write end
-	slotRuleset   = 6 // Landlock ruleset
-	slotTarget    = 7 // pidfd of the sandbox an exec joins
-	slotStdio     = 8 // 8, 9, 10: the command's stdin, stdout, stderr
-	slotFirstFree = slotStdio + 3
+	slotErr       = 3  // error pipe, write end (close-on-exec)
+	slotSync      = 4  // the child's end of the release socket
+	slotStatus    = 5  // status pipe, write end
+	slotRuleset   = 6  // Landlock ruleset
+	slotTarget    = 7  // pidfd of the sandbox an exec joins
+	slotStdio     = 8  // 8, 9, 10: the command's stdin, stdout, stderr
+	slotLaunch    = 11 // a live sandbox's launch socket (see serve)
+	slotFirstFree = slotLaunch + 1
 )
 
 // program is everything the child runs, in memory the parent prepared.
@@ -39,6 +40,10 @@ type program struct {
 	waitSet uint64
 	siginfo [128]byte
 
+	// A live sandbox's PID 1 launches commands (serve); these are its
+	// buffers, in memory it owns after the clone.
+	launch *launchState
+
 	// keep holds what the ops point at, so it outlives the clone.
 	keep []any
 }
@@ -48,6 +53,7 @@ type inputs struct {
 	errW, sync, statusW int
 	ruleset             int // -1 without Landlock
 	target              int // pidfd of the sandbox to join; -1 when booting one
+	launch              int // a live sandbox's end of the launch socket; -1 otherwise
 	stdio               [3]int
 	// userns: the child runs in a user namespace: it waits for the parent
 	// (ID maps) before any mount and makes its own network namespace.
@@ -163,6 +169,10 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(p.command(), false)
+	if in.launch >= 0 {
+		pg.launch = &launchState{}
+		pg.launch.prepare()
+	}
 	return pg, nil
 }
 
@@ -219,8 +229,8 @@ func (pg *program) addPTY() {
 // moved), then down into its slot. Whatever the child's copy of the
 // descriptor table held at those numbers is junk it closes anyway.
 func (pg *program) moveDescriptors(in inputs) {
-	fds := []int{in.errW, in.sync, in.statusW, in.ruleset, in.target, in.stdio[0], in.stdio[1], in.stdio[2]}
-	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotTarget, slotStdio, slotStdio + 1, slotStdio + 2}
+	fds := []int{in.errW, in.sync, in.statusW, in.ruleset, in.target, in.stdio[0], in.stdio[1], in.stdio[2], in.launch}
+	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotTarget, slotStdio, slotStdio + 1, slotStdio + 2, slotLaunch}
 	high := slotFirstFree
 	for _, fd := range fds {
 		high = max(high, fd+1)

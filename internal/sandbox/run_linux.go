@@ -62,6 +62,8 @@ type Process struct {
 
 	// tty is the master of the command's pseudo-terminal, when it has one.
 	tty *os.File
+	// launchFD is a live sandbox's end of its PID 1's launch socket.
+	launchFD int
 
 	// sandbox is the live sandbox an exec runs in (nil for a sandbox's own
 	// PID 1); oomBefore its OOM-kill count when the exec started.
@@ -109,7 +111,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp policy %q: %w", s.Seccomp, err)
 	}
-	pr := &Process{plan: plan, pidfd: -1, done: make(chan struct{}), exited: make(chan struct{})}
+	pr := &Process{plan: plan, pidfd: -1, launchFD: -1, done: make(chan struct{}), exited: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -130,7 +132,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		})
 	}
 
-	in := inputs{ruleset: -1, target: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless}
+	in := inputs{ruleset: -1, target: -1, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless}
 	cgVersion := cgroup.None
 	if !rootless {
 		cgVersion = h.cgroup.Version
@@ -175,6 +177,16 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	undo = append(undo, func() { ch.statusR.Close() })
 	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
 	in.stdio = stdioFDs(s.Stdio)
+	if len(plan.Argv) == 0 {
+		// A live sandbox: its PID 1 launches commands sent on this socket.
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("launch socket: %w", err)
+		}
+		pr.launchFD, in.launch = pair[0], pair[1]
+		defer unix.Close(pair[1])
+		undo = append(undo, func() { unix.Close(pair[0]) })
+	}
 
 	flags := uint64(unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
 	if rootless {
@@ -568,6 +580,10 @@ func (p *Process) cleanup() {
 	if p.statusR != nil {
 		p.statusR.Close()
 		p.statusR = nil
+	}
+	if p.launchFD >= 0 {
+		unix.Close(p.launchFD)
+		p.launchFD = -1
 	}
 }
 

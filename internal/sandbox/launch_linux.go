@@ -1,0 +1,231 @@
+package sandbox
+
+// The parent side of launching: a command sent to a live sandbox's PID 1,
+// which forks it inside (see serve in init_linux.go). Nothing is cloned,
+// joined, placed or walled by the parent: the command inherits all of it
+// from PID 1, so a launch costs a fork and an execve.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Launched is a command a live sandbox's PID 1 started.
+type Launched struct {
+	sb        *Sandbox
+	statusFD  int
+	pidfd     int
+	started   time.Time
+	oomBefore int64
+
+	mu       sync.Mutex
+	done     chan struct{}
+	timedOut bool
+}
+
+// Launch starts e in the sandbox through its PID 1. Unlike Exec it cannot
+// give the command a terminal; a command that cannot be exec'd is reported
+// by Wait (ErrNotFound, ErrPermission).
+func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
+	if len(e.Args) == 0 || e.Args[0] == "" {
+		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
+	}
+	if e.TTY {
+		return nil, fmt.Errorf("%w: launch has no terminal; use Exec", ErrInvalidSpec)
+	}
+	p := sb.plan
+	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...)}, p.Hostname)
+	workdir := e.Workdir
+	if workdir == "" {
+		workdir = p.Workdir
+	}
+	msg, err := launchMessage(workdir, e.Args, env, candidates(e.Args[0], env))
+	if err != nil {
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("status socket: %w", err)
+	}
+	statusFD, childEnd := pair[0], pair[1]
+	stdio := stdioFDs(e.Stdio)
+	l := &Launched{sb: sb, statusFD: statusFD, pidfd: -1, done: make(chan struct{})}
+	if g := sb.init.group; g != nil {
+		l.oomBefore = g.Stats().OOMKills
+	}
+	sb.init.mu.Lock()
+	launchFD := sb.init.launchFD
+	if launchFD >= 0 {
+		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(stdio[0], stdio[1], stdio[2], childEnd), nil, 0)
+	}
+	sb.init.mu.Unlock()
+	unix.Close(childEnd)
+	if launchFD < 0 {
+		unix.Close(statusFD)
+		return nil, ErrSandboxGone
+	}
+	if err != nil {
+		unix.Close(statusFD)
+		return nil, fmt.Errorf("%w: send the command to the sandbox: %v", ErrSandboxGone, err)
+	}
+	tag, value, fd, err := l.readReport()
+	switch {
+	case err != nil:
+		unix.Close(statusFD)
+		return nil, err
+	case tag == launchStarted && fd >= 0:
+		l.pidfd = fd
+	case tag == launchExecFailed:
+		unix.Close(statusFD)
+		return nil, fmt.Errorf("%w: fork the command: %v", ErrSetup, syscall.Errno(value))
+	default:
+		unix.Close(statusFD)
+		return nil, fmt.Errorf("%w: unexpected report %d from the sandbox", ErrSetup, tag)
+	}
+	l.started = time.Now()
+	if e.Timeout > 0 {
+		go l.enforceTimeout(e.Timeout)
+	}
+	return l, nil
+}
+
+// launchMessage encodes a launch: header, then NUL-terminated strings.
+func launchMessage(workdir string, argv, env, cands []string) ([]byte, error) {
+	if len(argv)+len(env)+len(cands) > launchMaxStrings {
+		return nil, fmt.Errorf("%w: more than %d arguments and environment entries", ErrInvalidSpec, launchMaxStrings)
+	}
+	b := make([]byte, unsafe.Sizeof(launchHeader{}), 4096)
+	binary.NativeEndian.PutUint32(b[0:], uint32(len(argv)))
+	binary.NativeEndian.PutUint32(b[4:], uint32(len(env)))
+	binary.NativeEndian.PutUint32(b[8:], uint32(len(cands)))
+	for _, list := range [][]string{{workdir}, argv, env, cands} {
+		for _, s := range list {
+			for i := 0; i < len(s); i++ {
+				if s[i] == 0 {
+					return nil, fmt.Errorf("%w: %q contains a NUL byte", ErrInvalidSpec, s)
+				}
+			}
+			b = append(b, s...)
+			b = append(b, 0)
+		}
+	}
+	if len(b) > launchMaxMessage {
+		return nil, fmt.Errorf("%w: arguments and environment exceed %d bytes", ErrInvalidSpec, launchMaxMessage)
+	}
+	return b, nil
+}
+
+// readReport reads one launchReport, and the descriptor attached to it.
+func (l *Launched) readReport() (tag, value int32, fd int, err error) {
+	var b [8]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(l.statusFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return 0, 0, -1, fmt.Errorf("read the sandbox's report: %w", err)
+	}
+	if n == 0 {
+		return 0, 0, -1, errEOF
+	}
+	fd = -1
+	if oobn > 0 {
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
+				fd = fds[0]
+			}
+		}
+	}
+	return int32(binary.NativeEndian.Uint32(b[0:])), int32(binary.NativeEndian.Uint32(b[4:])), fd, nil
+}
+
+var errEOF = errors.New("end of reports")
+
+// Signal sends sig to the command.
+func (l *Launched) Signal(sig syscall.Signal) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pidfd < 0 {
+		return unix.ESRCH
+	}
+	return unix.PidfdSendSignal(l.pidfd, sig, nil, 0)
+}
+
+func (l *Launched) enforceTimeout(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		l.mu.Lock()
+		l.timedOut = true
+		l.mu.Unlock()
+		l.Signal(unix.SIGKILL)
+	case <-l.done:
+	}
+}
+
+// Wait waits for the command and returns its outcome; ErrNotFound or
+// ErrPermission (with the outcome) when it could not be exec'd.
+func (l *Launched) Wait() (*Outcome, error) {
+	var status unix.WaitStatus
+	execErr := syscall.Errno(0)
+	gotStatus := false
+	for !gotStatus {
+		tag, value, fd, err := l.readReport()
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if err != nil {
+			break // PID 1 died: the sandbox was destroyed
+		}
+		switch tag {
+		case launchExecFailed:
+			execErr = syscall.Errno(value)
+		case launchExitStatus:
+			status, gotStatus = unix.WaitStatus(value), true
+		}
+	}
+	close(l.done)
+	l.mu.Lock()
+	unix.Close(l.statusFD)
+	if l.pidfd >= 0 {
+		unix.Close(l.pidfd)
+		l.pidfd = -1
+	}
+	timedOut := l.timedOut
+	l.mu.Unlock()
+
+	o := &Outcome{Rootless: l.sb.plan.Rootless, Cgroup: "none"}
+	o.Phases.Run = ms(time.Since(l.started))
+	var oomKills int64
+	if g := l.sb.init.group; g != nil {
+		st := g.Stats()
+		oomKills, o.Cgroup = st.OOMKills, hostCgroupVersion()
+	}
+	switch {
+	case timedOut:
+		o.ExitCode, o.Reason = 124, "timeout"
+	case execErr != 0:
+		o.ExitCode, o.Reason = 127, "not-found"
+		if execErr == unix.ENOENT || execErr == unix.ENOTDIR {
+			return o, ErrNotFound
+		}
+		o.ExitCode = 126
+		return o, ErrPermission
+	case !gotStatus:
+		o.ExitCode, o.Reason, o.Signal = 137, "signal", int(unix.SIGKILL)
+	case status.Signaled():
+		o.ExitCode, o.Reason, o.Signal = 128+int(status.Signal()), "signal", int(status.Signal())
+	default:
+		o.ExitCode, o.Reason = status.ExitStatus(), "exit"
+	}
+	if oomKills > l.oomBefore && o.ExitCode == 137 && !timedOut {
+		o.Reason = "oom"
+	}
+	return o, nil
+}
