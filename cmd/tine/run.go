@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/handoff"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -21,6 +23,7 @@ type runFlags struct {
 	volumes, env                      []string
 	tty                               bool
 	outcome                           string
+	verbose, inProcess                bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -69,6 +72,8 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.StringVar(&f.seccompMode, "seccomp", "default", "syscall policy: default (Docker's), strict, or unconfined")
 	fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a pseudo-terminal")
 	fl.StringVar(&f.outcome, "outcome", "", "write a JSON outcome (exit code, reason, phase timings, peak memory, CPU time) to FILE")
+	fl.BoolVar(&f.verbose, "verbose", false, "say whether the run was handed to the daemon or ran in-process")
+	fl.BoolVar(&f.inProcess, "in-process", false, "never hand the run to a daemon")
 	return cmd
 }
 
@@ -155,17 +160,57 @@ func runOnce(f runFlags, args []string) error {
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT)
 	defer signal.Stop(sigs)
 
+	var o *sandbox.Outcome
+	handed := false
+	if !s.TTY && !f.inProcess && os.Getenv("TINE_NO_DAEMON") == "" {
+		o, handed, err = runThroughDaemon(s, sigs, f.verbose)
+		if handed && err != nil {
+			return err
+		}
+	}
+	if !handed {
+		if f.verbose {
+			fmt.Fprintln(os.Stderr, "tine: running in-process (no daemon on "+daemonSocket()+")")
+		}
+		if o, err = runInProcess(s, sigs); err != nil {
+			return err
+		}
+	}
+	if o.Reason == "not-found" {
+		fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", args[0])
+	}
+	if f.outcome != "" {
+		b, _ := json.MarshalIndent(o, "", "  ")
+		if err := os.WriteFile(f.outcome, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write --outcome: %w", err)
+		}
+	}
+	switch o.Reason {
+	case "not-found":
+		return exitError{o.ExitCode}
+	case "timeout":
+		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
+	case "oom":
+		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], f.memory)
+	}
+	if o.ExitCode != 0 {
+		return exitError{o.ExitCode}
+	}
+	return nil
+}
+
+// runInProcess runs s as a child of this process.
+func runInProcess(s *sandbox.Spec, sigs <-chan os.Signal) (*sandbox.Outcome, error) {
 	p, err := sandbox.Start(s)
 	if err != nil {
 		switch {
 		case errors.Is(err, sandbox.ErrNotFound):
-			fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", args[0])
-			return exitError{127}
+			return &sandbox.Outcome{ExitCode: 127, Reason: "not-found"}, nil
 		case errors.Is(err, sandbox.ErrPermission):
-			fmt.Fprintf(os.Stderr, "tine: %s: permission denied in sandbox\n", args[0])
-			return exitError{126}
+			fmt.Fprintf(os.Stderr, "tine: %s: permission denied in sandbox\n", s.Args[0])
+			return nil, exitError{126}
 		}
-		return err
+		return nil, err
 	}
 	var term *ttySession
 	if m := p.TTY(); m != nil {
@@ -184,23 +229,45 @@ func runOnce(f runFlags, args []string) error {
 	if term != nil {
 		term.Close()
 	}
+	return o, err
+}
+
+// daemonSocket is where `tine serve` listens by default.
+func daemonSocket() string {
+	if s := os.Getenv("TINE_SOCKET"); s != "" {
+		return s
+	}
+	return "/run/tine/tine.sock"
+}
+
+// runThroughDaemon hands s to a running daemon with this process's stdio.
+// handed is false when no daemon answers; then nothing was started.
+func runThroughDaemon(s *sandbox.Spec, sigs <-chan os.Signal, verbose bool) (o *sandbox.Outcome, handed bool, err error) {
+	sess, err := handoff.Dial(daemonSocket(), handoff.FromSpec(s), [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+	if errors.Is(err, handoff.ErrNoDaemon) {
+		return nil, false, nil
+	}
 	if err != nil {
-		return err
-	}
-	if f.outcome != "" {
-		b, _ := json.MarshalIndent(o, "", "  ")
-		if err := os.WriteFile(f.outcome, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("write --outcome: %w", err)
+		var ae *api.Error
+		if errors.As(err, &ae) {
+			return nil, true, errors.New(ae.Message)
 		}
+		return nil, true, err
 	}
-	switch o.Reason {
-	case "timeout":
-		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
-	case "oom":
-		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], f.memory)
+	if verbose {
+		how := "a fresh sandbox"
+		if sess.Started.Pooled {
+			how = "a ready sandbox from its pool"
+		}
+		fmt.Fprintf(os.Stderr, "tine: handed to the daemon on %s (%s)\n", daemonSocket(), how)
 	}
-	if o.ExitCode != 0 {
-		return exitError{o.ExitCode}
-	}
-	return nil
+	go func() {
+		for sig := range sigs {
+			if sig != syscall.SIGWINCH {
+				sess.Signal(sig.(syscall.Signal))
+			}
+		}
+	}()
+	o, err = sess.Wait()
+	return o, true, err
 }

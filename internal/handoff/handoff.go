@@ -1,0 +1,279 @@
+// Package handoff is the protocol by which `tine run` hands a one-shot run
+// to a running daemon: the spec, and the CLI's own stdin, stdout and stderr
+// passed as descriptors (SCM_RIGHTS), so the command reads and writes them
+// directly; signals travel to the command; the outcome comes back exactly as
+// an in-process run reports it.
+//
+// On the daemon's unix socket the client sends
+//
+//	POST /v1/run HTTP/1.1
+//	Upgrade: tine-run
+//	Connection: Upgrade
+//	Content-Length: N
+//
+//	{"args": [...], ...}                        (a Request)
+//
+// The daemon answers 101 Switching Protocols (or an HTTP error with an
+// api.Error body). Then the client sends one byte carrying its three stdio
+// descriptors; from there on both sides exchange JSON lines (Frame): the
+// daemon sends {"started": ...} or {"error": ...}, the client may send
+// {"signal": N}, and the daemon ends with {"outcome": ...}. A client that
+// disconnects has its run killed.
+package handoff
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// Path is the route of the hand-off; Protocol its Upgrade token.
+const (
+	Path     = "/v1/run"
+	Protocol = "tine-run"
+)
+
+// Request is a one-shot run: tine run's flags.
+type Request struct {
+	Args      []string   `json:"args"`
+	Env       []string   `json:"env,omitempty"`
+	Workdir   string     `json:"workdir,omitempty"`
+	Hostname  string     `json:"hostname,omitempty"`
+	RootFS    string     `json:"rootfs,omitempty"`
+	DiskBytes int64      `json:"disk_bytes,omitempty"`
+	Binds     []api.Bind `json:"binds,omitempty"`
+	Limits    api.Limits `json:"limits,omitzero"`
+	TimeoutMs int64      `json:"timeout_ms,omitempty"`
+	Seccomp   string     `json:"seccomp,omitempty"`
+}
+
+// Frame is one JSON line after the upgrade.
+type Frame struct {
+	Started *Started         `json:"started,omitempty"`
+	Error   *api.Error       `json:"error,omitempty"`
+	Signal  int              `json:"signal,omitempty"`
+	Outcome *sandbox.Outcome `json:"outcome,omitempty"`
+}
+
+// Started says how the daemon runs the command.
+type Started struct {
+	// Pooled is true when a ready sandbox from the daemon's pool took it.
+	Pooled bool `json:"pooled"`
+}
+
+// FromSpec turns a sandbox spec into a request.
+func FromSpec(s *sandbox.Spec) Request {
+	r := Request{Args: s.Args, Env: s.Env, Workdir: s.Workdir, Hostname: s.Hostname, RootFS: s.RootFS,
+		DiskBytes: s.DiskBytes, TimeoutMs: s.Timeout.Milliseconds(), Seccomp: string(s.Seccomp),
+		Limits: api.Limits{MemoryBytes: s.Limits.MemoryBytes, CPUs: s.Limits.CPUs, Pids: s.Limits.Pids}}
+	for _, b := range s.Binds {
+		r.Binds = append(r.Binds, api.Bind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
+	}
+	return r
+}
+
+// Spec turns a request into a sandbox spec (not yet validated).
+func (r Request) Spec() *sandbox.Spec {
+	s := &sandbox.Spec{Args: r.Args, Env: r.Env, Workdir: r.Workdir, Hostname: r.Hostname, RootFS: r.RootFS,
+		DiskBytes: r.DiskBytes, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond}
+	s.Seccomp = seccomp.Default
+	if r.Seccomp != "" {
+		s.Seccomp = seccomp.Mode(r.Seccomp)
+	}
+	s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids = r.Limits.MemoryBytes, r.Limits.CPUs, r.Limits.Pids
+	for _, b := range r.Binds {
+		s.Binds = append(s.Binds, sandbox.Bind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
+	}
+	return s
+}
+
+// ErrNoDaemon means no daemon answers on the socket: run in-process.
+var ErrNoDaemon = errors.New("no daemon")
+
+// Session is the client's side of a hand-off.
+type Session struct {
+	conn    *net.UnixConn
+	r       *bufio.Reader
+	Started Started
+}
+
+// Dial hands req to the daemon on socket with stdio as the command's
+// stdin, stdout and stderr. ErrNoDaemon when nothing listens there; an
+// *api.Error when the daemon refused the run.
+func Dial(socket string, req Request, stdio [3]*os.File) (*Session, error) {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoDaemon, err)
+	}
+	conn := c.(*net.UnixConn)
+	body, err := json.Marshal(req)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: tine\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", Path, Protocol, len(body))
+	conn.Write(body)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: read the daemon's answer: %v", ErrNoDaemon, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer conn.Close()
+		var e api.Error
+		if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) == nil && e.Code != "" {
+			return nil, &e
+		}
+		return nil, fmt.Errorf("the daemon refused the run: %s", resp.Status)
+	}
+	fds := make([]int, 3)
+	for i, f := range stdio {
+		fds[i] = int(f.Fd())
+	}
+	if err := unix.Sendmsg(connFD(conn), []byte{0}, unix.UnixRights(fds...), nil, 0); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("hand stdio to the daemon: %w", err)
+	}
+	s := &Session{conn: conn, r: br}
+	f, err := s.read()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if f.Error != nil {
+		conn.Close()
+		return nil, f.Error
+	}
+	if f.Started != nil {
+		s.Started = *f.Started
+	}
+	return s, nil
+}
+
+func connFD(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+func (s *Session) read() (Frame, error) {
+	line, err := s.r.ReadBytes('\n')
+	if err != nil {
+		return Frame{}, fmt.Errorf("the daemon hung up: %w", err)
+	}
+	var f Frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		return Frame{}, fmt.Errorf("bad frame from the daemon: %w", err)
+	}
+	return f, nil
+}
+
+// Signal forwards sig to the command.
+func (s *Session) Signal(sig syscall.Signal) error {
+	b, _ := json.Marshal(Frame{Signal: int(sig)})
+	_, err := s.conn.Write(append(b, '\n'))
+	return err
+}
+
+// Wait returns the run's outcome.
+func (s *Session) Wait() (*sandbox.Outcome, error) {
+	defer s.conn.Close()
+	for {
+		f, err := s.read()
+		if err != nil {
+			return nil, err
+		}
+		if f.Error != nil {
+			return nil, f.Error
+		}
+		if f.Outcome != nil {
+			return f.Outcome, nil
+		}
+	}
+}
+
+// Runner is a run the daemon started for a hand-off.
+type Runner interface {
+	Signal(syscall.Signal) error
+	Wait() (*sandbox.Outcome, error)
+}
+
+// Serve speaks the daemon's side on conn, hijacked after the 101 answer:
+// it receives the stdio descriptors, starts the run with start, forwards
+// signals, and sends the outcome. A client that hangs up has its run
+// killed. errFrame turns a start error into the error sent back.
+func Serve(conn *net.UnixConn, br *bufio.Reader, start func(stdio [3]*os.File) (Runner, Started, error), errFrame func(error) *api.Error) {
+	defer conn.Close()
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	_, oobn, _, _, err := unix.Recvmsg(connFD(conn), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil || oobn == 0 {
+		return
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		return
+	}
+	if len(fds) != 3 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return
+	}
+	var stdio [3]*os.File
+	for i, fd := range fds {
+		stdio[i] = os.NewFile(uintptr(fd), "stdio")
+	}
+	enc := json.NewEncoder(conn)
+	run, started, err := start(stdio)
+	for _, f := range stdio {
+		f.Close() // the command holds its own copies
+	}
+	if err != nil {
+		enc.Encode(Frame{Error: errFrame(err)})
+		return
+	}
+	enc.Encode(Frame{Started: &started})
+
+	// Signals from the client; a hang-up kills the run.
+	go func() {
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				run.Signal(unix.SIGKILL)
+				return
+			}
+			var f Frame
+			if json.Unmarshal(line, &f) == nil && f.Signal > 0 && f.Signal < 65 {
+				run.Signal(syscall.Signal(f.Signal))
+			}
+		}
+	}()
+	o, err := run.Wait()
+	if o != nil {
+		enc.Encode(Frame{Outcome: o})
+		return
+	}
+	enc.Encode(Frame{Error: errFrame(err)})
+}
