@@ -24,6 +24,7 @@ type runFlags struct {
 	tty                               bool
 	outcome                           string
 	verbose, inProcess                bool
+	socket                            string
 }
 
 func newRunCommand() *cobra.Command {
@@ -74,6 +75,7 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.StringVar(&f.outcome, "outcome", "", "write a JSON outcome (exit code, reason, phase timings, peak memory, CPU time) to FILE")
 	fl.BoolVar(&f.verbose, "verbose", false, "say whether the run was handed to the daemon or ran in-process")
 	fl.BoolVar(&f.inProcess, "in-process", false, "never hand the run to a daemon")
+	fl.StringVar(&f.socket, "socket", "", "the daemon's socket (default $TINE_SOCKET, else /run/tine/tine.sock)")
 	return cmd
 }
 
@@ -162,15 +164,19 @@ func runOnce(f runFlags, args []string) error {
 
 	var o *sandbox.Outcome
 	handed := false
+	socket := f.socket
+	if socket == "" {
+		socket = daemonSocket()
+	}
 	if !s.TTY && !f.inProcess && os.Getenv("TINE_NO_DAEMON") == "" {
-		o, handed, err = runThroughDaemon(s, sigs, f.verbose)
+		o, handed, err = runThroughDaemon(socket, s, sigs, f.verbose)
 		if handed && err != nil {
 			return err
 		}
 	}
 	if !handed {
 		if f.verbose {
-			fmt.Fprintln(os.Stderr, "tine: running in-process (no daemon on "+daemonSocket()+")")
+			fmt.Fprintln(os.Stderr, "tine: running in-process (no daemon on "+socket+")")
 		}
 		if o, err = runInProcess(s, sigs); err != nil {
 			return err
@@ -242,8 +248,8 @@ func daemonSocket() string {
 
 // runThroughDaemon hands s to a running daemon with this process's stdio.
 // handed is false when no daemon answers; then nothing was started.
-func runThroughDaemon(s *sandbox.Spec, sigs <-chan os.Signal, verbose bool) (o *sandbox.Outcome, handed bool, err error) {
-	sess, err := handoff.Dial(daemonSocket(), handoff.FromSpec(s), [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+func runThroughDaemon(socket string, s *sandbox.Spec, sigs <-chan os.Signal, verbose bool) (o *sandbox.Outcome, handed bool, err error) {
+	sess, err := handoff.Dial(socket, handoff.FromSpec(s), [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
 	if errors.Is(err, handoff.ErrNoDaemon) {
 		return nil, false, nil
 	}
@@ -259,7 +265,7 @@ func runThroughDaemon(s *sandbox.Spec, sigs <-chan os.Signal, verbose bool) (o *
 		if sess.Started.Pooled {
 			how = "a ready sandbox from its pool"
 		}
-		fmt.Fprintf(os.Stderr, "tine: handed to the daemon on %s (%s)\n", daemonSocket(), how)
+		fmt.Fprintf(os.Stderr, "tine: handed to the daemon on %s (%s)\n", socket, how)
 	}
 	go func() {
 		for sig := range sigs {
