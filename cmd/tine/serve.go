@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/server"
+)
+
+type serveFlags struct {
+	socket, listen, tokenFile, dataDir string
+	maxSandboxes, pool                 int
+	maxMemory, defaultMemory           string
+	logJSON, debug                     bool
+}
+
+func newServeCommand() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Run the daemon: live sandboxes behind an HTTP API",
+		Long: `serve runs tine's daemon. It serves the HTTP API of api/openapi.yaml (see
+docs/api.md) on a unix socket (mode 0660) and, with --listen, on TCP, where
+every request needs "Authorization: Bearer <token>". The token is read from
+--token-file, or generated once into <data-dir>/token (mode 0600).
+
+Clients (tine ps, create, exec, inspect, rm; the Go package client) find the
+daemon through --socket or TINE_SOCKET. tine run hands its runs to the daemon
+when one answers there, with its own stdio; --pool sandboxes are kept ready
+for them.
+
+The host budget: at most --max-sandboxes live sandboxes whose memory limits
+add up to at most --max-memory (a sandbox without a limit counts
+--default-memory). Past it, creates fail with 429 and Retry-After.
+
+Sandboxes die with the daemon. At start it reaps what a killed daemon left
+(cgroups; processes and mounts die with their sandboxes' PID 1s); it does not
+re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
+		Example: `  tine serve
+  tine serve --socket /tmp/tine.sock --max-sandboxes 20 --max-memory 8g
+  tine serve --listen 127.0.0.1:7070 --log-json`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.socket, "socket", client.DefaultSocket, "unix socket to listen on")
+	fl.StringVar(&f.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070 (needs the token)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
+	fl.StringVar(&f.dataDir, "data-dir", "/var/lib/tine", "directory for the daemon's token")
+	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
+	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
+	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
+	fl.StringVar(&f.defaultMemory, "default-memory", "512m", "what a sandbox without a memory limit counts against --max-memory")
+	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	fl.BoolVar(&f.debug, "debug", false, "log every request")
+	return cmd
+}
+
+func runServe(f serveFlags) error {
+	level := slog.LevelInfo
+	if f.debug {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if f.logJSON {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	log := slog.New(h)
+
+	if f.maxSandboxes <= 0 {
+		return usageError{fmt.Sprintf("invalid --max-sandboxes %d: want a positive whole number", f.maxSandboxes)}
+	}
+	if f.pool < 0 {
+		return usageError{fmt.Sprintf("invalid --pool %d: want 0 or more", f.pool)}
+	}
+	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool}
+	var err error
+	if f.maxMemory != "" {
+		if cfg.MaxMemoryBytes, err = parseSize("max-memory", f.maxMemory); err != nil {
+			return err
+		}
+	}
+	if cfg.DefaultMemoryBytes, err = parseSize("default-memory", f.defaultMemory); err != nil {
+		return err
+	}
+	l := server.Listen{Socket: f.socket, SocketMode: 0o660, TCP: f.listen}
+	if f.listen != "" {
+		if f.tokenFile != "" {
+			l.Token, err = server.LoadToken(f.tokenFile)
+		} else {
+			path := filepath.Join(f.dataDir, "token")
+			l.Token, err = server.LoadOrCreateToken(path)
+			log.Info("TCP clients need the token in " + path)
+		}
+		if err != nil {
+			return err
+		}
+	} else if f.tokenFile != "" {
+		return usageError{"--token-file is for --listen; the unix socket is guarded by its file mode"}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return server.Run(ctx, cfg, l)
+}

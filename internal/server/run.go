@@ -1,0 +1,128 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/handoff"
+	"github.com/tine-run/tine/internal/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// run takes a one-shot run handed over by `tine run` (protocol in
+// internal/handoff): the request is checked and counted against the budget
+// like a sandbox, then the connection is taken over to receive the CLI's
+// stdio descriptors. It works on the unix socket only, since descriptors
+// cannot cross TCP.
+func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), handoff.Protocol) {
+		return fmt.Errorf("%w: POST %s needs \"Upgrade: %s\"; it is tine run's hand-off, see internal/handoff", ErrInvalidArgument, handoff.Path, handoff.Protocol)
+	}
+	if _, unix := r.Context().Value(http.LocalAddrContextKey).(*net.UnixAddr); !unix {
+		return fmt.Errorf("%w: a run hands over its stdio descriptors, which only the unix socket carries", ErrInvalidArgument)
+	}
+	var req handoff.Request
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	spec := req.Spec()
+	if len(spec.Args) == 0 {
+		return fmt.Errorf("%w: args is empty; a run needs a command", ErrInvalidArgument)
+	}
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if s.isClosing() {
+		return ErrShuttingDown
+	}
+	release, err := s.capacity.admit(spec.Limits.MemoryBytes)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return fmt.Errorf("take over the connection: %w", err)
+	}
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		conn.Close()
+		return nil
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", handoff.Protocol)
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return nil
+	}
+	if sw, ok := w.(*statusWriter); ok {
+		sw.status = http.StatusSwitchingProtocols // for the latency metric
+	}
+	// handoff.Serve receives the descriptors with a plain recvmsg, and the
+	// socket is non-blocking: wait until they arrived.
+	if err := awaitReadable(uc, handoffTimeout); err != nil {
+		s.log.Debug("hand-off: no descriptors came", "err", err)
+		uc.Close()
+		return nil
+	}
+	start := func(stdio [3]*os.File) (handoff.Runner, handoff.Started, error) {
+		spec.Stdio = stdio
+		run, pooled, err := s.rt.Run(spec)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			// As in-process: a line on the run's stderr and exit 127.
+			fmt.Fprintf(stdio[2], "tine: %s: not found in sandbox\n", spec.Args[0])
+			return endedRun{&sandbox.Outcome{ExitCode: 127, Reason: "not-found"}}, handoff.Started{Pooled: pooled}, nil
+		case errors.Is(err, sandbox.ErrPermission):
+			fmt.Fprintf(stdio[2], "tine: %s: permission denied in sandbox\n", spec.Args[0])
+			return endedRun{&sandbox.Outcome{ExitCode: 126, Reason: "not-executable"}}, handoff.Started{Pooled: pooled}, nil
+		case err != nil:
+			return nil, handoff.Started{}, fmt.Errorf("run %s: %w", spec.Args[0], err)
+		}
+		s.log.Debug("run handed over", "args", spec.Args, "pooled", pooled)
+		return run, handoff.Started{Pooled: pooled}, nil
+	}
+	handoff.Serve(uc, brw.Reader, start, func(err error) *api.Error {
+		_, body := s.report(err, "run")
+		return body
+	})
+	return nil
+}
+
+// handoffTimeout bounds the wait for a hand-off's descriptors.
+const handoffTimeout = 30 * time.Second
+
+// awaitReadable waits, through the runtime's poller, until c has data to
+// read (without consuming it) or timeout passes.
+func awaitReadable(c *net.UnixConn, timeout time.Duration) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	var b [1]byte
+	var peekErr error
+	err = raw.Read(func(fd uintptr) bool {
+		_, _, peekErr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return peekErr != unix.EAGAIN
+	})
+	if err != nil {
+		return err
+	}
+	return peekErr
+}
+
+// endedRun is a run that ended before it began: its command could not be
+// found or executed.
+type endedRun struct{ o *sandbox.Outcome }
+
+func (e endedRun) Signal(syscall.Signal) error     { return nil }
+func (e endedRun) Wait() (*sandbox.Outcome, error) { return e.o, nil }

@@ -1,0 +1,326 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// box is one sandbox of the table.
+type box struct {
+	id      string
+	spec    api.SandboxSpec
+	inst    Instance
+	created time.Time
+	ttl     time.Duration
+	idle    time.Duration
+	release func() // gives its share of the budget back
+
+	destroyOnce sync.Once
+
+	mu         sync.Mutex
+	state      api.State
+	lastActive time.Time
+	busy       int // exec and file requests in flight
+	execs      int // commands running
+}
+
+// info describes b for the API.
+func (b *box) info() api.Sandbox {
+	b.mu.Lock()
+	a := api.Sandbox{
+		ID: b.id, State: b.state, Pid: b.inst.Pid(), CreatedAt: b.created,
+		LastActiveAt: b.lastActive, Execs: b.execs, Spec: b.spec,
+	}
+	if b.ttl > 0 {
+		t := b.created.Add(b.ttl)
+		a.ExpiresAt = &t
+	}
+	if b.idle > 0 && b.busy == 0 {
+		t := b.lastActive.Add(b.idle)
+		a.IdleExpiresAt = &t
+	}
+	running := b.state == api.StateRunning
+	b.mu.Unlock()
+	if running {
+		u := b.inst.Usage()
+		a.Usage = api.Usage{MemoryBytes: u.MemoryBytes, PeakMemoryBytes: u.PeakMemoryBytes, Pids: u.Pids, CPUTimeMs: u.CPUTimeMs}
+	}
+	return a
+}
+
+// expire says whether b is due to be destroyed at now, and why; a due box
+// is marked stopping, so that it is claimed once.
+func (b *box) expire(now time.Time) (why string, due bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.state == api.StateStopping:
+		return "", false
+	case b.ttl > 0 && !now.Before(b.created.Add(b.ttl)):
+		why = "ttl"
+	case b.idle > 0 && b.busy == 0 && !now.Before(b.lastActive.Add(b.idle)):
+		why = "idle"
+	default:
+		return "", false
+	}
+	b.state = api.StateStopping
+	return why, true
+}
+
+// specFromAPI checks a create request and turns it into a sandbox spec.
+func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	switch a.Network {
+	case "", "none", "loopback":
+	default:
+		return nil, bad("network %q: want \"none\" or \"loopback\" (a sandbox gets a private network namespace with only lo)", a.Network)
+	}
+	switch {
+	case a.DiskBytes < 0:
+		return nil, bad("disk_bytes %d: want a positive size in bytes, or 0 for the default", a.DiskBytes)
+	case a.Limits.MemoryBytes < 0 || a.Limits.Pids < 0 || a.Limits.CPUs < 0:
+		return nil, bad("limits must be positive, or 0 for none")
+	case a.TTLSeconds < 0 || a.IdleTimeoutSeconds < 0:
+		return nil, bad("ttl_seconds and idle_timeout_seconds must be positive, or 0 for none")
+	case a.Workdir != "" && !path.IsAbs(a.Workdir):
+		return nil, bad("workdir %q must be an absolute path", a.Workdir)
+	}
+	s := &sandbox.Spec{
+		Env: a.Env, Workdir: a.Workdir, Hostname: a.Hostname, RootFS: a.RootFS, DiskBytes: a.DiskBytes,
+		Limits:  cgroup.Limits{MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs, Pids: a.Limits.Pids},
+		Seccomp: seccomp.Default,
+	}
+	if s.DiskBytes == 0 {
+		s.DiskBytes = sandbox.DefaultDisk
+	}
+	if a.Seccomp != "" {
+		m, err := seccomp.ParseMode(a.Seccomp)
+		if err != nil {
+			return nil, bad("seccomp: %v", err)
+		}
+		s.Seccomp = m
+	}
+	for _, b := range a.Binds {
+		if !path.IsAbs(b.Source) || !path.IsAbs(b.Target) {
+			return nil, bad("bind %q -> %q: source and target must be absolute paths", b.Source, b.Target)
+		}
+		s.Binds = append(s.Binds, sandbox.Bind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.SandboxSpec
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	spec, err := specFromAPI(&req)
+	if err != nil {
+		return err
+	}
+	if s.isClosing() {
+		return ErrShuttingDown
+	}
+	release, err := s.capacity.admit(req.Limits.MemoryBytes)
+	if err != nil {
+		return err
+	}
+	inst, err := s.rt.Create(spec)
+	if err != nil {
+		release()
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	now := time.Now()
+	b := &box{
+		id: newID(), spec: req, inst: inst, created: now, lastActive: now,
+		ttl:     time.Duration(req.TTLSeconds) * time.Second,
+		idle:    time.Duration(req.IdleTimeoutSeconds) * time.Second,
+		release: release, state: api.StateRunning,
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		inst.Destroy()
+		release()
+		return ErrShuttingDown
+	}
+	s.boxes[b.id] = b
+	s.mu.Unlock()
+	go s.watch(b)
+	s.log.Info("sandbox created", "id", b.id, "pid", inst.Pid(), "memory_limit", req.Limits.MemoryBytes, "ttl_s", req.TTLSeconds, "idle_s", req.IdleTimeoutSeconds)
+	writeJSON(w, http.StatusCreated, b.info())
+	return nil
+}
+
+// watch notices a sandbox that died on its own: it frees what the sandbox
+// held and keeps it listed as exited until it is deleted or expires.
+func (s *Server) watch(b *box) {
+	<-b.inst.Done()
+	b.mu.Lock()
+	if b.state != api.StateRunning {
+		b.mu.Unlock()
+		return // being destroyed
+	}
+	b.state = api.StateExited
+	b.mu.Unlock()
+	s.log.Warn("sandbox died on its own", "id", b.id, "pid", b.inst.Pid())
+	if err := b.inst.Destroy(); err != nil {
+		s.log.Error("clean up dead sandbox", "id", b.id, "err", err)
+	}
+	b.release()
+}
+
+// destroy kills b, frees what it held and removes it from the table. Calls
+// after the first wait for it to finish.
+func (s *Server) destroy(b *box, why string) {
+	b.destroyOnce.Do(func() {
+		b.mu.Lock()
+		b.state = api.StateStopping
+		b.mu.Unlock()
+		if err := b.inst.Destroy(); err != nil {
+			s.log.Error("destroy sandbox", "id", b.id, "err", err)
+		}
+		b.release()
+		s.mu.Lock()
+		delete(s.boxes, b.id)
+		s.mu.Unlock()
+		s.log.Info("sandbox destroyed", "id", b.id, "why", why)
+	})
+}
+
+// lookup finds the sandbox a request names.
+func (s *Server) lookup(r *http.Request) (*box, error) {
+	id := r.PathValue("id")
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	if b == nil {
+		return nil, fmt.Errorf("%w %q (list them with GET /v1/sandboxes)", ErrNoSandbox, id)
+	}
+	return b, nil
+}
+
+// use finds a running sandbox for an exec or file request and marks it
+// busy until done is called; both count as activity for the idle timeout.
+func (s *Server) use(r *http.Request) (b *box, done func(), err error) {
+	if b, err = s.lookup(r); err != nil {
+		return nil, nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != api.StateRunning {
+		return nil, nil, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, b.id, b.state)
+	}
+	b.busy++
+	b.lastActive = time.Now()
+	return b, func() {
+		b.mu.Lock()
+		b.busy--
+		b.lastActive = time.Now()
+		b.mu.Unlock()
+	}, nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	s.mu.Lock()
+	boxes := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		boxes = append(boxes, b)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(boxes, func(x, y *box) int {
+		if c := x.created.Compare(y.created); c != 0 {
+			return c
+		}
+		return strings.Compare(x.id, y.id)
+	})
+	list := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(boxes))}
+	for _, b := range boxes {
+		list.Sandboxes = append(list.Sandboxes, b.info())
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, b.info())
+	return nil
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	s.destroy(b, "deleted")
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// expireLoop destroys sandboxes whose TTL or idle timeout ran out.
+func (s *Server) expireLoop() {
+	t := time.NewTicker(s.cfg.ExpiryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			var due []*box
+			var whys []string
+			for _, b := range s.boxes {
+				if why, ok := b.expire(now); ok {
+					due, whys = append(due, b), append(whys, why)
+				}
+			}
+			s.mu.Unlock()
+			for i, b := range due {
+				s.metrics.expired.WithLabelValues(whys[i]).Inc()
+				go s.destroy(b, "expired: "+whys[i])
+			}
+		}
+	}
+}
+
+// countStates counts the sandboxes in each state, for metrics.
+func (s *Server) countStates() map[api.State]int {
+	s.mu.Lock()
+	boxes := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		boxes = append(boxes, b)
+	}
+	s.mu.Unlock()
+	counts := map[api.State]int{}
+	for _, b := range boxes {
+		b.mu.Lock()
+		counts[b.state]++
+		b.mu.Unlock()
+	}
+	return counts
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
