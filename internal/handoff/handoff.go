@@ -143,7 +143,7 @@ func Dial(socket string, req Request, stdio [3]*os.File) (*Session, error) {
 	for i, f := range stdio {
 		fds[i] = int(f.Fd())
 	}
-	if err := unix.Sendmsg(connFD(conn), []byte{0}, unix.UnixRights(fds...), nil, 0); err != nil {
+	if err := sendStdio(conn, fds); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("hand stdio to the daemon: %w", err)
 	}
@@ -163,14 +163,65 @@ func Dial(socket string, req Request, stdio [3]*os.File) (*Session, error) {
 	return s, nil
 }
 
-func connFD(c *net.UnixConn) int {
-	raw, err := c.SyscallConn()
+// receiveStdio waits (at most stdioTimeout) for the client's one byte and
+// its three descriptors. The socket is non-blocking under Go's poller, so
+// the receive goes through RawConn.Read, which parks until it is readable.
+func receiveStdio(conn *net.UnixConn) ([]int, error) {
+	conn.SetReadDeadline(time.Now().Add(stdioTimeout))
+	defer conn.SetReadDeadline(time.Time{})
+	raw, err := conn.SyscallConn()
 	if err != nil {
-		return -1
+		return nil, err
 	}
-	fd := -1
-	raw.Control(func(f uintptr) { fd = int(f) })
-	return fd
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	var oobn int
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		_, oobn, _, _, rerr = unix.Recvmsg(int(fd), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("receive stdio: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, errors.New("receive stdio: no descriptors")
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 3 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("receive stdio: %d descriptors, want 3", len(fds))
+	}
+	return fds, nil
+}
+
+// stdioTimeout bounds the wait for a client's descriptors after the upgrade.
+const stdioTimeout = 10 * time.Second
+
+// sendStdio sends one byte carrying fds, through Go's poller.
+func sendStdio(conn *net.UnixConn, fds []int) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte{0}, unix.UnixRights(fds...), nil, 0)
+		return serr != unix.EAGAIN
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 func (s *Session) read() (Frame, error) {
@@ -221,24 +272,8 @@ type Runner interface {
 // killed. errFrame turns a start error into the error sent back.
 func Serve(conn *net.UnixConn, br *bufio.Reader, start func(stdio [3]*os.File) (Runner, Started, error), errFrame func(error) *api.Error) {
 	defer conn.Close()
-	var b [1]byte
-	oob := make([]byte, unix.CmsgSpace(3*4))
-	_, oobn, _, _, err := unix.Recvmsg(connFD(conn), b[:], oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil || oobn == 0 {
-		return
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
+	fds, err := receiveStdio(conn)
 	if err != nil {
-		return
-	}
-	if len(fds) != 3 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
 		return
 	}
 	var stdio [3]*os.File

@@ -122,6 +122,11 @@ func childMain(p *program) {
 	if pid == 0 {
 		commandMain(p)
 	}
+	// The parent learns the command's pid (a host pid when this is an
+	// exec's reaper outside the sandbox's pid namespace): it kills the
+	// command's process group by it.
+	p.cmdPid = int32(pid)
+	syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.cmdPid)), 4)
 	// PID 1 keeps only the status pipe: closing the error pipe lets the
 	// parent see EOF once the command's execve closes the last copy.
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotStatus-1, 0)

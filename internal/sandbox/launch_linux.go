@@ -9,6 +9,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +25,7 @@ type Launched struct {
 	sb        *Sandbox
 	statusFD  int
 	pidfd     int
+	hostPid   int // the command's pid on the host, which names its process group
 	started   time.Time
 	oomBefore int64
 
@@ -82,6 +86,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 		return nil, err
 	case tag == launchStarted && fd >= 0:
 		l.pidfd = fd
+		l.hostPid = pidOfPidfd(fd)
 	case tag == launchExecFailed:
 		unix.Close(statusFD)
 		return nil, fmt.Errorf("%w: fork the command: %v", ErrSetup, syscall.Errno(value))
@@ -146,14 +151,34 @@ func (l *Launched) readReport() (tag, value int32, fd int, err error) {
 
 var errEOF = errors.New("end of reports")
 
-// Signal sends sig to the command.
+// Signal sends sig to the command; SIGKILL takes its process group too
+// (the command is a session leader), so its children die with it.
 func (l *Launched) Signal(sig syscall.Signal) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pidfd < 0 {
 		return unix.ESRCH
 	}
+	if sig == unix.SIGKILL && l.hostPid > 0 && unix.PidfdSendSignal(l.pidfd, 0, nil, 0) == nil {
+		// Still alive, so its number still names its group.
+		unix.Kill(-l.hostPid, unix.SIGKILL)
+	}
 	return unix.PidfdSendSignal(l.pidfd, sig, nil, 0)
+}
+
+// pidOfPidfd reads the pid a pidfd refers to, in tine's pid namespace.
+func pidOfPidfd(fd int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, _ := strconv.Atoi(strings.TrimSpace(v))
+			return pid
+		}
+	}
+	return 0
 }
 
 func (l *Launched) enforceTimeout(d time.Duration) {

@@ -210,6 +210,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		}
 		return fail(err)
 	}
+	pr.readCmdPid()
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
 	if e.Timeout > 0 {

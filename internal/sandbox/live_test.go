@@ -195,3 +195,46 @@ func TestLaunchThroughPID1(t *testing.T) {
 		t.Fatalf("launch after destroy: %v", err)
 	}
 }
+
+// hostProcsWith counts host processes whose command line contains marker.
+func hostProcsWith(marker string) int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), marker) {
+			n++
+		}
+	}
+	return n
+}
+
+// A killed (timed-out) exec takes its children with it, on both paths.
+func TestKilledExecTakesItsChildren(t *testing.T) {
+	require.Root(t)
+	sb, err := Create(&Spec{Seccomp: seccomp.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	for _, how := range []string{"exec", "launch"} {
+		marker := fmt.Sprintf("1000.%d%d", time.Now().UnixNano()%1000, len(how))
+		e := &ExecSpec{Args: []string{"sh", "-c", "sleep " + marker + " & sleep " + marker + "; echo done"}, Timeout: 300 * time.Millisecond}
+		var o *Outcome
+		if how == "exec" {
+			_, o = execOutput(t, sb, e)
+		} else {
+			_, o, _ = launchOutput(t, sb, e)
+		}
+		if o.Reason != "timeout" {
+			t.Fatalf("%s: outcome %+v, want timeout", how, o)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for hostProcsWith(marker) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := hostProcsWith(marker); n > 0 {
+			t.Errorf("%s: %d children of the killed command survive", how, n)
+		}
+	}
+}

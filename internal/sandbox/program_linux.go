@@ -36,6 +36,7 @@ type program struct {
 	what []string
 
 	report  childReport
+	cmdPid  int32
 	status  int32
 	waitSet uint64
 	siginfo [128]byte

@@ -64,6 +64,9 @@ type Process struct {
 	tty *os.File
 	// launchFD is a live sandbox's end of its PID 1's launch socket.
 	launchFD int
+	// cmdPid is the command's pid as the reaper saw it: for an exec, a
+	// host pid, which also names the command's process group.
+	cmdPid int
 
 	// sandbox is the live sandbox an exec runs in (nil for a sandbox's own
 	// PID 1); oomBefore its OOM-kill count when the exec started.
@@ -250,6 +253,9 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	if err := ch.awaitExec(pg, pr, s.Args); err != nil {
 		return nil, err
+	}
+	if len(plan.Argv) > 0 {
+		pr.readCmdPid()
 	}
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
@@ -519,8 +525,13 @@ func writeIDMaps(pid int) error {
 	return nil
 }
 
-// Signal forwards sig to the sandbox's PID 1, which passes it to the command.
+// Signal forwards sig to the sandbox's PID 1 (or an exec's reaper), which
+// passes it to the command. SIGKILL ends the whole sandbox of a one-shot
+// run, and an exec's command with its process group.
 func (p *Process) Signal(sig syscall.Signal) error {
+	if sig == unix.SIGKILL {
+		p.killGroup()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pidfd >= 0 {
@@ -534,9 +545,31 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return unix.Kill(p.pid, sig)
 }
 
-// kill ends the whole sandbox: SIGKILL to its PID 1 takes the pid
-// namespace, and so every process in it, down.
+// kill ends the command (see Signal).
 func (p *Process) kill() { p.Signal(unix.SIGKILL) }
+
+// killGroup kills an exec's command and its process group (the command is
+// a session leader). An exec's reaper lives outside the sandbox's pid
+// namespace, so killing it alone would leave the command's children
+// running; whatever left the group dies with the sandbox.
+func (p *Process) killGroup() {
+	if p.sandbox == nil || p.cmdPid <= 0 {
+		return
+	}
+	select {
+	case <-p.exited: // reaped: the group is gone, the number may be reused
+	default:
+		unix.Kill(-p.cmdPid, unix.SIGKILL)
+	}
+}
+
+// readCmdPid reads the pid the reaper reports first on the status pipe.
+func (p *Process) readCmdPid() {
+	var pid int32
+	if n, _ := readFull(p.statusR, (*[4]byte)(unsafe.Pointer(&pid))[:]); n == 4 {
+		p.cmdPid = int(pid)
+	}
+}
 
 func (p *Process) enforceTimeout(d time.Duration) {
 	t := time.NewTimer(d)

@@ -8,12 +8,10 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/handoff"
 	"github.com/tine-run/tine/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // run takes a one-shot run handed over by `tine run` (protocol in
@@ -65,20 +63,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 	if sw, ok := w.(*statusWriter); ok {
 		sw.status = http.StatusSwitchingProtocols // for the latency metric
 	}
-	// handoff.Serve receives the descriptors with a plain recvmsg, and the
-	// socket is non-blocking: wait until they arrived.
-	if err := awaitReadable(uc, handoffTimeout); err != nil {
-		s.log.Debug("hand-off: no descriptors came", "err", err)
-		uc.Close()
-		return nil
-	}
 	start := func(stdio [3]*os.File) (handoff.Runner, handoff.Started, error) {
 		spec.Stdio = stdio
 		run, pooled, err := s.rt.Run(spec)
 		switch {
 		case errors.Is(err, sandbox.ErrNotFound):
-			// As in-process: a line on the run's stderr and exit 127.
-			fmt.Fprintf(stdio[2], "tine: %s: not found in sandbox\n", spec.Args[0])
+			// As in-process: tine run prints the line and exits 127.
 			return endedRun{&sandbox.Outcome{ExitCode: 127, Reason: "not-found"}}, handoff.Started{Pooled: pooled}, nil
 		case errors.Is(err, sandbox.ErrPermission):
 			fmt.Fprintf(stdio[2], "tine: %s: permission denied in sandbox\n", spec.Args[0])
@@ -94,30 +84,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 		return body
 	})
 	return nil
-}
-
-// handoffTimeout bounds the wait for a hand-off's descriptors.
-const handoffTimeout = 30 * time.Second
-
-// awaitReadable waits, through the runtime's poller, until c has data to
-// read (without consuming it) or timeout passes.
-func awaitReadable(c *net.UnixConn, timeout time.Duration) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	c.SetReadDeadline(time.Now().Add(timeout))
-	defer c.SetReadDeadline(time.Time{})
-	var b [1]byte
-	var peekErr error
-	err = raw.Read(func(fd uintptr) bool {
-		_, _, peekErr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return peekErr != unix.EAGAIN
-	})
-	if err != nil {
-		return err
-	}
-	return peekErr
 }
 
 // endedRun is a run that ended before it began: its command could not be
