@@ -195,19 +195,21 @@ func reap(p *program, cmd uintptr) {
 // Launching (a live sandbox's PID 1). The parent sends one SOCK_SEQPACKET
 // message per command on the launch socket: a header (launchHeader), then
 // NUL-terminated strings — the working directory, the argv, the
-// environment, the execve candidates — and four descriptors: the command's
-// stdin, stdout, stderr, and a SOCK_SEQPACKET status socket. PID 1 forks
-// the command (which inherits the sandbox's namespaces, cgroup and walls,
-// so nothing is joined, placed or applied again) and reports on the status
-// socket, in 8-byte launchReport messages: launchStarted with a pidfd of
-// the command, then launchExitStatus with its wait status. The command
-// reports launchExecFailed itself when no candidate could be exec'd.
+// environment, the execve candidates — and five descriptors: the command's
+// stdin, stdout, stderr, a SOCK_SEQPACKET status socket, and the write end
+// of an exec-check pipe. PID 1 forks the command (which inherits the
+// sandbox's namespaces, cgroup and walls, so nothing is joined, placed or
+// applied again) and reports on the status socket, in 8-byte launchReport
+// messages: launchStarted with a pidfd of the command, then
+// launchExitStatus with its wait status. Only the command holds the
+// exec-check pipe, close-on-exec: EOF there means it was exec'd, a
+// launchExecFailed report that no candidate could be.
 
 const (
 	launchMaxMessage = 64 << 10
 	launchMaxStrings = 2048 // argv + env + candidates + 1
 	launchMaxRunning = 256
-	launchFDs        = 4
+	launchFDs        = 5
 )
 
 // launchHeader starts a launch message.
@@ -229,7 +231,7 @@ const (
 // launchState is PID 1's own memory for serving launches.
 type launchState struct {
 	buf     [launchMaxMessage]byte
-	control [64]byte // CmsgSpace(4 * launchFDs)
+	control [64]byte // >= CmsgSpace(4 * launchFDs)
 	iov     unix.Iovec
 	msg     unix.Msghdr
 	ptrs    [launchMaxStrings + 3]uintptr // argv, NULL, envp, NULL
@@ -395,7 +397,7 @@ func launch(p *program, l *launchState) {
 	if e == 0 {
 		syscall.RawSyscall(syscall.SYS_CLOSE, pidfd, 0, 0)
 	}
-	for i := 0; i < 3; i++ {
+	for _, i := range [...]int{0, 1, 2, 4} {
 		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
 	}
 	for i := 0; i < launchMaxRunning; i++ {
@@ -416,8 +418,8 @@ func launchedMain(l *launchState, fds *[launchFDs]int32, workdir uintptr, argv, 
 	for i := 0; i < 3; i++ {
 		syscall.RawSyscall(unix.SYS_DUP3, uintptr(fds[i]), uintptr(i), 0)
 	}
-	// The status socket stays, close-on-exec, for an exec failure report.
-	syscall.RawSyscall(unix.SYS_DUP3, uintptr(fds[3]), 3, unix.O_CLOEXEC)
+	// The exec-check pipe stays, close-on-exec, for an exec failure report.
+	syscall.RawSyscall(unix.SYS_DUP3, uintptr(fds[4]), 3, unix.O_CLOEXEC)
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0)>>1, 0)
 	for sig := uintptr(1); sig <= 64; sig++ {
 		if sig != uintptr(syscall.SIGKILL) && sig != uintptr(syscall.SIGSTOP) {

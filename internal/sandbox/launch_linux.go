@@ -34,9 +34,9 @@ type Launched struct {
 	timedOut bool
 }
 
-// Launch starts e in the sandbox through its PID 1. Unlike Exec it cannot
-// give the command a terminal; a command that cannot be exec'd is reported
-// by Wait (ErrNotFound, ErrPermission).
+// Launch starts e in the sandbox through its PID 1 and returns once the
+// command was exec'd (ErrNotFound, ErrPermission otherwise). Unlike Exec it
+// cannot give the command a terminal.
 func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if len(e.Args) == 0 || e.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
@@ -59,6 +59,13 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 		return nil, fmt.Errorf("status socket: %w", err)
 	}
 	statusFD, childEnd := pair[0], pair[1]
+	checkR, checkW, err := os.Pipe()
+	if err != nil {
+		unix.Close(statusFD)
+		unix.Close(childEnd)
+		return nil, err
+	}
+	defer checkR.Close()
 	stdio := stdioFDs(e.Stdio)
 	l := &Launched{sb: sb, statusFD: statusFD, pidfd: -1, done: make(chan struct{})}
 	if g := sb.init.group; g != nil {
@@ -67,10 +74,11 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	sb.init.mu.Lock()
 	launchFD := sb.init.launchFD
 	if launchFD >= 0 {
-		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(stdio[0], stdio[1], stdio[2], childEnd), nil, 0)
+		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(stdio[0], stdio[1], stdio[2], childEnd, int(checkW.Fd())), nil, 0)
 	}
 	sb.init.mu.Unlock()
 	unix.Close(childEnd)
+	checkW.Close()
 	if launchFD < 0 {
 		unix.Close(statusFD)
 		return nil, ErrSandboxGone
@@ -93,6 +101,18 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	default:
 		unix.Close(statusFD)
 		return nil, fmt.Errorf("%w: unexpected report %d from the sandbox", ErrSetup, tag)
+	}
+	// EOF on the exec-check pipe: exec'd; a report: no candidate worked.
+	var rep childReport
+	if n, _ := readFull(checkR, (*[unsafe.Sizeof(rep)]byte)(unsafe.Pointer(&rep))[:]); n == int(unsafe.Sizeof(rep)) {
+		l.Wait() // collect the exit, close everything
+		switch syscall.Errno(rep.errno) {
+		case unix.ENOENT, unix.ENOTDIR:
+			return nil, fmt.Errorf("%s: %w", e.Args[0], ErrNotFound)
+		case unix.EACCES, unix.EPERM:
+			return nil, fmt.Errorf("%s: %w", e.Args[0], ErrPermission)
+		}
+		return nil, fmt.Errorf("%w: exec %s: %v", ErrSetup, e.Args[0], syscall.Errno(rep.errno))
 	}
 	l.started = time.Now()
 	if e.Timeout > 0 {
@@ -194,11 +214,9 @@ func (l *Launched) enforceTimeout(d time.Duration) {
 	}
 }
 
-// Wait waits for the command and returns its outcome; ErrNotFound or
-// ErrPermission (with the outcome) when it could not be exec'd.
+// Wait waits for the command and returns its outcome.
 func (l *Launched) Wait() (*Outcome, error) {
 	var status unix.WaitStatus
-	execErr := syscall.Errno(0)
 	gotStatus := false
 	for !gotStatus {
 		tag, value, fd, err := l.readReport()
@@ -208,10 +226,7 @@ func (l *Launched) Wait() (*Outcome, error) {
 		if err != nil {
 			break // PID 1 died: the sandbox was destroyed
 		}
-		switch tag {
-		case launchExecFailed:
-			execErr = syscall.Errno(value)
-		case launchExitStatus:
+		if tag == launchExitStatus {
 			status, gotStatus = unix.WaitStatus(value), true
 		}
 	}
@@ -235,13 +250,6 @@ func (l *Launched) Wait() (*Outcome, error) {
 	switch {
 	case timedOut:
 		o.ExitCode, o.Reason = 124, "timeout"
-	case execErr != 0:
-		o.ExitCode, o.Reason = 127, "not-found"
-		if execErr == unix.ENOENT || execErr == unix.ENOTDIR {
-			return o, ErrNotFound
-		}
-		o.ExitCode = 126
-		return o, ErrPermission
 	case !gotStatus:
 		o.ExitCode, o.Reason, o.Signal = 137, "signal", int(unix.SIGKILL)
 	case status.Signaled():
@@ -254,3 +262,6 @@ func (l *Launched) Wait() (*Outcome, error) {
 	}
 	return o, nil
 }
+
+// TTY returns nil: a launched command has no terminal (see Exec).
+func (l *Launched) TTY() *os.File { return nil }

@@ -166,7 +166,7 @@ func TestLaunchThroughPID1(t *testing.T) {
 	if pid <= 1 || pid > 1000 {
 		t.Errorf("launched shell has pid %d: not in the sandbox's pid namespace", pid)
 	}
-	if _, _, err := launchOutput(t, sb, &ExecSpec{Args: []string{"no-such-command"}}); !errors.Is(err, ErrNotFound) {
+	if _, err := sb.Launch(&ExecSpec{Args: []string{"no-such-command"}}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("got %v, want ErrNotFound", err)
 	}
 	_, o, _ = launchOutput(t, sb, &ExecSpec{Args: []string{"sleep", "30"}, Timeout: 100 * time.Millisecond})
