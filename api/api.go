@@ -16,6 +16,8 @@ type Health struct {
 	Version string `json:"version"`
 	// Pid is the daemon's process id.
 	Pid int `json:"pid"`
+	// PoolReady counts sandboxes ready for `tine run` hand-offs.
+	PoolReady int `json:"pool_ready"`
 }
 
 // Feature is one host feature check, as `tine doctor` reports it.

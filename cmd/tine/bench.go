@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -25,11 +26,46 @@ target was missed; 2 the host was loaded or CPU-throttled during the run, so
 the affected figures are NOT MEASURED (run again on a quiet host).`,
 		Args: noArgs,
 	}
-	cmd.AddCommand(newBenchColdCommand())
+	cmd.AddCommand(
+		newSuiteCommand("cold", "Time a one-shot `tine run` of /bin/true and python3 against bare exec, bwrap and unshare",
+			`cold starts /bin/true and /usr/bin/python3 -c pass, each bare (the floor),
+under tine run --memory 512m --pids 256 --cpus 1 in-process, the same handed to
+a tine serve started for the run (with a pool of ready sandboxes), under bwrap
+and under unshare, interleaved, and compares each with bwrap. The targets:
+`+bench.ColdTargets[0].Text+`; `+bench.ColdTargets[1].Text+`.
+A peer that is not installed is reported as not available.`,
+			func(self string) ([]bench.Group, func(), error) {
+				d, err := bench.StartDaemon(self, 2)
+				if err != nil {
+					return bench.ColdGroups(self, "", "not available: "+err.Error()), func() {}, nil
+				}
+				return bench.ColdGroups(self, d.Socket, ""), d.Stop, nil
+			}),
+		newSuiteCommand("api", "Time the daemon's API: create a live sandbox, exec /bin/true, put and get 1 MiB",
+			`api starts a tine serve for the run and measures, through the Go client on
+its unix socket: create→ready of a live sandbox, the round trip of an exec of
+/bin/true (JSON and WebSocket), and a 1 MiB file put and get, each next to a
+floor measured in the same run without tine (fork+exec of /bin/true; a local
+write and read of 1 MiB). The target: `+bench.APITarget.Text+`.`,
+			func(self string) ([]bench.Group, func(), error) {
+				d, err := bench.StartDaemon(self, 0)
+				if err != nil {
+					return nil, nil, err
+				}
+				groups, cleanup, err := bench.APIGroups(d)
+				if err != nil {
+					d.Stop()
+					return nil, nil, err
+				}
+				return groups, func() { cleanup(); d.Stop() }, nil
+			}),
+	)
 	return cmd
 }
 
-func newBenchColdCommand() *cobra.Command {
+// newSuiteCommand makes `tine bench NAME`: flags, run, table, JSON, plots.
+// groups builds the suite for the tine binary at self, and what to clean up.
+func newSuiteCommand(name, short, long string, groups func(self string) ([]bench.Group, func(), error)) *cobra.Command {
 	var (
 		rounds, warmup int
 		jsonPath       string
@@ -37,13 +73,10 @@ func newBenchColdCommand() *cobra.Command {
 		timeout        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "cold [-n N] [--warmup W] [--json FILE] [--plot DIR]",
-		Short: "Time a cold `tine run` of /bin/true and python3 against bare exec, bwrap and unshare",
-		Long: `cold starts /bin/true and /usr/bin/python3 -c pass, each bare (the floor),
-under tine run --memory 512m --pids 256 --cpus 1, under bwrap and under
-unshare, interleaved, and compares each with bwrap. The target: ` + bench.ColdTarget.Text + `.
-A peer that is not installed is reported as not available.`,
-		Args: noArgs,
+		Use:   name + " [-n N] [--warmup W] [--json FILE] [--plot DIR]",
+		Short: short,
+		Long:  long,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rounds < 1 {
 				return usageError{fmt.Sprintf("-n must be at least 1 (got %d)", rounds)}
@@ -55,12 +88,17 @@ A peer that is not installed is reported as not available.`,
 			if err != nil {
 				return fmt.Errorf("find the tine binary to measure: %w", err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			gs, cleanup, err := groups(self)
+			if err != nil {
+				return fmt.Errorf("bench %s: %w", name, err)
+			}
+			defer cleanup()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			opts := bench.Options{Rounds: rounds, Warmup: warmup, Timeout: timeout, Progress: cmd.ErrOrStderr()}
-			report, err := bench.RunSuite(ctx, "cold", bench.ColdGroups(self), opts)
+			report, err := bench.RunSuite(ctx, name, gs, opts)
 			if err != nil {
-				return fmt.Errorf("bench cold: %w", err)
+				return fmt.Errorf("bench %s: %w", name, err)
 			}
 			if err := bench.WriteTable(cmd.OutOrStdout(), report); err != nil {
 				return err

@@ -6,8 +6,12 @@ import (
 	"strings"
 )
 
-// ColdTarget is the bar for starting a sandbox from nothing.
-var ColdTarget = Target{Variant: "tine", MaxRatio: 0.6, Text: "tine run /bin/true p50 at most 0.6x bwrap's p50"}
+// ColdTargets are the bar for a one-shot run, applied to both ways
+// tine runs one: in-process, and handed to a daemon with a ready pool.
+var ColdTargets = []Target{
+	{Variant: "tine", MaxRatio: 0.6, Text: "tine run /bin/true p50 at most 0.6x bwrap's p50 (in-process)"},
+	{Variant: "tine via daemon", MaxRatio: 0.6, Text: "tine run /bin/true p50 at most 0.6x bwrap's p50 (handed to tine serve)"},
+}
 
 // ColdPayloads are what the cold suite starts: the cheapest possible process,
 // and an interpreter that maps and reads a good deal more.
@@ -19,23 +23,28 @@ var ColdPayloads = [][]string{
 
 // ColdGroups is the cold-start suite: per payload, one group that runs it
 // bare (the floor), under tine run with limits (seccomp and Landlock are on
-// by default), under bwrap (the reference) and under unshare. tinePath is the
-// tine binary to measure.
-func ColdGroups(tinePath string) []Group {
+// by default) in-process and handed to the daemon on socket, under bwrap
+// (the reference) and under unshare. tinePath is the tine binary to
+// measure; socket empty (or daemonWhy set) makes the daemon variant
+// unavailable.
+func ColdGroups(tinePath, socket, daemonWhy string) []Group {
+	limits := []string{"--memory", "512m", "--pids", "256", "--cpus", "1", "--"}
 	wrappers := []struct {
 		name   string
 		prefix []string
+		why    string
 	}{
-		{"bare", nil},
-		{"tine", []string{tinePath, "run", "--memory", "512m", "--pids", "256", "--cpus", "1", "--"}},
-		{"bwrap", []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}},
-		{"unshare", []string{"unshare", "-fpmn", "--mount-proc"}},
+		{"bare", nil, ""},
+		{"tine", slices.Concat([]string{tinePath, "run", "--in-process"}, limits), ""},
+		{"tine via daemon", slices.Concat([]string{tinePath, "run", "--socket", socket}, limits), daemonWhy},
+		{"bwrap", []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}, ""},
+		{"unshare", []string{"unshare", "-fpmn", "--mount-proc"}, ""},
 	}
 	var groups []Group
 	for _, payload := range ColdPayloads {
 		g := Group{Name: strings.Join(payload, " "), Reference: "bwrap", Subject: "tine"}
 		if payload[0] == "/bin/true" {
-			g.Targets = []Target{ColdTarget}
+			g.Targets = ColdTargets
 		}
 		var missing string
 		if _, err := os.Stat(payload[0]); err != nil {
@@ -43,6 +52,9 @@ func ColdGroups(tinePath string) []Group {
 		}
 		for _, w := range wrappers {
 			v := Variant{Name: w.name, Argv: slices.Concat(w.prefix, payload), Unavailable: missing}
+			if w.why != "" {
+				v.Unavailable = w.why
+			}
 			if w.prefix != nil {
 				// Only a wrapper that ran the payload and passed its
 				// status on exits 7 here.

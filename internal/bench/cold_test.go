@@ -6,7 +6,7 @@ import (
 )
 
 func TestColdGroups(t *testing.T) {
-	groups := ColdGroups("/opt/tine")
+	groups := ColdGroups("/opt/tine", "/tmp/x/tine.sock", "")
 	if len(groups) != len(ColdPayloads) {
 		t.Fatalf("%d groups for %d payloads", len(groups), len(ColdPayloads))
 	}
@@ -25,15 +25,24 @@ func TestColdGroups(t *testing.T) {
 				t.Errorf("%s/%s: only the bare payload goes unverified", g.Name, v.Name)
 			}
 		}
-		if !slices.Equal(names, []string{"bare", "tine", "bwrap", "unshare"}) {
+		if !slices.Equal(names, []string{"bare", "tine", "tine via daemon", "bwrap", "unshare"}) {
 			t.Errorf("%s: variants %v", g.Name, names)
 		}
 		tine := g.Variants[1].Argv
-		if want := []string{"/opt/tine", "run", "--memory", "512m", "--pids", "256", "--cpus", "1", "--"}; !slices.Equal(tine[:len(want)], want) {
+		if want := []string{"/opt/tine", "run", "--in-process", "--memory", "512m", "--pids", "256", "--cpus", "1", "--"}; !slices.Equal(tine[:len(want)], want) {
 			t.Errorf("tine variant %q, want it to start %q", tine, want)
 		}
+		viaDaemon := g.Variants[2].Argv
+		if want := []string{"/opt/tine", "run", "--socket", "/tmp/x/tine.sock", "--memory"}; !slices.Equal(viaDaemon[:len(want)], want) {
+			t.Errorf("daemon variant %q, want it to start %q", viaDaemon, want)
+		}
 	}
-	if len(groups[0].Targets) != 1 || groups[0].Targets[0] != ColdTarget || len(groups[1].Targets) != 0 {
-		t.Errorf("the 0.6x target belongs to /bin/true only")
+	if !slices.Equal(groups[0].Targets, ColdTargets) || len(groups[1].Targets) != 0 {
+		t.Errorf("the 0.6x targets belong to /bin/true only")
+	}
+	for _, v := range ColdGroups("/opt/tine", "", "not available: no daemon")[0].Variants {
+		if v.Name == "tine via daemon" && v.Unavailable == "" {
+			t.Errorf("without a daemon the daemon variant must be unavailable")
+		}
 	}
 }

@@ -19,6 +19,9 @@ type Variant struct {
 	Argv []string
 	// Func, when set, is timed instead of Argv.
 	Func func(context.Context) error
+	// After, when set, runs after each timed Func call, untimed (e.g. to
+	// delete what Func created).
+	After func(context.Context) error
 	// Verify, when set, runs once before the warm-ups and must prove that
 	// the variant really does the work (a stub that exits 0 at once would
 	// otherwise post the best time). An error marks the variant failed.

@@ -35,6 +35,8 @@ func (f *fakeRuntime) Run(s *sandbox.Spec) (handoff.Runner, bool, error) {
 
 func (f *fakeRuntime) Close() {}
 
+func (f *fakeRuntime) PoolReady() int { return 0 }
+
 type fakeInstance struct {
 	root      string
 	done      chan struct{}

@@ -12,7 +12,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	if s.isClosing() {
 		return ErrShuttingDown
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: api.Version, Pid: os.Getpid()})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: api.Version, Pid: os.Getpid(), PoolReady: s.rt.PoolReady()})
 	return nil
 }
 

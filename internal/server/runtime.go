@@ -18,6 +18,8 @@ type Runtime interface {
 	// Run starts a one-shot run (a `tine run` handed to the daemon);
 	// pooled says a ready sandbox took it.
 	Run(s *sandbox.Spec) (run handoff.Runner, pooled bool, err error)
+	// PoolReady counts the sandboxes ready for runs.
+	PoolReady() int
 	// Close frees what the runtime keeps ready.
 	Close()
 }
@@ -67,6 +69,8 @@ func (r liveRuntime) Run(s *sandbox.Spec) (handoff.Runner, bool, error) {
 }
 
 func (r liveRuntime) Close() { r.pool.Close() }
+
+func (r liveRuntime) PoolReady() int { return r.pool.Ready() }
 
 func (liveRuntime) Create(s *sandbox.Spec) (Instance, error) {
 	sb, err := sandbox.Create(s)
