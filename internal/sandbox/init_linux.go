@@ -115,12 +115,10 @@ func childMain(p *program) {
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotLaunch+1, ^uintptr(0)>>1, 0)
 		serve(p)
 	}
-	pid, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	p.vfork.kind = vforkCommand
+	pid, e := forkCommand(&p.vfork)
 	if e != 0 {
-		report(p, failClone, e, 1)
-	}
-	if pid == 0 {
-		commandMain(p)
+		report(p, failClone, syscall.Errno(e), 1)
 	}
 	// The parent learns the command's pid (a host pid when this is an
 	// exec's reaper outside the sandbox's pid namespace): it kills the
@@ -375,15 +373,14 @@ func launch(p *program, l *launchState) {
 	l.ptrs[envp-1] = 0
 	l.ptrs[cand-1] = 0
 
-	pid, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
-	if e != 0 {
-		l.report = launchReport{tag: launchExecFailed, value: int32(e)}
+	v := &p.vfork
+	v.kind, v.workdir, v.argv, v.envp, v.cand, v.ncand = vforkLaunched, workdir, argv, envp, cand, int(h.ncand)
+	pid, errno := forkCommand(v)
+	if errno != 0 {
+		l.report = launchReport{tag: launchExecFailed, value: int32(errno)}
 		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(status), uintptr(unsafe.Pointer(&l.report)), 8)
 		closeFDs(fds)
 		return
-	}
-	if pid == 0 {
-		launchedMain(l, fds, workdir, argv, envp, cand, int(h.ncand))
 	}
 	// Tell the parent, with a pidfd it can signal the command by.
 	pidfd, _, e := syscall.RawSyscall(unix.SYS_PIDFD_OPEN, pid, 0, 0)
@@ -407,6 +404,37 @@ func launch(p *program, l *launchState) {
 		}
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(status), 0, 0) // table full: no status report
+}
+
+// vforkArgs is what forkCommand's child runs: PID 2 of a one-shot sandbox
+// (commandMain) or a launched command (launchedMain). The parent sets the
+// pointers before the clone; the child side writes only numbers.
+type vforkArgs struct {
+	kind                    int
+	p                       *program
+	stack                   *[vforkStackSize]byte
+	workdir                 uintptr
+	argv, envp, cand, ncand int
+}
+
+const (
+	vforkCommand = iota
+	vforkLaunched
+)
+
+// vforkStackSize is the stack the forked child runs on before execve.
+const vforkStackSize = 64 << 10
+
+// vforkChild is where forkCommand's child starts. It never returns.
+//
+//go:nosplit
+//go:norace
+func vforkChild(a *vforkArgs) {
+	if a.kind == vforkLaunched {
+		l := a.p.launch
+		launchedMain(l, (*[launchFDs]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)])), a.workdir, a.argv, a.envp, a.cand, a.ncand)
+	}
+	commandMain(a.p)
 }
 
 // launchedMain is a launched command's process before execve.

@@ -44,6 +44,8 @@ type program struct {
 	// A live sandbox's PID 1 launches commands (serve); these are its
 	// buffers, in memory it owns after the clone.
 	launch *launchState
+	// vfork is what the command's process starts from (forkCommand).
+	vfork vforkArgs
 
 	// keep holds what the ops point at, so it outlives the clone.
 	keep []any
@@ -108,6 +110,13 @@ func (pg *program) addSetup(what string, o op) {
 	pg.what = append(pg.what, what)
 }
 
+func newProgram() *program {
+	pg := &program{}
+	pg.vfork.p = pg
+	pg.vfork.stack = new([vforkStackSize]byte)
+	return pg
+}
+
 // command is what PID 2 (or an exec's command process) runs.
 type command struct {
 	argv, env, candidates []string
@@ -124,7 +133,7 @@ func (p *Plan) command() *command {
 
 // compileBoot turns plan p into the program of a new sandbox's PID 1.
 func compileBoot(p *Plan, in inputs) (*program, error) {
-	pg := &program{}
+	pg := newProgram()
 	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	pg.moveDescriptors(in)
 	if in.userns {
@@ -183,7 +192,7 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 // pid namespace; the child stays outside it, reaping the command and
 // forwarding signals, and dies with tine like PID 1 does.
 func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
-	pg := &program{}
+	pg := newProgram()
 	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	pg.moveDescriptors(in)
 	pg.addRelease(false)
