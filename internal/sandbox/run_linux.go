@@ -64,6 +64,9 @@ type Process struct {
 	tty *os.File
 	// launchFD is a live sandbox's end of its PID 1's launch socket.
 	launchFD int
+	// prog is the program the sandbox's first process runs; it may share
+	// tine's memory (cloneSandbox), so it must outlive that process.
+	prog *program
 	// cmdPid is the command's pid as the reaper saw it: for an exec, a
 	// host pid, which also names the command's process group.
 	cmdPid int
@@ -214,7 +217,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
-	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
+	pr.pid, pr.pidfd, pr.statusR, pr.prog = pid, pidfd, ch.statusR, pg
 	undo = append(undo, func() { pr.kill(); pr.reapQuietly() })
 
 	if rootless {
@@ -480,14 +483,14 @@ func cloneChild(pg *program, flags uint64, cgroupFD int) (pid, pidfd int, err er
 		args.flags |= unix.CLONE_INTO_CGROUP
 		args.cgroup = uint64(cgroupFD)
 	}
-	r, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args), 0)
+	r, errno := cloneSandbox(&args, pg)
 	if errno == unix.ENOSYS && cgroupFD < 0 {
-		// Kernels before 5.3: plain clone, no pidfd.
+		// Kernels before 5.3: plain clone (a copy of tine's memory), no pidfd.
 		pidfd32 = -1
 		r, _, errno = unix.RawSyscall6(unix.SYS_CLONE, uintptr(flags)|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
-	}
-	if errno == 0 && r == 0 {
-		childMain(pg) // the child: never returns
+		if errno == 0 && r == 0 {
+			childMain(pg) // the child: never returns
+		}
 	}
 	unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
 	if errno != 0 {
