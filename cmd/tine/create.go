@@ -70,20 +70,8 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
 	s := &api.SandboxSpec{RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode, Network: f.network}
 	var err error
-	if f.memory != "" {
-		if s.Limits.MemoryBytes, err = parseSize("memory", f.memory); err != nil {
-			return nil, err
-		}
-	}
-	if f.cpus != "" {
-		if s.Limits.CPUs, err = parseCPUs(f.cpus); err != nil {
-			return nil, err
-		}
-	}
-	if f.pids != "" {
-		if s.Limits.Pids, err = parseCount("pids", f.pids); err != nil {
-			return nil, err
-		}
+	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
+		return nil, err
 	}
 	if s.DiskBytes, err = parseSize("disk", f.disk); err != nil {
 		return nil, err

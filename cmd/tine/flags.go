@@ -73,3 +73,21 @@ func parseCount(flag, s string) (int64, error) {
 	}
 	return n, nil
 }
+
+// parseLimits parses --memory, --cpus and --pids; an empty flag means no limit.
+func parseLimits(memory, cpus, pids string) (memBytes int64, cores float64, maxPids int64, err error) {
+	if memory != "" {
+		if memBytes, err = parseSize("memory", memory); err != nil {
+			return
+		}
+	}
+	if cpus != "" {
+		if cores, err = parseCPUs(cpus); err != nil {
+			return
+		}
+	}
+	if pids != "" {
+		maxPids, err = parseCount("pids", pids)
+	}
+	return
+}

@@ -83,20 +83,8 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 	s := &sandbox.Spec{Args: args, RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname}
 	var err error
-	if f.memory != "" {
-		if s.Limits.MemoryBytes, err = parseSize("memory", f.memory); err != nil {
-			return nil, err
-		}
-	}
-	if f.cpus != "" {
-		if s.Limits.CPUs, err = parseCPUs(f.cpus); err != nil {
-			return nil, err
-		}
-	}
-	if f.pids != "" {
-		if s.Limits.Pids, err = parseCount("pids", f.pids); err != nil {
-			return nil, err
-		}
+	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
+		return nil, err
 	}
 	if f.timeout != "" {
 		if s.Timeout, err = parseDuration("timeout", f.timeout); err != nil {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // tineBin is the binary TestMain built.
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		bin, err := buildTine(dir)
+		bin, err := testbin.Build(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "api:", err)
 			return 1
@@ -54,28 +54,6 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
-}
-
-func buildTine(dir string) (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goTool, "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("go env GOMOD: not inside the tine module (got %q)", gomod)
-	}
-	bin := filepath.Join(dir, "tine")
-	build := exec.Command(goTool, "build", "-o", bin, "./cmd/tine")
-	build.Dir = filepath.Dir(gomod)
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/tine: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // daemon is one `tine serve` process.

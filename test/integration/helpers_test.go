@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // tineBin is the tine binary TestMain built for this run.
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 	os.Chmod(dir, 0o755)
 	code := func() int {
 		defer os.RemoveAll(dir)
-		bin, err := buildTine(dir)
+		bin, err := testbin.Build(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "integration:", err)
 			return 1
@@ -58,29 +58,6 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
-}
-
-// buildTine builds ./cmd/tine from the module root into dir.
-func buildTine(dir string) (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goTool, "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("go env GOMOD: not inside the tine module (got %q)", gomod)
-	}
-	bin := filepath.Join(dir, "tine")
-	build := exec.Command(goTool, "build", "-o", bin, "./cmd/tine")
-	build.Dir = filepath.Dir(gomod)
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/tine: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // harness drives tine for one test and checks for leftovers at its end.
