@@ -230,6 +230,10 @@ func TestConcurrent(t *testing.T) {
 }
 
 func TestGoAndProcess(t *testing.T) {
+	// CPU time is counted in clock ticks (10 ms): use a few first, so a
+	// fresh test process does not read 0.
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
+	}
 	r := NewRegistry()
 	r.MustRegister(NewGoCollector(), NewProcessCollector())
 	fams, err := r.Gather()
