@@ -39,37 +39,3 @@ child:
 	MOVQ	$231, AX	// SYS_exit_group
 	SYSCALL
 	RET
-
-// func clone3VM(args *cloneArgs, size uintptr, a *vforkArgs) (pid uintptr, errno uintptr)
-//
-// clone3 for a sandbox's first process, which shares tine's memory (the
-// caller puts CLONE_VM and a stack of the program's own in args): the child
-// starts on that stack in vforkChild(a) and never returns; the caller goes
-// on at once. No page tables are copied.
-TEXT ·clone3VM(SB),NOSPLIT,$0-40
-	MOVQ	args+0(FP), DI
-	MOVQ	size+8(FP), SI
-	MOVQ	a+16(FP), R12
-	MOVQ	$435, AX	// SYS_clone3
-	SYSCALL
-	CMPQ	AX, $0
-	JEQ	child3
-	CMPQ	AX, $0xfffffffffffff001
-	JLS	ok3
-	MOVQ	$0, pid+24(FP)
-	NEGQ	AX
-	MOVQ	AX, errno+32(FP)
-	RET
-ok3:
-	MOVQ	AX, pid+24(FP)
-	MOVQ	$0, errno+32(FP)
-	RET
-child3:
-	SUBQ	$16, SP
-	MOVQ	R12, 0(SP)
-	MOVQ	$·vforkChild(SB), AX
-	CALL	AX
-	MOVQ	$127, DI
-	MOVQ	$231, AX	// SYS_exit_group
-	SYSCALL
-	RET

@@ -2,12 +2,7 @@
 
 package sandbox
 
-import (
-	"syscall"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
-)
+import "syscall"
 
 // forkCommand forks the process that execs a command (a plain fork where
 // there is no vfork trampoline).
@@ -23,14 +18,4 @@ func forkCommand(a *vforkArgs) (pid, errno uintptr) {
 		vforkChild(a)
 	}
 	return pid, 0
-}
-
-// cloneSandbox clones a sandbox's first process with clone3 (a copy of
-// tine's memory where there is no CLONE_VM trampoline).
-func cloneSandbox(args *cloneArgs, pg *program) (uintptr, syscall.Errno) {
-	r, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
-	if errno == 0 && r == 0 {
-		childMain(pg) // the child: never returns
-	}
-	return r, errno
 }

@@ -420,7 +420,6 @@ type vforkArgs struct {
 const (
 	vforkCommand = iota
 	vforkLaunched
-	vforkBoot // the first process: PID 1, or an exec's reaper
 )
 
 // vforkStackSize is the stack the forked child runs on before execve.
@@ -431,9 +430,6 @@ const vforkStackSize = 64 << 10
 //go:nosplit
 //go:norace
 func vforkChild(a *vforkArgs) {
-	if a.kind == vforkBoot {
-		childMain(a.p)
-	}
 	if a.kind == vforkLaunched {
 		l := a.p.launch
 		launchedMain(l, (*[launchFDs]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)])), a.workdir, a.argv, a.envp, a.cand, a.ncand)

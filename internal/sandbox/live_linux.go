@@ -181,7 +181,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		ch.statusR.Close()
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
-	pr.pid, pr.pidfd, pr.statusR, pr.prog = pid, pidfd, ch.statusR, pg
+	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
 	fail := func(err error) (*Process, error) {
 		if pr.tty != nil {
 			pr.tty.Close()

@@ -44,11 +44,8 @@ type program struct {
 	// A live sandbox's PID 1 launches commands (serve); these are its
 	// buffers, in memory it owns after the clone.
 	launch *launchState
-	// vfork is what the command's process starts from (forkCommand); boot
-	// what the first process starts from (cloneSandbox). Each has its own
-	// stack: PID 1 is suspended, not gone, while its vfork child runs.
+	// vfork is what the command's process starts from (forkCommand).
 	vfork vforkArgs
-	boot  vforkArgs
 
 	// keep holds what the ops point at, so it outlives the clone.
 	keep []any
@@ -117,7 +114,6 @@ func newProgram() *program {
 	pg := &program{}
 	pg.vfork.p = pg
 	pg.vfork.stack = new([vforkStackSize]byte)
-	pg.boot = vforkArgs{kind: vforkBoot, p: pg, stack: new([vforkStackSize]byte)}
 	return pg
 }
 

@@ -64,9 +64,6 @@ type Process struct {
 	tty *os.File
 	// launchFD is a live sandbox's end of its PID 1's launch socket.
 	launchFD int
-	// prog is the program the sandbox's first process runs; it may share
-	// tine's memory (cloneSandbox), so it must outlive that process.
-	prog *program
 	// cmdPid is the command's pid as the reaper saw it: for an exec, a
 	// host pid, which also names the command's process group.
 	cmdPid int
@@ -217,7 +214,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
-	pr.pid, pr.pidfd, pr.statusR, pr.prog = pid, pidfd, ch.statusR, pg
+	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
 	undo = append(undo, func() { pr.kill(); pr.reapQuietly() })
 
 	if rootless {
@@ -468,6 +465,21 @@ func cloneOnParentThread(pg *program, flags uint64, cgroupFD int) (pid, pidfd in
 	cloneRequests <- cloneRequest{pg, flags, cgroupFD, reply}
 	r := <-reply
 	return r.pid, r.pidfd, r.err
+}
+
+// cloneSandbox clones a sandbox's first process (PID 1, or an exec's
+// reaper) with clone3, as a copy of tine's memory. It must not share it
+// (CLONE_VM): the OOM killer kills every process sharing the victim's
+// memory, so an OOM in a sandbox that picked its PID 1 would take tine,
+// or the daemon with all its sandboxes, down with it. (The command's own
+// process may share PID 1's copy for the moment until its execve: see
+// forkCommand.)
+func cloneSandbox(args *cloneArgs, pg *program) (uintptr, syscall.Errno) {
+	r, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
+	if errno == 0 && r == 0 {
+		childMain(pg) // the child: never returns
+	}
+	return r, errno
 }
 
 // cloneChild clones the child with all signals blocked (so no Go signal
