@@ -244,6 +244,8 @@ type launchState struct {
 	running [launchMaxRunning]struct{ pid, status int32 }
 	dfl     sigaction
 	empty   uint64
+	oomPath [32]byte // "/proc/self/oom_score_adj", NUL-terminated
+	zero    [1]byte  // "0"
 }
 
 // prepare points the launch buffers at each other. It runs in the parent,
@@ -257,6 +259,8 @@ func (l *launchState) prepare() {
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&l.sendCtl[0]))
 	h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_RIGHTS
 	h.SetLen(unix.CmsgLen(4))
+	copy(l.oomPath[:], "/proc/self/oom_score_adj\x00")
+	l.zero[0] = '0'
 }
 
 // serve is a live sandbox's PID 1 loop: reap, and launch what the parent
@@ -453,6 +457,11 @@ func launchedMain(l *launchState, fds *[launchFDs]int32, workdir uintptr, argv, 
 		if sig != uintptr(syscall.SIGKILL) && sig != uintptr(syscall.SIGSTOP) {
 			syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&l.dfl)), 0, 8, 0, 0)
 		}
+	}
+	// Back to the default OOM score (PID 1 keeps -1000; see addOOMScore).
+	if fd, _, e := syscall.RawSyscall6(syscall.SYS_OPENAT, atFdcwd, uintptr(unsafe.Pointer(&l.oomPath[0])), unix.O_WRONLY|unix.O_CLOEXEC, 0, 0, 0); e == 0 {
+		syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&l.zero[0])), 1)
+		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
 	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&l.empty)), 0, 8, 0, 0)
 	worst := syscall.ENOENT

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/require"
+	"golang.org/x/sys/unix"
 )
 
 // execOutput runs args in sb and returns its stdout+stderr and outcome.
@@ -237,4 +239,63 @@ func TestKilledExecTakesItsChildren(t *testing.T) {
 			t.Errorf("%s: %d children of the killed command survive", how, n)
 		}
 	}
+}
+
+// An exec that runs its live sandbox out of memory is what the OOM killer
+// takes, never the sandbox's PID 1 (whose memory is a copy of tine's and
+// can look bigger than the command's).
+func TestOOMSparesPID1(t *testing.T) {
+	require.Root(t)
+	if !hasCapability(unix.CAP_SYS_RESOURCE) {
+		t.Skip("needs CAP_SYS_RESOURCE (to lower PID 1's oom_score_adj): tine runs without it here")
+	}
+	// Make tine's (this test's) resident memory large, so PID 1's copy is.
+	ballast := make([]byte, 64<<20)
+	for i := range ballast {
+		ballast[i] = byte(i)
+	}
+	sb, err := Create(&Spec{Seccomp: seccomp.Default, Limits: cgroup.Limits{MemoryBytes: 24 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	_ = ballast[len(ballast)-1]
+	for _, how := range []string{"launch", "exec"} {
+		e := &ExecSpec{Args: []string{"/usr/bin/python3", "-c", "b = bytearray(128 << 20)"}}
+		var o *Outcome
+		if how == "launch" {
+			_, o, _ = launchOutput(t, sb, e)
+		} else {
+			_, o = execOutput(t, sb, e)
+		}
+		if o.ExitCode != 137 {
+			t.Fatalf("%s: memory bomb outcome %+v, want 137", how, o)
+		}
+		select {
+		case <-sb.Done():
+			t.Fatalf("%s: the OOM killer took the sandbox's PID 1", how)
+		default:
+		}
+		out, o2 := execOutput(t, sb, &ExecSpec{Args: []string{"cat", "/proc/self/oom_score_adj", "/proc/1/oom_score_adj"}})
+		if o2.ExitCode != 0 || out != "0\n-1000\n" {
+			t.Fatalf("%s: oom_score_adj of a command and of PID 1: %q (%+v), want 0 and -1000", how, out, o2)
+		}
+	}
+	runtime.KeepAlive(ballast)
+}
+
+// hasCapability reports whether this process has capability c effective.
+func hasCapability(c int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			var eff uint64
+			fmt.Sscanf(strings.TrimSpace(v), "%x", &eff)
+			return eff&(1<<c) != 0
+		}
+	}
+	return false
 }

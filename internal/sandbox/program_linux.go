@@ -177,6 +177,7 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if c := p.command(); c != nil && c.tty {
 		pg.addPTY()
 	}
+	pg.addOOMScore("-1000") // before the capabilities (CAP_SYS_RESOURCE) go
 	pg.addWalls(p, in)
 	pg.addCommandProcess(p.command(), false)
 	if in.launch >= 0 {
@@ -200,6 +201,7 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	if in.userns {
 		ns |= unix.CLONE_NEWUSER
 	}
+	pg.addOOMScore("-1000") // in tine's /proc, while the reaper still sees it
 	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
 	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
 	if cmd.tty {
@@ -208,6 +210,21 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg.addWalls(p, in)
 	pg.addCommandProcess(cmd, true)
 	return pg, nil
+}
+
+// addOOMScore sets the process's oom_score_adj. A sandbox's PID 1 and an
+// exec's reaper are copies of tine, whose memory can look bigger to the
+// OOM killer than the command that ran the sandbox out of memory: at -1000
+// they are never its victim. The command's process sets itself back to 0
+// before execve; as a vfork child it does not change its parent's value
+// (the kernel exempts vfork children from oom_score_adj sharing). Lowering
+// the score needs CAP_SYS_RESOURCE: where tine runs without it, this is
+// skipped, and a small memory limit next to a large tine can still make
+// the OOM killer pick PID 1 (the sandbox then dies as a whole).
+func (pg *program) addOOMScore(value string) {
+	pg.addSetup("set oom_score_adj", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/proc/self/oom_score_adj"), unix.O_WRONLY|unix.O_CLOEXEC).saving(1))
+	pg.addSetup("set oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr(value), uintptr(len(value))).using(1, 0).tolerating(unix.EACCES, unix.EPERM))
+	pg.addSetup("set oom_score_adj", sys(unix.SYS_CLOSE, 0).using(1, 0))
 }
 
 // addPTY allocates a pseudo-terminal in the sandbox's own devpts, so the
@@ -320,6 +337,9 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent bool) {
 		}
 		pg.addCommand("reset signal handlers", sys(unix.SYS_RT_SIGACTION, uintptr(sig), pg.ptr(dfl, unsafe.Pointer(dfl)), 0, 8).tolerating(unix.EINVAL))
 	}
+	pg.addCommand("reset oom_score_adj", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/proc/self/oom_score_adj"), unix.O_WRONLY|unix.O_CLOEXEC).saving(1))
+	pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr("0"), 1).using(1, 0))
+	pg.addCommand("reset oom_score_adj", sys(unix.SYS_CLOSE, 0).using(1, 0))
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
 	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
