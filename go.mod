@@ -3,16 +3,18 @@ module github.com/tine-run/tine
 go 1.26.8
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
-	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
+	github.com/coder/websocket v1.8.15
+	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/moby/profiles/seccomp v0.3.0
+	github.com/opencontainers/runtime-spec v1.2.1
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/net v0.59.0
+	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.48.0
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/landlock-lsm/go-landlock v0.11.2 // indirect
-	github.com/moby/profiles/seccomp v0.3.0 // indirect
-	github.com/opencontainers/runtime-spec v1.2.1 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/term v0.48.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )

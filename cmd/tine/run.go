@@ -164,7 +164,16 @@ func runOnce(f runFlags, args []string) error {
 	}
 	if !handed {
 		if f.verbose {
-			fmt.Fprintln(os.Stderr, "tine: running in-process (no daemon on "+socket+")")
+			why := "no daemon on " + socket
+			switch {
+			case s.TTY:
+				why = "-t runs in-process"
+			case f.inProcess:
+				why = "--in-process"
+			case os.Getenv("TINE_NO_DAEMON") != "":
+				why = "TINE_NO_DAEMON is set"
+			}
+			fmt.Fprintf(os.Stderr, "tine: running in-process (%s)\n", why)
 		}
 		if o, err = runInProcess(s, sigs); err != nil {
 			return err
@@ -203,6 +212,8 @@ func runInProcess(s *sandbox.Spec, sigs <-chan os.Signal) (*sandbox.Outcome, err
 		case errors.Is(err, sandbox.ErrPermission):
 			fmt.Fprintf(os.Stderr, "tine: %s: permission denied in sandbox\n", s.Args[0])
 			return nil, exitError{126}
+		case errors.Is(err, sandbox.ErrInvalidSpec):
+			return nil, usageError{err.Error()} // a bad -v, --workdir or -e: exit 2
 		}
 		return nil, err
 	}
@@ -244,6 +255,9 @@ func runThroughDaemon(socket string, s *sandbox.Spec, sigs <-chan os.Signal, ver
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) {
+			if ae.Code == api.CodeInvalidArgument {
+				return nil, true, usageError{ae.Message} // exit 2, as in-process
+			}
 			return nil, true, errors.New(ae.Message)
 		}
 		return nil, true, err

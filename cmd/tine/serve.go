@@ -56,7 +56,11 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.socket, "socket", client.DefaultSocket, "unix socket to listen on")
+	defaultSocket := client.DefaultSocket
+	if env := os.Getenv("TINE_SOCKET"); env != "" {
+		defaultSocket = env
+	}
+	fl.StringVar(&f.socket, "socket", defaultSocket, "unix socket to listen on (default $TINE_SOCKET, or "+client.DefaultSocket+")")
 	fl.StringVar(&f.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070 (needs the token)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
 	fl.StringVar(&f.dataDir, "data-dir", "/var/lib/tine", "directory for the daemon's token")

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
@@ -52,16 +53,16 @@ func Fits(s *sandbox.Spec) bool {
 // ErrClosed means the pool was closed.
 var ErrClosed = errors.New("pool closed")
 
-// Claim returns a fresh sandbox: a ready one, or one made now when none is.
-// The caller owns it and destroys it after its one run.
-func (p *Pool) Claim() (*sandbox.Sandbox, error) {
+// Claim returns a fresh sandbox: a ready one (ready is true), or one made
+// now when none is. The caller owns it and destroys it after its one run.
+func (p *Pool) Claim() (sb *sandbox.Sandbox, ready bool, err error) {
 	defer p.refill()
 	select {
 	case sb := <-p.ready:
 		select {
 		case <-sb.Done(): // died while waiting (killed from outside)
 		default:
-			return sb, nil
+			return sb, true, nil
 		}
 		sb.Destroy()
 	default:
@@ -70,9 +71,10 @@ func (p *Pool) Claim() (*sandbox.Sandbox, error) {
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
-	return sandbox.Create(base())
+	sb, err = sandbox.Create(base())
+	return sb, false, err
 }
 
 // refill starts making sandboxes until the ready ones and those being made
@@ -103,6 +105,8 @@ func (p *Pool) refill() {
 	}
 }
 
+func msSince(a, b time.Time) float64 { return float64(b.Sub(a).Microseconds()) / 1000 }
+
 // Ready returns how many sandboxes wait in the pool now.
 func (p *Pool) Ready() int { return len(p.ready) }
 
@@ -124,9 +128,13 @@ func (p *Pool) Close() {
 
 // Run is a one-shot run in a pooled sandbox.
 type Run struct {
-	pool *Pool
-	sb   *sandbox.Sandbox
-	cmd  *sandbox.Launched
+	pool   *Pool
+	sb     *sandbox.Sandbox
+	cmd    *sandbox.Launched
+	phases sandbox.Phases
+	// Ready says whether a ready sandbox took the run (false: one was
+	// made for it, the pool being empty).
+	Ready bool
 }
 
 // Start runs s's command in a claimed sandbox with s's limits. s must Fit.
@@ -134,7 +142,8 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	if len(s.Args) == 0 {
 		return nil, errors.New("pool: no command given")
 	}
-	sb, err := p.Claim()
+	t0 := time.Now()
+	sb, ready, err := p.Claim()
 	if err != nil {
 		return nil, err
 	}
@@ -148,12 +157,14 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	}
 	// The sandbox's PID 1 forks the command: it inherits namespaces, cgroup
 	// and walls, so the run costs a fork and an execve.
+	t1 := time.Now()
 	cmd, err := sb.Launch(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout})
 	if err != nil {
 		go sb.Destroy()
 		return nil, err
 	}
-	return &Run{pool: p, sb: sb, cmd: cmd}, nil
+	phases := sandbox.Phases{Plan: msSince(t0, t1), Start: msSince(t1, time.Now())}
+	return &Run{pool: p, sb: sb, cmd: cmd, phases: phases, Ready: ready}, nil
 }
 
 // Signal sends sig to the command.
@@ -171,7 +182,9 @@ func (r *Run) Wait() (*sandbox.Outcome, error) {
 		r.sb.Destroy()
 	}()
 	if o != nil {
-		o.PeakMemoryBytes = usage.PeakMemoryBytes // a fresh sandbox: all of it is this run's
+		// A fresh sandbox: all of its use is this run's.
+		o.PeakMemoryBytes, o.CPUTimeMs = usage.PeakMemoryBytes, usage.CPUTimeMs
+		o.Phases.Plan, o.Phases.Start = r.phases.Plan, r.phases.Start
 	}
 	return o, err
 }

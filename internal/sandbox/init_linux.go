@@ -459,6 +459,7 @@ func launchedMain(l *launchState, fds *[launchFDs]int32, workdir uintptr, argv, 
 		}
 	}
 	// Back to the default OOM score (PID 1 keeps -1000; see addOOMScore).
+	// In a user namespace neither write is allowed, and none is needed.
 	if fd, _, e := syscall.RawSyscall6(syscall.SYS_OPENAT, atFdcwd, uintptr(unsafe.Pointer(&l.oomPath[0])), unix.O_WRONLY|unix.O_CLOEXEC, 0, 0, 0); e == 0 {
 		syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&l.zero[0])), 1)
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)

@@ -177,9 +177,11 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if c := p.command(); c != nil && c.tty {
 		pg.addPTY()
 	}
-	pg.addOOMScore("-1000") // before the capabilities (CAP_SYS_RESOURCE) go
+	if !in.userns {
+		pg.addOOMScore("-1000") // before the capabilities (CAP_SYS_RESOURCE) go
+	}
 	pg.addWalls(p, in)
-	pg.addCommandProcess(p.command(), false)
+	pg.addCommandProcess(p.command(), false, !in.userns)
 	if in.launch >= 0 {
 		pg.launch = &launchState{}
 		pg.launch.prepare()
@@ -201,14 +203,16 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	if in.userns {
 		ns |= unix.CLONE_NEWUSER
 	}
-	pg.addOOMScore("-1000") // in tine's /proc, while the reaper still sees it
+	if !in.userns {
+		pg.addOOMScore("-1000") // in tine's /proc, while the reaper still sees it
+	}
 	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
 	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
 	if cmd.tty {
 		pg.addPTY()
 	}
 	pg.addWalls(p, in)
-	pg.addCommandProcess(cmd, true)
+	pg.addCommandProcess(cmd, true, !in.userns)
 	return pg, nil
 }
 
@@ -314,9 +318,10 @@ func (pg *program) addWalls(p *Plan, in inputs) {
 }
 
 // addCommandProcess adds what the forked command process runs before
-// execve: its own session, stdio, default signal handling. An exec's
-// command also dies with the child that reaps it (orphanedByParent).
-func (pg *program) addCommandProcess(c *command, orphanedByParent bool) {
+// execve: its own session, stdio, default signal handling, and (resetOOM)
+// the default OOM score its reaper lowered. An exec's command also dies
+// with the child that reaps it (orphanedByParent).
+func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool) {
 	if c == nil {
 		return
 	}
@@ -337,9 +342,11 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent bool) {
 		}
 		pg.addCommand("reset signal handlers", sys(unix.SYS_RT_SIGACTION, uintptr(sig), pg.ptr(dfl, unsafe.Pointer(dfl)), 0, 8).tolerating(unix.EINVAL))
 	}
-	pg.addCommand("reset oom_score_adj", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/proc/self/oom_score_adj"), unix.O_WRONLY|unix.O_CLOEXEC).saving(1))
-	pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr("0"), 1).using(1, 0))
-	pg.addCommand("reset oom_score_adj", sys(unix.SYS_CLOSE, 0).using(1, 0))
+	if resetOOM {
+		pg.addCommand("reset oom_score_adj", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/proc/self/oom_score_adj"), unix.O_WRONLY|unix.O_CLOEXEC).saving(1))
+		pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr("0"), 1).using(1, 0))
+		pg.addCommand("reset oom_score_adj", sys(unix.SYS_CLOSE, 0).using(1, 0))
+	}
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
 	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))

@@ -57,9 +57,9 @@ func (r liveRuntime) Run(s *sandbox.Spec) (handoff.Runner, bool, error) {
 	if pool.Fits(s) {
 		run, err := r.pool.Start(s)
 		if err != nil {
-			return nil, true, err
+			return nil, false, err
 		}
-		return run, true, nil
+		return run, run.Ready, nil
 	}
 	p, err := sandbox.Start(s)
 	if err != nil {
