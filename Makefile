@@ -13,6 +13,7 @@ build:
 	$(GO) build -o $(BIN) ./cmd/tine
 
 deps:
+	@$(GO) version >/dev/null 2>&1 || { echo "Go 1.26 is needed: put it on PATH or at /usr/local/go (https://go.dev/dl)"; exit 1; }
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
