@@ -377,6 +377,21 @@ func launch(p *program, l *launchState) {
 	l.ptrs[envp-1] = 0
 	l.ptrs[cand-1] = 0
 
+	// A free slot in the running table first: a command PID 1 could not
+	// report on must not start.
+	slot := -1
+	for i := 0; i < launchMaxRunning; i++ {
+		if l.running[i].pid == 0 {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		l.report = launchReport{tag: launchExecFailed, value: int32(syscall.EAGAIN)}
+		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(status), uintptr(unsafe.Pointer(&l.report)), 8)
+		closeFDs(fds)
+		return
+	}
 	v := &p.vfork
 	v.kind, v.workdir, v.argv, v.envp, v.cand, v.ncand = vforkLaunched, workdir, argv, envp, cand, int(h.ncand)
 	pid, errno := forkCommand(v)
@@ -386,28 +401,25 @@ func launch(p *program, l *launchState) {
 		closeFDs(fds)
 		return
 	}
-	// Tell the parent, with a pidfd it can signal the command by.
+	for _, i := range [...]int{0, 1, 2, 4} {
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
+	}
+	// Tell the parent, with a pidfd it can signal the command by; without
+	// one the parent could not control it, so it does not run.
 	pidfd, _, e := syscall.RawSyscall(unix.SYS_PIDFD_OPEN, pid, 0, 0)
+	if e != 0 {
+		syscall.RawSyscall(syscall.SYS_KILL, pid, uintptr(syscall.SIGKILL), 0)
+	}
 	l.report = launchReport{tag: launchStarted, value: int32(pid)}
 	l.sendMsg.Controllen = 0
 	if e == 0 {
 		*(*int32)(unsafe.Pointer(&l.sendCtl[unix.CmsgLen(0)])) = int32(pidfd)
 		l.sendMsg.Controllen = uint64(len(l.sendCtl))
-	}
-	syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(status), uintptr(unsafe.Pointer(&l.sendMsg)), unix.MSG_NOSIGNAL)
-	if e == 0 {
+		syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(status), uintptr(unsafe.Pointer(&l.sendMsg)), unix.MSG_NOSIGNAL)
 		syscall.RawSyscall(syscall.SYS_CLOSE, pidfd, 0, 0)
 	}
-	for _, i := range [...]int{0, 1, 2, 4} {
-		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
-	}
-	for i := 0; i < launchMaxRunning; i++ {
-		if l.running[i].pid == 0 {
-			l.running[i].pid, l.running[i].status = int32(pid), status
-			return
-		}
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(status), 0, 0) // table full: no status report
+	// Its exit status goes to the status socket when it is reaped.
+	l.running[slot].pid, l.running[slot].status = int32(pid), status
 }
 
 // vforkArgs is what forkCommand's child runs: PID 2 of a one-shot sandbox

@@ -41,6 +41,11 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if len(e.Args) == 0 || e.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
 	}
+	release, err := sb.use()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if e.TTY {
 		return nil, fmt.Errorf("%w: launch has no terminal; use Exec", ErrInvalidSpec)
 	}
@@ -71,12 +76,14 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if g := sb.init.group; g != nil {
 		l.oomBefore = g.Stats().OOMKills
 	}
+	// sb.use keeps the launch socket open; no lock is held while sending
+	// (a send can block on a wedged PID 1, and Destroy must still work).
 	sb.init.mu.Lock()
 	launchFD := sb.init.launchFD
+	sb.init.mu.Unlock()
 	if launchFD >= 0 {
 		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(stdio[0], stdio[1], stdio[2], childEnd, int(checkW.Fd())), nil, 0)
 	}
-	sb.init.mu.Unlock()
 	unix.Close(childEnd)
 	checkW.Close()
 	if launchFD < 0 {

@@ -28,6 +28,25 @@ type Sandbox struct {
 	destroyOnce sync.Once
 	destroyErr  error
 	dead        chan struct{}
+
+	// starting is held (read) while an exec or launch starts, and (write)
+	// while Destroy closes the descriptors they use — PID 1's pidfd, its
+	// cgroup, its launch socket — so none is closed, its number reused by
+	// another sandbox's, and then used: an exec must never join the wrong
+	// sandbox.
+	starting  sync.RWMutex
+	destroyed bool
+}
+
+// use holds the sandbox's descriptors open while an exec or launch starts;
+// ErrSandboxGone once it is destroyed.
+func (sb *Sandbox) use() (release func(), err error) {
+	sb.starting.RLock()
+	if sb.destroyed {
+		sb.starting.RUnlock()
+		return nil, ErrSandboxGone
+	}
+	return sb.starting.RUnlock, nil
 }
 
 // ExecSpec is a command to run in a live sandbox.
@@ -104,8 +123,13 @@ func (sb *Sandbox) Usage() Usage {
 // removes its cgroup. It is safe to call more than once.
 func (sb *Sandbox) Destroy() error {
 	sb.destroyOnce.Do(func() {
+		// Kill first, without the lock: a start blocked on the dying PID 1
+		// then fails and lets go.
 		sb.init.kill()
 		<-sb.dead
+		sb.starting.Lock()
+		defer sb.starting.Unlock()
+		sb.destroyed = true
 		if g := sb.init.group; g != nil {
 			// Exec reapers live outside the pid namespace; they exit once
 			// their command died with it, and Remove kills any that lag.
@@ -122,11 +146,11 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if len(e.Args) == 0 || e.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
 	}
-	select {
-	case <-sb.dead:
-		return nil, ErrSandboxGone
-	default:
+	release, err := sb.use()
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	t0 := time.Now()
 	p, h := sb.plan, sb.h
 	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...), TTY: e.TTY}, p.Hostname)
@@ -138,7 +162,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp policy %q: %w", p.Spec.Seccomp, err)
 	}
-	in := inputs{ruleset: -1, target: sb.init.pidfd, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: p.Rootless}
+	in := inputs{ruleset: -1, target: sb.init.pidfd, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: p.Rootless, landlockABI: h.landlockABI}
 	if in.target < 0 {
 		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
 	}

@@ -58,6 +58,7 @@ type inputs struct {
 	target              int // pidfd of the sandbox to join; -1 when booting one
 	launch              int // a live sandbox's end of the launch socket; -1 otherwise
 	stdio               [3]int
+	landlockABI         int // rights beyond it are masked off each rule
 	// userns: the child runs in a user namespace: it waits for the parent
 	// (ID maps) before any mount and makes its own network namespace.
 	// Otherwise it mounts first, then waits for the parent to place it in
@@ -289,7 +290,7 @@ func (pg *program) addWalls(p *Plan, in inputs) {
 	pg.addSetup("set no_new_privs", sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 	if in.ruleset >= 0 {
 		for _, r := range p.Landlock {
-			attr := &landlock.PathBeneathAttr{Allowed: r.Rights}
+			attr := &landlock.PathBeneathAttr{Allowed: landlock.Supported(r.Rights, in.landlockABI)}
 			pg.addSetup("landlock: open "+r.Path, sys(unix.SYS_OPENAT, atFdcwd, pg.cstr(r.Path), unix.O_PATH|unix.O_CLOEXEC).saving(2))
 			add := sys(unix.SYS_LANDLOCK_ADD_RULE, slotRuleset, landlock.RuleTypePathBeneath, pg.ptr(attr, unsafe.Pointer(attr)), 0)
 			add.reg, add.store = 2, &attr.ParentFd

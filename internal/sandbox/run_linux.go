@@ -135,7 +135,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		})
 	}
 
-	in := inputs{ruleset: -1, target: -1, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless}
+	in := inputs{ruleset: -1, target: -1, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless, landlockABI: h.landlockABI}
 	cgVersion := cgroup.None
 	if !rootless {
 		cgVersion = h.cgroup.Version
@@ -188,7 +188,8 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		}
 		pr.launchFD, in.launch = pair[0], pair[1]
 		defer unix.Close(pair[1])
-		undo = append(undo, func() { unix.Close(pair[0]) })
+		// pr owns pair[0] now: cleanup closes it, once.
+		undo = append(undo, pr.cleanup)
 	}
 
 	flags := uint64(unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
@@ -241,6 +242,10 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		rights = unix.UnixRights(r.fd)
 	}
 	if err := ch.release(rights); err != nil {
+		// The child is gone: its own report says why better than EPIPE.
+		if rerr := ch.awaitExec(pg, pr, s.Args); rerr != nil {
+			return nil, rerr
+		}
 		return nil, err
 	}
 	if s.TTY {
