@@ -176,11 +176,19 @@ func (r *Run) Signal(sig syscall.Signal) error { return r.cmd.Signal(sig) }
 func (r *Run) Wait() (*sandbox.Outcome, error) {
 	o, err := r.cmd.Wait()
 	usage := r.sb.Usage()
-	r.pool.wg.Add(1)
-	go func() {
-		defer r.pool.wg.Done()
+	// Add to the WaitGroup only while the pool is open: Close waits on it.
+	r.pool.mu.Lock()
+	if r.pool.closed {
+		r.pool.mu.Unlock()
 		r.sb.Destroy()
-	}()
+	} else {
+		r.pool.wg.Add(1)
+		r.pool.mu.Unlock()
+		go func() {
+			defer r.pool.wg.Done()
+			r.sb.Destroy()
+		}()
+	}
 	if o != nil {
 		// A fresh sandbox: all of its use is this run's.
 		o.PeakMemoryBytes, o.CPUTimeMs = usage.PeakMemoryBytes, usage.CPUTimeMs

@@ -22,8 +22,10 @@ import (
 
 // Launched is a command a live sandbox's PID 1 started.
 type Launched struct {
-	sb        *Sandbox
-	statusFD  int
+	sb *Sandbox
+	// status is the parent's end of the status socket, non-blocking under
+	// Go's poller: a waiting launch holds no OS thread.
+	status    *os.File
 	pidfd     int
 	hostPid   int // the command's pid on the host, which names its process group
 	started   time.Time
@@ -64,15 +66,21 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 		return nil, fmt.Errorf("status socket: %w", err)
 	}
 	statusFD, childEnd := pair[0], pair[1]
+	if err := unix.SetNonblock(statusFD, true); err != nil {
+		unix.Close(statusFD)
+		unix.Close(childEnd)
+		return nil, err
+	}
+	status := os.NewFile(uintptr(statusFD), "launch status")
 	checkR, checkW, err := os.Pipe()
 	if err != nil {
-		unix.Close(statusFD)
+		status.Close()
 		unix.Close(childEnd)
 		return nil, err
 	}
 	defer checkR.Close()
 	stdio := stdioFDs(e.Stdio)
-	l := &Launched{sb: sb, statusFD: statusFD, pidfd: -1, done: make(chan struct{})}
+	l := &Launched{sb: sb, status: status, pidfd: -1, done: make(chan struct{})}
 	if g := sb.init.group; g != nil {
 		l.oomBefore = g.Stats().OOMKills
 	}
@@ -87,26 +95,26 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	unix.Close(childEnd)
 	checkW.Close()
 	if launchFD < 0 {
-		unix.Close(statusFD)
+		status.Close()
 		return nil, ErrSandboxGone
 	}
 	if err != nil {
-		unix.Close(statusFD)
+		status.Close()
 		return nil, fmt.Errorf("%w: send the command to the sandbox: %v", ErrSandboxGone, err)
 	}
 	tag, value, fd, err := l.readReport()
 	switch {
 	case err != nil:
-		unix.Close(statusFD)
+		status.Close()
 		return nil, err
 	case tag == launchStarted && fd >= 0:
 		l.pidfd = fd
 		l.hostPid = pidOfPidfd(fd)
 	case tag == launchExecFailed:
-		unix.Close(statusFD)
+		status.Close()
 		return nil, fmt.Errorf("%w: fork the command: %v", ErrSetup, syscall.Errno(value))
 	default:
-		unix.Close(statusFD)
+		status.Close()
 		return nil, fmt.Errorf("%w: unexpected report %d from the sandbox", ErrSetup, tag)
 	}
 	// EOF on the exec-check pipe: exec'd; a report: no candidate worked.
@@ -158,7 +166,19 @@ func launchMessage(workdir string, argv, env, cands []string) ([]byte, error) {
 func (l *Launched) readReport() (tag, value int32, fd int, err error) {
 	var b [8]byte
 	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := unix.Recvmsg(l.statusFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	raw, err := l.status.SyscallConn()
+	if err != nil {
+		return 0, 0, -1, err
+	}
+	var n, oobn int
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
 	if err != nil {
 		return 0, 0, -1, fmt.Errorf("read the sandbox's report: %w", err)
 	}
@@ -239,7 +259,7 @@ func (l *Launched) Wait() (*Outcome, error) {
 	}
 	close(l.done)
 	l.mu.Lock()
-	unix.Close(l.statusFD)
+	l.status.Close()
 	if l.pidfd >= 0 {
 		unix.Close(l.pidfd)
 		l.pidfd = -1
