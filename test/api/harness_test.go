@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,10 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 	return startDaemonIn(t, t.TempDir(), args...)
 }
 
+// defaultDataDir, among a daemon's args, leaves its --data-dir at the
+// default instead of dir/data.
+const defaultDataDir = "<default data dir>"
+
 // startDaemonIn starts a daemon with its socket and data in dir, and
 // stops it (SIGTERM) when the test ends.
 func startDaemonIn(t *testing.T, dir string, args ...string) *daemon {
@@ -84,7 +89,13 @@ func startDaemonIn(t *testing.T, dir string, args ...string) *daemon {
 		t.Fatal(err)
 	}
 	d.log = logf.Name()
-	d.cmd = exec.Command(tineBin, append([]string{"serve", "--socket", d.sock, "--data-dir", filepath.Join(dir, "data"), "--debug"}, args...)...)
+	base := []string{"serve", "--socket", d.sock, "--debug"}
+	if i := slices.Index(args, defaultDataDir); i >= 0 {
+		args = slices.Delete(slices.Clone(args), i, i+1)
+	} else {
+		base = append(base, "--data-dir", filepath.Join(dir, "data"))
+	}
+	d.cmd = exec.Command(tineBin, append(base, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	// A test binary killed on a timeout takes its daemons along.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -220,8 +231,8 @@ func stageMounts() []string {
 
 // cgroupsOf returns the sandbox cgroups named after tine process pid.
 func cgroupsOf(pid int) []string {
-	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d-*", pid))
-	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d-*", pid))
+	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", pid))
+	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", pid))
 	return append(dirs, more...)
 }
 

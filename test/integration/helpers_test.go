@@ -297,8 +297,8 @@ func stageMounts() []string {
 
 // cgroupsOf returns the cgroup directories named after tine pid pid.
 func cgroupsOf(pid int) []string {
-	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d-*", pid))
-	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d-*", pid))
+	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", pid))
+	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", pid))
 	return append(dirs, more...)
 }
 

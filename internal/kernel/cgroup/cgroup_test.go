@@ -103,7 +103,7 @@ func TestGroupEnforcesMemoryLimit(t *testing.T) {
 func TestReapRemovesGroupsOfDeadOwners(t *testing.T) {
 	h := testHost(t)
 	// A group named after a pid that cannot be alive, holding a process.
-	dead := "999999999-1"
+	dead := "999999999.1-1"
 	g, err := h.Create(dead, Limits{Pids: 10}, false)
 	if err != nil {
 		t.Fatal(err)

@@ -7,3 +7,16 @@ func TestUnescapeMount(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+func TestOwnerNames(t *testing.T) {
+	if !ownerAlive(NewName()) {
+		t.Fatal("this process's own group is not alive")
+	}
+	// pid 1 exists, but started at another time than this claims.
+	if ownerAlive("1.1-1") && startTime(1) != 1 {
+		t.Fatal("a reused pid counts as the owner")
+	}
+	if ownerAlive("999999999.5-1") {
+		t.Fatal("a dead pid counts as the owner")
+	}
+}

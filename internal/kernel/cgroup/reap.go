@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -14,26 +15,59 @@ import (
 
 var groupSeq atomic.Uint64
 
-// NewName returns a group name unique on this host: the owning tine's pid
-// (so a later reap can tell whether the owner is gone) and a sequence number.
+// owner names this process in group names: its pid and start time, so a
+// later reap can tell whether the owner is gone even when a new tine got
+// the same pid (a daemon that is PID 1 of a container always does).
+var owner = sync.OnceValue(func() string {
+	return fmt.Sprintf("%d.%d", os.Getpid(), startTime(os.Getpid()))
+})
+
+// NewName returns a group name unique on this host: the owning tine
+// (pid.starttime) and a sequence number.
 func NewName() string {
-	return fmt.Sprintf("%d-%d", os.Getpid(), groupSeq.Add(1))
+	return fmt.Sprintf("%s-%d", owner(), groupSeq.Add(1))
+}
+
+// startTime returns a process's start time in clock ticks since boot
+// (field 22 of /proc/PID/stat), 0 if it has none.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: count from after ")".
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }
 
 // ownerAlive reports whether the tine process that named group name still runs.
 func ownerAlive(name string) bool {
-	pidStr, _, ok := strings.Cut(name, "-")
+	who, _, ok := strings.Cut(name, "-")
 	if !ok {
 		return false
 	}
+	if who == owner() {
+		return true
+	}
+	pidStr, startStr, _ := strings.Cut(who, ".")
 	pid, err := strconv.Atoi(pidStr)
 	if err != nil || pid <= 0 {
 		return false
 	}
-	if pid == os.Getpid() {
-		return true
+	if unix.Kill(pid, 0) == unix.ESRCH {
+		return false
 	}
-	return unix.Kill(pid, 0) != unix.ESRCH
+	// Same pid, another process: the owner is gone.
+	start, err := strconv.ParseUint(startStr, 10, 64)
+	return err != nil || startTime(pid) == start
 }
 
 // Reap kills the processes of, and removes, every sandbox cgroup whose
