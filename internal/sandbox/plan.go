@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -204,6 +205,14 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(R+"/sys", 0o555)
 	add(Step{Kind: StepMount, Source: "sysfs", Target: R + "/sys", FSType: "sysfs", Flags: nsd | unix.MS_NOEXEC | unix.MS_RDONLY, InNetns: true})
 
+	// The host's secret directories are empty in a sandbox over its root;
+	// binds into them land on the empty tmpfs.
+	if s.RootFS == "" {
+		for _, d := range hostSecretDirs {
+			add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: nsd, Data: "mode=0700,size=16m", Optional: true})
+		}
+	}
+
 	// User binds, shallowest first so nested targets land on their parents.
 	binds := append([]Bind(nil), s.Binds...)
 	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].Target) < depth(binds[j].Target) })
@@ -229,6 +238,15 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		}
 	}
 
+	// The host's secret files, when its root is the sandbox's base: the
+	// sandbox's root is uid 0, which owns them, so only a mask keeps them
+	// unread.
+	if s.RootFS == "" {
+		for _, f := range hostSecretFiles() {
+			add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
+		}
+	}
+
 	// Masks and read-only kernel knobs, last, so nothing can be mounted over them.
 	for _, f := range maskedFiles {
 		add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
@@ -243,6 +261,22 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 
 	p.Landlock = landlockRules(s, lower)
 	return p, nil
+}
+
+// hostSecretDirs are host directories a sandbox over the host's root gets
+// empty (a private tmpfs): root's home, and tine's own state (the daemon's
+// token when it listens on TCP with the old default data directory).
+var hostSecretDirs = []string{"/root", "/var/lib/tine"}
+
+// hostSecretFiles lists the host files a sandbox over the host's root sees
+// as empty: password hashes and SSH host keys.
+func hostSecretFiles() []string {
+	var out []string
+	for _, pattern := range []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key"} {
+		m, _ := filepath.Glob(pattern)
+		out = append(out, m...)
+	}
+	return out
 }
 
 // ownMounts are the top-level trees every sandbox gets fresh.

@@ -343,3 +343,34 @@ func execOutput(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).Output()
 	return string(out), err
 }
+
+// The host's secrets are not readable through the host-root base: the
+// sandbox's root is uid 0, which owns them, so they are masked.
+func TestHostSecretsMasked(t *testing.T) {
+	h := setup(t)
+	shadow, err := os.ReadFile("/etc/shadow")
+	if err != nil || len(shadow) == 0 {
+		t.Skipf("needs a non-empty /etc/shadow on the host: %v", err)
+	}
+	marker := "secret-" + h.marker
+	if err := os.WriteFile("/root/"+marker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove("/root/" + marker) })
+	r := h.run("run", "--", "sh", "-c", "echo started; wc -c < /etc/shadow; ls -A /root")
+	if !strings.HasPrefix(r.Stdout, "started\n") {
+		t.Fatalf("the command did not run: %s", r)
+	}
+	if strings.TrimSpace(strings.Split(r.Stdout, "\n")[1]) != "0" {
+		t.Errorf("/etc/shadow is readable inside: %s", r)
+	}
+	if strings.Contains(r.Stdout, marker) {
+		t.Errorf("the host's /root is visible inside: %s", r)
+	}
+	// A bind into /root lands on the empty /root; the host's stays hidden.
+	dir := t.TempDir()
+	r = h.run("run", "-v", dir+":/root/work", "--", "ls", "-A", "/root")
+	if strings.Contains(r.Stdout, marker) || !strings.Contains(r.Stdout, "work") {
+		t.Errorf("with a bind into /root, want only the bind there: %s", r)
+	}
+}
