@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -65,8 +67,8 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
 	fl.StringVar(&f.timeout, "timeout", "", "kill the whole sandbox after this long, e.g. 30s (exit 124, reason timeout)")
 	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
-	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
-	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable)")
+	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root (relative to the current directory)")
+	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "/", "working directory inside the sandbox")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or KEY to pass the host's value (repeatable)")
 	fl.StringVar(&f.hostname, "hostname", "tine", "host name inside the sandbox")
@@ -81,8 +83,15 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 
 // specFromFlags validates every flag and builds the sandbox spec.
 func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
-	s := &sandbox.Spec{Args: args, RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname}
+	s := &sandbox.Spec{Args: args, Workdir: f.workdir, Hostname: f.hostname}
 	var err error
+	// Host paths are made absolute here: a run handed to the daemon would
+	// find a relative one under the daemon's working directory, not ours.
+	if f.rootfs != "" {
+		if s.RootFS, err = filepath.Abs(f.rootfs); err != nil {
+			return nil, fmt.Errorf("--rootfs %s: %w", f.rootfs, err)
+		}
+	}
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err
 	}
@@ -98,6 +107,13 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 		return nil, usageError{fmt.Sprintf("invalid --seccomp %q: want default, strict or unconfined", f.seccompMode)}
 	}
 	for _, v := range f.volumes {
+		if src, rest, ok := strings.Cut(v, ":"); ok && src != "" && !filepath.IsAbs(src) {
+			abs, err := filepath.Abs(src)
+			if err != nil {
+				return nil, usageError{fmt.Sprintf("invalid --volume %q: %v", v, err)}
+			}
+			v = abs + ":" + rest
+		}
 		b, err := sandbox.ParseBind(v)
 		if err != nil {
 			return nil, usageError{fmt.Sprintf("invalid --volume: %v", err)}
@@ -111,8 +127,8 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 			s.Env = append(s.Env, k+"="+v)
 		}
 	}
-	if f.rootfs != "" {
-		if st, err := os.Stat(f.rootfs); err != nil || !st.IsDir() {
+	if s.RootFS != "" {
+		if st, err := os.Stat(s.RootFS); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("--rootfs %s: not a directory you can use as a root (%v); give an unpacked root filesystem, or leave --rootfs out to use the host's root", f.rootfs, errOrNotDir(err))
 		}
 	}

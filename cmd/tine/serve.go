@@ -30,7 +30,10 @@ func newServeCommand() *cobra.Command {
 		Long: `serve runs tine's daemon. It serves the HTTP API of api/openapi.yaml (see
 docs/api.md) on a unix socket (mode 0660) and, with --listen, on TCP, where
 every request needs "Authorization: Bearer <token>". The token is read from
---token-file, or generated once into <data-dir>/token (mode 0600).
+--token-file, or generated once into <data-dir>/token (mode 0600; the default
+/run/tine is hidden from sandboxes, which mount their own tmpfs over /run; a
+--data-dir or --token-file elsewhere on the host's root is readable inside
+every sandbox, which sees that root as its read-only base).
 
 Clients (tine ps, create, exec, inspect, rm; the Go package client) find the
 daemon through --socket or TINE_SOCKET. tine run hands its runs to the daemon
@@ -63,7 +66,7 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.socket, "socket", defaultSocket, "unix socket to listen on (default $TINE_SOCKET, or "+client.DefaultSocket+")")
 	fl.StringVar(&f.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070 (needs the token)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
-	fl.StringVar(&f.dataDir, "data-dir", "/var/lib/tine", "directory for the daemon's token")
+	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token; keep it off the host's root filesystem, which every sandbox sees (read-only) as its base: sandboxes mount their own tmpfs over /run")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")

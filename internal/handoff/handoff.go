@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
-	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -84,20 +83,6 @@ func FromSpec(s *sandbox.Spec) Request {
 	return r
 }
 
-// Spec turns a request into a sandbox spec (not yet validated).
-func (r Request) Spec() *sandbox.Spec {
-	s := &sandbox.Spec{Args: r.Args, Env: r.Env, Workdir: r.Workdir, Hostname: r.Hostname, RootFS: r.RootFS,
-		DiskBytes: r.DiskBytes, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond}
-	s.Seccomp = seccomp.Default
-	if r.Seccomp != "" {
-		s.Seccomp = seccomp.Mode(r.Seccomp)
-	}
-	s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids = r.Limits.MemoryBytes, r.Limits.CPUs, r.Limits.Pids
-	for _, b := range r.Binds {
-		s.Binds = append(s.Binds, sandbox.Bind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
-	}
-	return s
-}
 
 // ErrNoDaemon means no daemon answers on the socket: run in-process.
 var ErrNoDaemon = errors.New("no daemon")

@@ -19,6 +19,9 @@ func (s *Server) requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
+			// Whoever it is gets no kept-alive connection to try again
+			// on, nor is its body read.
+			w.Header().Set("Connection", "close")
 			s.writeError(w, r, fmt.Errorf("%w: this listener needs the header \"Authorization: Bearer <token>\" with the daemon's token (see tine serve --token-file)", ErrUnauthorized))
 			return
 		}

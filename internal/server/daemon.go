@@ -38,8 +38,8 @@ func Run(ctx context.Context, cfg Config, l Listen) error {
 
 	var servers []*http.Server
 	errs := make(chan error, 2)
-	serve := func(ln net.Listener, h http.Handler) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	serve := func(ln net.Listener, h http.Handler, t Timeouts) {
+		srv := NewHTTPServer(h, t)
 		servers = append(servers, srv)
 		go func() { errs <- srv.Serve(ln) }()
 	}
@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config, l Listen) error {
 		return err
 	}
 	defer ln.Close()
-	serve(ln, s.Handler())
+	serve(ln, s.Handler(), unixTimeouts)
 	s.log.Info("listening", "socket", l.Socket)
 	if l.TCP != "" {
 		if l.Token == "" {
@@ -59,7 +59,7 @@ func Run(ctx context.Context, cfg Config, l Listen) error {
 			return fmt.Errorf("listen on %s: %w", l.TCP, err)
 		}
 		defer tl.Close()
-		serve(tl, s.TokenHandler(l.Token))
+		serve(tl, s.TokenHandler(l.Token), TCPTimeouts)
 		s.log.Info("listening", "tcp", tl.Addr().String())
 	}
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path"
@@ -30,6 +31,8 @@ func (s *Server) checkExec(req *api.ExecRequest, stream bool) error {
 		return bad("argv is empty; give the command and its arguments, e.g. [\"/bin/sh\", \"-c\", \"echo hi\"]")
 	case req.TimeoutMs < 0:
 		return bad("timeout_ms %d: want milliseconds > 0, or 0 for none", req.TimeoutMs)
+	case req.TimeoutMs > int64(math.MaxInt64/time.Millisecond):
+		return bad("timeout_ms %d: want at most %d", req.TimeoutMs, int64(math.MaxInt64/time.Millisecond))
 	case req.MaxOutputBytes < 0 || req.MaxOutputBytes > MaxOutputCap:
 		return bad("max_output_bytes %d: want 1 to %d, or 0 for the default of %d", req.MaxOutputBytes, MaxOutputCap, DefaultMaxOutputBytes)
 	case req.Workdir != "" && !path.IsAbs(req.Workdir):
@@ -131,6 +134,9 @@ func (s *Server) execJSON(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer done()
+	// The command may run longer than the write timeout: the answer gets
+	// its own once it ends.
+	answer := holdDeadlines(w, r)
 	limit := req.MaxOutputBytes
 	if limit == 0 {
 		limit = DefaultMaxOutputBytes
@@ -149,6 +155,7 @@ func (s *Server) execJSON(w http.ResponseWriter, r *http.Request) error {
 	res := api.ExecResult{Stdout: []byte{}, Stderr: []byte{}}
 	if early != nil {
 		res.ExecExit, res.Stderr = *early, []byte(msg)
+		answer()
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	}
@@ -165,6 +172,7 @@ func (s *Server) execJSON(w http.ResponseWriter, r *http.Request) error {
 	p.drainBy(time.Now().Add(drainGrace))
 	<-copied
 	<-copied
+	answer()
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func (st *stream) fail(err error) {
 // control sends a control message.
 func (st *stream) control(m api.Control) error {
 	b, _ := json.Marshal(m)
-	return st.c.Write(st.ctx, websocket.MessageText, b)
+	return st.write(websocket.MessageText, b)
 }
 
 // data sends a tagged chunk of output.
@@ -105,7 +105,17 @@ func (st *stream) data(tag byte, p []byte) error {
 	msg := make([]byte, 1+len(p))
 	msg[0] = tag
 	copy(msg[1:], p)
-	return st.c.Write(st.ctx, websocket.MessageBinary, msg)
+	return st.write(websocket.MessageBinary, msg)
+}
+
+// write sends one message within the stream write timeout: a client that
+// stops reading has its connection closed (the websocket package closes it
+// when a write's context ends), which ends readClient and so kills the
+// command.
+func (st *stream) write(typ websocket.MessageType, msg []byte) error {
+	ctx, cancel := context.WithTimeout(st.ctx, st.s.cfg.StreamWriteTimeout)
+	defer cancel()
+	return st.c.Write(ctx, typ, msg)
 }
 
 func (st *stream) run(b *box, req *api.ExecRequest) {
@@ -206,9 +216,27 @@ func (st *stream) pump(f *os.File, tag byte) {
 	}
 }
 
+// stdinQueue is how many chunks (of at most streamChunk bytes) of stdin a
+// stream holds for a command that has not read them yet.
+const stdinQueue = 32
+
+// stdinItem is a chunk of stdin, or its end.
+type stdinItem struct {
+	data []byte
+	eof  bool
+}
+
 // readClient applies what the client sends until it closes the stream or
-// goes away: stdin data, end of stdin, resizes and signals.
+// goes away: stdin data, end of stdin, resizes and signals. Stdin goes
+// through a bounded queue to its own writer, so that a command that does
+// not read its stdin does not stop this loop from reading: it notices a
+// client that leaves (and so the command is killed), and signals and
+// resizes still arrive. Only a client that sends more than the queue and
+// the pipe hold is held back until the command reads.
 func (st *stream) readClient(ex *execution, stdin io.WriteCloser, tty *os.File) {
+	q := make(chan stdinItem, stdinQueue)
+	defer close(q)
+	go writeStdin(q, stdin, tty)
 	for {
 		typ, msg, err := st.c.Read(st.ctx)
 		if err != nil {
@@ -218,7 +246,15 @@ func (st *stream) readClient(ex *execution, stdin io.WriteCloser, tty *os.File) 
 			if len(msg) == 0 || msg[0] != api.StreamStdin {
 				continue
 			}
-			stdin.Write(msg[1:])
+			for data := msg[1:]; len(data) > 0; {
+				k := min(len(data), streamChunk)
+				select {
+				case q <- stdinItem{data: data[:k]}:
+				case <-st.ctx.Done():
+					return
+				}
+				data = data[k:]
+			}
 			continue
 		}
 		var m api.Control
@@ -227,10 +263,10 @@ func (st *stream) readClient(ex *execution, stdin io.WriteCloser, tty *os.File) 
 		}
 		switch m.Type {
 		case api.ControlCloseStdin:
-			if tty != nil {
-				tty.Write([]byte{4}) // ^D: end of file for a terminal in cooked mode
-			} else {
-				stdin.Close()
+			select {
+			case q <- stdinItem{eof: true}:
+			case <-st.ctx.Done():
+				return
 			}
 		case api.ControlResize:
 			if tty != nil && m.Cols > 0 && m.Rows > 0 {
@@ -239,6 +275,27 @@ func (st *stream) readClient(ex *execution, stdin io.WriteCloser, tty *os.File) 
 		case api.ControlSignal:
 			if m.Signal > 0 && m.Signal < 65 {
 				ex.proc.Signal(syscall.Signal(m.Signal))
+			}
+		}
+	}
+}
+
+// writeStdin writes the queued stdin to the command in order, until the
+// queue is closed. Once a write fails (the command closed its stdin, or
+// ended) the rest is dropped.
+func writeStdin(q <-chan stdinItem, stdin io.WriteCloser, tty *os.File) {
+	broken := false
+	for it := range q {
+		switch {
+		case broken:
+		case it.eof && tty != nil:
+			tty.Write([]byte{4}) // ^D: end of file for a terminal in cooked mode
+		case it.eof:
+			stdin.Close()
+			broken = true
+		default:
+			if _, err := stdin.Write(it.data); err != nil {
+				broken = true
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -104,7 +105,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.inRoot(r, func(root *inroot.Root) error {
 		w.Header().Set("Content-Type", "application/octet-stream")
-		_, err := root.Read(q.path, w, s.cfg.MaxFileBytes)
+		_, err := root.Read(q.path, progressBody(w, r), s.cfg.MaxFileBytes)
 		return err
 	})
 }
@@ -114,9 +115,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
+	answer := holdDeadlines(w, r)
+	body := http.MaxBytesReader(w, progressRequestBody(w, r), s.cfg.MaxFileBytes)
 	return s.inRoot(r, func(root *inroot.Root) error {
 		info, err := root.Write(q.path, body, q.mode, s.cfg.MaxFileBytes, q.uid, q.gid)
+		answer()
 		if err != nil {
 			return err
 		}
@@ -209,8 +212,33 @@ func (s *Server) readArchive(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.inRoot(r, func(root *inroot.Root) error {
 		w.Header().Set("Content-Type", "application/x-tar")
-		return root.WriteTar(q.path, w)
+		// An archive is capped as an upload is: past the cap the stream
+		// stops. Before its first byte that is a 413; after, instrument
+		// can only abort the connection, so the client sees a broken body
+		// rather than a short archive it might take for whole.
+		body := &cappedWriter{w: progressBody(w, r), left: s.cfg.MaxFileBytes, limit: s.cfg.MaxFileBytes}
+		return root.WriteTar(q.path, body)
 	})
+}
+
+// cappedWriter passes on at most left bytes; a write that would go past
+// them writes nothing and fails with ErrTooLarge.
+type cappedWriter struct {
+	w           io.Writer
+	left, limit int64
+}
+
+func (c *cappedWriter) Write(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil // would commit the answer's status: archive/tar writes empty padding
+	}
+	if int64(len(b)) > c.left {
+		c.left = 0
+		return 0, fmt.Errorf("%w: the archive is larger than %d bytes, the daemon's limit for a download; fetch less at once", ErrTooLarge, c.limit)
+	}
+	n, err := c.w.Write(b)
+	c.left -= int64(n)
+	return n, err
 }
 
 func (s *Server) writeArchive(w http.ResponseWriter, r *http.Request) error {
@@ -218,9 +246,12 @@ func (s *Server) writeArchive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
+	answer := holdDeadlines(w, r)
+	body := http.MaxBytesReader(w, progressRequestBody(w, r), s.cfg.MaxFileBytes)
 	return s.inRoot(r, func(root *inroot.Root) error {
-		if err := root.ExtractTar(q.path, body, s.cfg.MaxFileBytes, q.uid, q.gid); err != nil {
+		err := root.ExtractTar(q.path, body, s.cfg.MaxFileBytes, q.uid, q.gid)
+		answer()
+		if err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/handoff"
@@ -30,11 +31,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
-	spec := req.Spec()
-	if len(spec.Args) == 0 {
-		return fmt.Errorf("%w: args is empty; a run needs a command", ErrInvalidArgument)
-	}
-	if err := spec.Validate(); err != nil {
+	spec, err := specFromRun(&req)
+	if err != nil {
 		return err
 	}
 	if s.isClosing() {
@@ -84,6 +82,28 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 		return body
 	})
 	return nil
+}
+
+// specFromRun checks a run's request, before the upgrade, exactly as a
+// create request is checked (specFromAPI), plus what only a run has: its
+// command and its timeout.
+func specFromRun(req *handoff.Request) (*sandbox.Spec, error) {
+	if len(req.Args) == 0 || req.Args[0] == "" {
+		return nil, fmt.Errorf("%w: args is empty; a run needs a command", ErrInvalidArgument)
+	}
+	timeout, err := durationField("timeout_ms", req.TimeoutMs, time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := specFromAPI(&api.SandboxSpec{
+		RootFS: req.RootFS, DiskBytes: req.DiskBytes, Env: req.Env, Workdir: req.Workdir,
+		Hostname: req.Hostname, Seccomp: req.Seccomp, Binds: req.Binds, Limits: req.Limits,
+	})
+	if err != nil {
+		return nil, err
+	}
+	spec.Args, spec.Timeout = req.Args, timeout
+	return spec, nil
 }
 
 // endedRun is a run that ended before it began: its command could not be

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"path"
 	"slices"
@@ -77,7 +78,19 @@ func (b *box) expire(now time.Time) (why string, due bool) {
 	return why, true
 }
 
+// durationField is n units of a request's field as a duration: a value
+// that is negative or does not fit a time.Duration is ErrInvalidArgument
+// naming the field.
+func durationField(field string, n int64, unit time.Duration) (time.Duration, error) {
+	if most := int64(math.MaxInt64 / unit); n < 0 || n > most {
+		return 0, fmt.Errorf("%w: %s %d: want 0 (none) to %d", ErrInvalidArgument, field, n, most)
+	}
+	return time.Duration(n) * unit, nil
+}
+
 // specFromAPI checks a create request and turns it into a sandbox spec.
+// A one-shot run's request goes through it too (specFromRun), so that both
+// routes refuse the same specs.
 func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
@@ -96,6 +109,15 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 		return nil, bad("ttl_seconds and idle_timeout_seconds must be positive, or 0 for none")
 	case a.Workdir != "" && !path.IsAbs(a.Workdir):
 		return nil, bad("workdir %q must be an absolute path", a.Workdir)
+	case a.RootFS != "" && !path.IsAbs(a.RootFS):
+		// Relative to what? Not to the daemon's own working directory.
+		return nil, bad("rootfs %q must be an absolute path", a.RootFS)
+	}
+	if _, err := durationField("ttl_seconds", a.TTLSeconds, time.Second); err != nil {
+		return nil, err
+	}
+	if _, err := durationField("idle_timeout_seconds", a.IdleTimeoutSeconds, time.Second); err != nil {
+		return nil, err
 	}
 	s := &sandbox.Spec{
 		Env: a.Env, Workdir: a.Workdir, Hostname: a.Hostname, RootFS: a.RootFS, DiskBytes: a.DiskBytes,

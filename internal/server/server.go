@@ -64,6 +64,10 @@ type Config struct {
 	// ExpiryInterval is how often TTL and idle timeouts are checked
 	// (default 250ms).
 	ExpiryInterval time.Duration
+	// StreamWriteTimeout bounds one write to an exec stream's client
+	// (default 1m): a client that stops reading loses its stream, and its
+	// command is killed.
+	StreamWriteTimeout time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -97,6 +101,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ExpiryInterval <= 0 {
 		c.ExpiryInterval = 250 * time.Millisecond
+	}
+	if c.StreamWriteTimeout <= 0 {
+		c.StreamWriteTimeout = time.Minute
 	}
 	return nil
 }
@@ -258,6 +265,10 @@ func (s *Server) instrument(rt route) http.Handler {
 			// to cut the connection, so the client sees a broken body.
 			s.log.Warn("response cut short", "route", label, "path", r.URL.Path, "err", err)
 			panic(http.ErrAbortHandler)
+		}
+		if t := timeoutsOf(r); t.Write > 0 {
+			// The handler may have lifted the deadline (holdDeadlines).
+			http.NewResponseController(sw).SetWriteDeadline(time.Now().Add(t.Write))
 		}
 		s.writeError(sw, r, err)
 	})
