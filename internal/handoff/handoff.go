@@ -83,7 +83,6 @@ func FromSpec(s *sandbox.Spec) Request {
 	return r
 }
 
-
 // ErrNoDaemon means no daemon answers on the socket: run in-process.
 var ErrNoDaemon = errors.New("no daemon")
 
