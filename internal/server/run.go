@@ -75,7 +75,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 			return nil, handoff.Started{}, fmt.Errorf("run %s: %w", spec.Args[0], err)
 		}
 		s.log.Debug("run handed over", "args", spec.Args, "pooled", pooled)
-		return run, handoff.Started{Pooled: pooled}, nil
+		return s.track(run), handoff.Started{Pooled: pooled}, nil
 	}
 	handoff.Serve(uc, brw.Reader, start, func(err error) *api.Error {
 		_, body := s.report(err, "run")
@@ -112,3 +112,37 @@ type endedRun struct{ o *sandbox.Outcome }
 
 func (e endedRun) Signal(syscall.Signal) error     { return nil }
 func (e endedRun) Wait() (*sandbox.Outcome, error) { return e.o, nil }
+
+// trackedRun is a handed-over run the server knows of until it ends.
+type trackedRun struct {
+	handoff.Runner
+	s *Server
+}
+
+// track registers run so that Close kills it and waits for it; a run that
+// starts while the daemon closes is killed at once.
+func (s *Server) track(run handoff.Runner) handoff.Runner {
+	t := &trackedRun{Runner: run, s: s}
+	s.mu.Lock()
+	if s.runs == nil {
+		s.runs = map[*trackedRun]struct{}{}
+	}
+	s.runs[t] = struct{}{}
+	s.runsDone.Add(1)
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		run.Signal(syscall.SIGKILL)
+	}
+	return t
+}
+
+func (t *trackedRun) Wait() (*sandbox.Outcome, error) {
+	defer func() {
+		t.s.mu.Lock()
+		delete(t.s.runs, t)
+		t.s.mu.Unlock()
+		t.s.runsDone.Done()
+	}()
+	return t.Runner.Wait()
+}

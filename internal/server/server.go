@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -120,6 +121,10 @@ type Server struct {
 	mu      sync.Mutex
 	boxes   map[string]*box
 	closing bool
+	// runs are the one-shot runs handed over by tine run; Close kills
+	// them and waits, so their sandboxes go before the daemon does.
+	runs     map[*trackedRun]struct{}
+	runsDone sync.WaitGroup
 
 	stop    chan struct{}
 	stopped sync.WaitGroup
@@ -177,6 +182,12 @@ func (s *Server) Close() {
 		wg.Go(func() { s.destroy(b, "daemon shutting down") })
 	}
 	wg.Wait()
+	s.mu.Lock()
+	for r := range s.runs {
+		r.Signal(syscall.SIGKILL)
+	}
+	s.mu.Unlock()
+	s.runsDone.Wait()
 	s.rt.Close()
 }
 
