@@ -1,5 +1,6 @@
-// Package testbin builds the tine binary for black-box tests (test/...),
-// from the module the tests run in.
+// Package testbin serves the black-box tests (test/...): it builds the
+// tine binary from the module the tests run in, and finds what a run left
+// on the host.
 package testbin
 
 import (
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/tine-run/tine/internal/sandbox"
 )
 
 // Build compiles ./cmd/tine into dir and returns the binary's path.
@@ -32,4 +35,25 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/tine: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// StageMounts returns the host mount table's lines that mention tine's
+// stage directory: a sandbox that leaked its mounts shows up here.
+func StageMounts() []string {
+	raw, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, sandbox.StageDir) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// CgroupsOf returns the sandbox cgroups owned by tine process pid (their
+// names start with its pid and start time).
+func CgroupsOf(pid int) []string {
+	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", pid))
+	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", pid))
+	return append(dirs, more...)
 }

@@ -217,25 +217,6 @@ func hostProcs(s string) []int {
 	return pids
 }
 
-// stageMounts returns the host mount table's lines that mention stageDir.
-func stageMounts() []string {
-	raw, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.Contains(line, stageDir) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// cgroupsOf returns the sandbox cgroups named after tine process pid.
-func cgroupsOf(pid int) []string {
-	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", pid))
-	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", pid))
-	return append(dirs, more...)
-}
-
 // freePort returns a loopback TCP address nothing listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()

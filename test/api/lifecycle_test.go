@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tine-run/tine/internal/testbin"
 	"io"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ func TestLifecycle(t *testing.T) {
 	if got.Usage.Pids < 1 || got.Usage.MemoryBytes <= 0 || got.Spec.Limits.MemoryBytes != 128<<20 {
 		t.Fatalf("inspect: usage %+v, spec %+v", got.Usage, got.Spec)
 	}
-	cgroups := cgroupsOf(d.pid())
+	cgroups := testbin.CgroupsOf(d.pid())
 	if len(cgroups) == 0 {
 		t.Fatalf("no cgroup named after the daemon (pid %d) while a sandbox with limits lives", d.pid())
 	}
@@ -77,7 +78,7 @@ func TestLifecycle(t *testing.T) {
 	if !eventually(patience, func() bool { _, err := os.Stat(fmt.Sprintf("/proc/%d", sb.Pid)); return err != nil }) {
 		t.Errorf("the sandbox's PID 1 (%d) outlived its delete", sb.Pid)
 	}
-	if left := cgroupsOf(d.pid()); len(left) > 0 {
+	if left := testbin.CgroupsOf(d.pid()); len(left) > 0 {
 		t.Errorf("cgroups remain after delete: %v", left)
 	}
 }
@@ -446,7 +447,7 @@ func TestDaemonKilled(t *testing.T) {
 	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 12 }) {
 		t.Fatalf("the 6 shells and their sleeps never all showed up: %v", hostProcs(sleeperArg(mark)))
 	}
-	if len(cgroupsOf(d.pid())) == 0 {
+	if len(testbin.CgroupsOf(d.pid())) == 0 {
 		t.Fatalf("no cgroups named after the daemon (pid %d) under load", d.pid())
 	}
 	old := d.pid()
@@ -460,10 +461,10 @@ func TestDaemonKilled(t *testing.T) {
 	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
 		t.Errorf("processes of the killed daemon's sandboxes remain:%s", describe(hostProcs(sleeperArg(mark))))
 	}
-	if m := stageMounts(); len(m) > 0 {
+	if m := testbin.StageMounts(); len(m) > 0 {
 		t.Errorf("host mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n"))
 	}
-	if dirs := cgroupsOf(old); len(dirs) > 0 {
+	if dirs := testbin.CgroupsOf(old); len(dirs) > 0 {
 		t.Errorf("cgroups of the killed daemon (pid %d) remain after the restart: %v", old, dirs)
 	}
 	list, err := d2.c.List(ctx)

@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -282,38 +281,18 @@ func argvIs(want ...string) func([]string) bool {
 	}
 }
 
-// stageMounts returns the lines of the host's mount table that mention
-// tine's stage directory.
-func stageMounts() []string {
-	raw, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.Contains(line, stageDir) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// cgroupsOf returns the cgroup directories named after tine pid pid.
-func cgroupsOf(pid int) []string {
-	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", pid))
-	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", pid))
-	return append(dirs, more...)
-}
-
 // checkLeftovers fails the test if any run it started left something on
 // the host. Processes get a moment to be reaped by the kernel.
 func (h *harness) checkLeftovers() {
 	t := h.t
-	if m := stageMounts(); len(m) > 0 {
+	if m := testbin.StageMounts(); len(m) > 0 {
 		t.Errorf("leftover: host mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n"))
 	}
 	h.mu.Lock()
 	pids := append([]int(nil), h.pids...)
 	h.mu.Unlock()
 	for _, pid := range pids {
-		if dirs := cgroupsOf(pid); len(dirs) > 0 {
+		if dirs := testbin.CgroupsOf(pid); len(dirs) > 0 {
 			t.Errorf("leftover: cgroups of finished tine pid %d remain: %v", pid, dirs)
 		}
 	}

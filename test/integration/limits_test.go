@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/rand"
 	"fmt"
+	"github.com/tine-run/tine/internal/testbin"
 	"math/big"
 	"os"
 	"os/exec"
@@ -184,7 +185,7 @@ func TestLeftoversAfterSIGKILL(t *testing.T) {
 		t.Fatalf("sleep %s never showed up in the host's /proc\nstderr: %s", arg, p.stderr.String())
 	}
 	// Negative check: the run's cgroup exists where the leftover checks look.
-	if len(cgroupsOf(p.pid())) == 0 {
+	if len(testbin.CgroupsOf(p.pid())) == 0 {
 		t.Errorf("no cgroup named after tine pid %d under /sys/fs/cgroup while it runs; the leftover checks look in the wrong place", p.pid())
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -201,14 +202,14 @@ func TestLeftoversAfterSIGKILL(t *testing.T) {
 	}) {
 		t.Errorf("after SIGKILL of tine, its sandbox's processes remain:%s", describe(left))
 	}
-	if m := stageMounts(); len(m) > 0 {
+	if m := testbin.StageMounts(); len(m) > 0 {
 		t.Errorf("after SIGKILL of tine, the host's mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n"))
 	}
 	gc, err := exec.Command(tineBin, "gc").CombinedOutput()
 	if err != nil {
 		t.Errorf("tine gc: %v\n%s", err, gc)
 	}
-	if dirs := cgroupsOf(p.pid()); len(dirs) > 0 {
+	if dirs := testbin.CgroupsOf(p.pid()); len(dirs) > 0 {
 		t.Errorf("after tine gc, cgroups of the killed tine (pid %d) remain: %v\ngc said: %s", p.pid(), dirs, gc)
 	}
 }
