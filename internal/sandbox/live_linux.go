@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
-	"github.com/tine-run/tine/internal/kernel/landlock"
-	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -158,29 +156,23 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if cmd.workdir == "" {
 		cmd.workdir = p.Workdir
 	}
-	filter, err := seccomp.Program(p.Spec.Seccomp)
-	if err != nil {
-		return nil, fmt.Errorf("seccomp policy %q: %w", p.Spec.Seccomp, err)
-	}
-	in := inputs{ruleset: -1, target: sb.init.pidfd, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: p.Rootless, landlockABI: h.landlockABI}
-	if in.target < 0 {
+	if sb.init.pidfd < 0 {
 		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
 	}
-	if h.landlockABI > 0 {
-		fd, err := landlock.NewRuleset(h.landlockABI)
-		if err != nil {
-			return nil, err
-		}
-		in.ruleset = fd
-		defer unix.Close(fd)
+	in, err := h.wallInputs(p.Spec.Seccomp, p.Rootless)
+	if err != nil {
+		return nil, err
 	}
+	if in.ruleset >= 0 {
+		defer unix.Close(in.ruleset)
+	}
+	in.target = sb.init.pidfd
 	ch, err := newChannels()
 	if err != nil {
 		return nil, err
 	}
 	defer ch.closeParentEnds()
-	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
-	in.stdio = stdioFDs(e.Stdio)
+	ch.wire(&in, e.Stdio)
 	pg, err := compileJoin(p, cmd, in)
 	if err != nil {
 		ch.closeChildEnds()

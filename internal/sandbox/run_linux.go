@@ -110,9 +110,12 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if rootless && (s.Limits != cgroup.Limits{}) {
 		return nil, fmt.Errorf("%w: --memory, --cpus and --pids need cgroups, which tine drives only as root (run as root, or drop the limits)", ErrRootlessOnly)
 	}
-	filter, err := seccomp.Program(s.Seccomp)
+	in, err := h.wallInputs(s.Seccomp, rootless)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp policy %q: %w", s.Seccomp, err)
+		return nil, err
+	}
+	if in.ruleset >= 0 {
+		defer unix.Close(in.ruleset)
 	}
 	pr := &Process{plan: plan, pidfd: -1, launchFD: -1, done: make(chan struct{}), exited: make(chan struct{})}
 	var undo []func()
@@ -135,7 +138,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		})
 	}
 
-	in := inputs{ruleset: -1, target: -1, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: rootless, landlockABI: h.landlockABI}
 	cgVersion := cgroup.None
 	if !rootless {
 		cgVersion = h.cgroup.Version
@@ -163,23 +165,13 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		// released, then enters a cgroup namespace rooted there.
 		in.newCgroupNS = true
 	}
-	if h.landlockABI > 0 {
-		fd, err := landlock.NewRuleset(h.landlockABI)
-		if err != nil {
-			return nil, err
-		}
-		in.ruleset = fd
-		defer unix.Close(fd)
-	}
-
 	ch, err := newChannels()
 	if err != nil {
 		return nil, err
 	}
 	defer ch.closeParentEnds()
 	undo = append(undo, func() { ch.statusR.Close() })
-	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
-	in.stdio = stdioFDs(s.Stdio)
+	ch.wire(&in, s.Stdio)
 	if len(plan.Argv) == 0 {
 		// A live sandbox: its PID 1 launches commands sent on this socket.
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -269,6 +261,29 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		go pr.enforceTimeout(s.Timeout)
 	}
 	return pr, nil
+}
+
+// wallInputs returns what every child needs for its walls: the seccomp
+// program, the capabilities to keep and drop, and a fresh Landlock ruleset
+// (the caller closes in.ruleset when it is >= 0).
+func (h *host) wallInputs(mode seccomp.Mode, userns bool) (inputs, error) {
+	filter, err := seccomp.Program(mode)
+	if err != nil {
+		return inputs{}, fmt.Errorf("seccomp policy %q: %w", mode, err)
+	}
+	in := inputs{ruleset: -1, target: -1, launch: -1, filter: filter, keepCaps: h.keepCaps, dropCaps: h.dropCaps, userns: userns, landlockABI: h.landlockABI}
+	if h.landlockABI > 0 {
+		if in.ruleset, err = landlock.NewRuleset(h.landlockABI); err != nil {
+			return inputs{}, err
+		}
+	}
+	return in, nil
+}
+
+// wire gives the child its ends of the channels and its stdio.
+func (ch *channels) wire(in *inputs, stdio [3]*os.File) {
+	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
+	in.stdio = stdioFDs(stdio)
 }
 
 // channels are the pipes and socket between the parent and a child.
