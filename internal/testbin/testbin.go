@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"testing"
 
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -56,4 +57,28 @@ func CgroupsOf(pid int) []string {
 	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", pid))
 	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", pid))
 	return append(dirs, more...)
+}
+
+// Main is a black-box test package's TestMain: it builds tine into a
+// temporary directory (world-readable, so a test's unprivileged user can
+// run it), stores the binary's path in *bin, runs the tests, removes the
+// directory, and exits with the tests' code.
+func Main(m *testing.M, bin *string) {
+	dir, err := os.MkdirTemp("", "tine-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbin:", err)
+		os.Exit(1)
+	}
+	os.Chmod(dir, 0o755)
+	code := func() int {
+		defer os.RemoveAll(dir)
+		path, err := Build(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testbin:", err)
+			return 1
+		}
+		*bin = path
+		return m.Run()
+	}()
+	os.Exit(code)
 }

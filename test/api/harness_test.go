@@ -38,24 +38,7 @@ const stageDir = "/run/tine/stage"
 // not a timing assertion.
 const patience = time.Minute
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tine-api-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		bin, err := testbin.Build(dir)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "api:", err)
-			return 1
-		}
-		tineBin = bin
-		return m.Run()
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, &tineBin) }
 
 // daemon is one `tine serve` process.
 type daemon struct {

@@ -38,26 +38,7 @@ const stageDir = "/run/tine/stage"
 // instead of stalling the package.
 const runLimit = 60 * time.Second
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tine-integration-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration: temp dir:", err)
-		os.Exit(1)
-	}
-	// World-readable, so the rootless test's unprivileged user can run it.
-	os.Chmod(dir, 0o755)
-	code := func() int {
-		defer os.RemoveAll(dir)
-		bin, err := testbin.Build(dir)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "integration:", err)
-			return 1
-		}
-		tineBin = bin
-		return m.Run()
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, &tineBin) }
 
 // harness drives tine for one test and checks for leftovers at its end.
 type harness struct {
