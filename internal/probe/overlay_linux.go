@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/osthread"
 )
 
 func checkOverlay() Check {
@@ -34,28 +35,20 @@ func checkOverlay() Check {
 }
 
 // tryOverlayMounts mounts an overlay over tmpfs layers, and one with the
-// host root as its lower layer, in a mount namespace only one OS thread
-// ever enters. That thread is never unlocked, so when its goroutine ends Go
-// discards the thread, and the namespace and its mounts go with it: the
-// host sees nothing but an empty temporary directory, removed here.
+// host root as its lower layer, in a mount namespace only one throwaway OS
+// thread ever enters (osthread.Throwaway): when that thread ends, the
+// namespace and its mounts go with it, and the host sees nothing but an
+// empty temporary directory, removed here.
 func tryOverlayMounts() (onTmpfs, overHostRoot error) {
 	dir, err := os.MkdirTemp("", "tine-probe-overlay-")
 	if err != nil {
 		return fmt.Errorf("make mount point: %w", err), nil
 	}
 	defer os.Remove(dir)
-
-	type result struct{ onTmpfs, overHostRoot error }
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: this thread must die with its mount namespace.
-		var r result
-		r.onTmpfs, r.overHostRoot = overlayInPrivateNamespace(dir)
-		done <- r
-	}()
-	r := <-done
-	return r.onTmpfs, r.overHostRoot
+	osthread.Throwaway(func() {
+		onTmpfs, overHostRoot = overlayInPrivateNamespace(dir)
+	})
+	return onTmpfs, overHostRoot
 }
 
 // overlayInPrivateNamespace moves the calling (locked) thread into a new

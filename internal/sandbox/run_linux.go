@@ -15,6 +15,7 @@ import (
 
 	"github.com/tine-run/tine/internal/kernel/caps"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/osthread"
 	"github.com/tine-run/tine/internal/kernel/landlock"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"golang.org/x/sys/unix"
@@ -413,10 +414,14 @@ type netnsResult struct {
 }
 
 // newNetNS creates a network namespace with lo up and returns a descriptor
-// for it. The creating thread stays locked and is thrown away when the
-// goroutine ends, so no Go code ever runs in the new namespace again.
-func newNetNS() netnsResult {
-	runtime.LockOSThread()
+// for it. It is made on a throwaway thread, so no Go code ever runs in the
+// new namespace again.
+func newNetNS() (r netnsResult) {
+	osthread.Throwaway(func() { r = netnsOnThisThread() })
+	return r
+}
+
+func netnsOnThisThread() netnsResult {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return netnsResult{fd: -1, err: fmt.Errorf("%w: create network namespace: %v", ErrSetup, err)}
 	}
