@@ -2,58 +2,28 @@ package main
 
 import (
 	"fmt"
+	"github.com/tine-run/tine/internal/units"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 )
 
-// parseSize parses a byte size: a number with an optional unit k, m, g, t
-// (powers of 1024; "KiB", "MB", "M" and friends are accepted too).
+// parseSize parses a byte size flag (see units.ParseSize).
 func parseSize(flag, s string) (int64, error) {
-	bad := usageError{fmt.Sprintf("invalid --%s %q: want a size like 512m, 2g or 1048576 (bytes)", flag, s)}
-	t := strings.ToLower(strings.TrimSpace(s))
-	i := 0
-	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
-		i++
+	v, err := units.ParseSize(s)
+	if err != nil {
+		return 0, usageError{fmt.Sprintf("invalid --%s %q: %v", flag, s, err)}
 	}
-	if i == 0 {
-		return 0, bad
-	}
-	num, err := strconv.ParseFloat(t[:i], 64)
-	if err != nil || num < 0 {
-		return 0, bad
-	}
-	mult := 1.0
-	switch strings.TrimSuffix(strings.TrimSuffix(t[i:], "ib"), "b") {
-	case "":
-	case "k":
-		mult = 1 << 10
-	case "m":
-		mult = 1 << 20
-	case "g":
-		mult = 1 << 30
-	case "t":
-		mult = 1 << 40
-	default:
-		return 0, bad
-	}
-	v := num * mult
-	if v > math.MaxInt64 || v < 1 {
-		return 0, bad
-	}
-	return int64(v), nil
+	return v, nil
 }
 
-// parseDuration accepts Go durations ("90s", "1m30s") or plain seconds ("1.5").
+// parseDuration parses a duration flag (see units.ParseDuration).
 func parseDuration(flag, s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return d, nil
+	d, err := units.ParseDuration(s)
+	if err != nil {
+		return 0, usageError{fmt.Sprintf("invalid --%s %q: %v", flag, s, err)}
 	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e9 {
-		return time.Duration(f * float64(time.Second)), nil
-	}
-	return 0, usageError{fmt.Sprintf("invalid --%s %q: want a positive duration like 30s, 1m30s or 2.5 (seconds)", flag, s)}
+	return d, nil
 }
 
 // parseCPUs accepts a positive number of cores, e.g. 0.5 or 2.

@@ -111,9 +111,17 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if rootless && (s.Limits != cgroup.Limits{}) {
 		return nil, fmt.Errorf("%w: --memory, --cpus and --pids need cgroups, which tine drives only as root (run as root, or drop the limits)", ErrRootlessOnly)
 	}
-	in, err := h.wallInputs(s.Seccomp, rootless)
+	mode := s.Seccomp
+	if s.Zygote && mode != seccomp.Unconfined {
+		mode = seccomp.Zygote
+	}
+	in, err := h.wallInputs(mode, rootless)
 	if err != nil {
 		return nil, err
+	}
+	if in.ruleset >= 0 && s.Zygote {
+		unix.Close(in.ruleset) // requests restrict themselves (RequestWalls)
+		in.ruleset = -1
 	}
 	if in.ruleset >= 0 {
 		defer unix.Close(in.ruleset)

@@ -51,6 +51,12 @@ type Spec struct {
 	TTY bool
 	// Stdio are the command's stdin, stdout and stderr.
 	Stdio [3]*os.File
+	// Zygote makes a live sandbox for a warm function: what PID 1 launches
+	// may fork requests that wall themselves in (RequestWalls) before user
+	// code runs. PID 1 therefore has no Landlock domain (a domain forbids
+	// mounting a request's private /tmp) and seccomp's Zygote filter, which
+	// adds unshare of a user and mount namespace and mount to Seccomp's.
+	Zygote bool
 }
 
 // Bind makes host path Source visible at Target inside the sandbox.
@@ -126,6 +132,9 @@ func (s *Spec) Validate() error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidSpec, e)
 		}
+	}
+	if s.Zygote && len(s.Args) > 0 {
+		return fmt.Errorf("%w: only a live sandbox can be a zygote", ErrInvalidSpec)
 	}
 	if len(s.Hostname) > 64 {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)

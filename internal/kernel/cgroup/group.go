@@ -229,6 +229,9 @@ type Stats struct {
 	OOMKills int64
 	// Pids is the number of processes in the group now.
 	Pids int64
+	// Throttled counts the CPU periods in which the group used up its
+	// quota and waited (0 without a cpu controller).
+	Throttled int64
 }
 
 // Stats reads peak memory, OOM kills and the current process count.
@@ -249,6 +252,9 @@ func (g *Group) Stats() Stats {
 		}
 	}
 	s.Pids = readInt(g.dirs["pids"], "pids.current")
+	if dir, ok := g.dirs["cpu"]; ok {
+		s.Throttled = readKeyed(dir, "cpu.stat", "nr_throttled")
+	}
 	return s
 }
 
@@ -282,11 +288,27 @@ func (g *Group) Remove() error {
 			continue
 		}
 		seen[dir] = true
-		if err := rmdirRetry(dir); err != nil {
+		if err := removeTree(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeTree removes dir after the groups nested in it (per-request groups
+// of a warm function, see Child), killing what is left in each.
+func removeTree(dir string) error {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			sub := filepath.Join(dir, e.Name())
+			killProcs(sub)
+			if err := removeTree(sub); err != nil {
+				return err
+			}
+		}
+	}
+	return rmdirRetry(dir)
 }
 
 func rmdirRetry(dir string) error {

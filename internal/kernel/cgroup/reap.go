@@ -101,7 +101,7 @@ func (h *Host) Reap() ([]string, error) {
 			}
 			dir := filepath.Join(parent, e.Name())
 			killProcs(dir)
-			if err := rmdirRetry(dir); err != nil {
+			if err := removeTree(dir); err != nil {
 				errs = append(errs, err)
 				continue
 			}

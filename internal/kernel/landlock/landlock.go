@@ -151,6 +151,19 @@ const RuleTypePathBeneath = 1
 // scoping signals and abstract unix sockets to the sandbox) and returns its
 // fd, close-on-exec. The caller adds rules and restricts itself.
 func NewRuleset(abi int) (int, error) {
+	attr := RulesetAttr(abi)
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)), 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("create landlock ruleset (ABI %d): %w", abi, errno)
+	}
+	unix.CloseOnExec(int(fd))
+	return int(fd), nil
+}
+
+// RulesetAttr returns NewRuleset's struct landlock_ruleset_attr as bytes,
+// sized for ABI abi (older kernels refuse a larger struct with nonzero
+// tail), for a process that creates its ruleset itself.
+func RulesetAttr(abi int) []byte {
 	attr := rulesetAttr{handledFS: Supported(Write, abi)}
 	size := unsafe.Sizeof(uint64(0))
 	if abi >= 4 {
@@ -160,10 +173,5 @@ func NewRuleset(abi int) (int, error) {
 		attr.scoped = scopeAbstractUnixSocket | scopeSignal
 		size = unsafe.Sizeof(attr)
 	}
-	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
-	if errno != 0 {
-		return -1, fmt.Errorf("create landlock ruleset (ABI %d): %w", abi, errno)
-	}
-	unix.CloseOnExec(int(fd))
-	return int(fd), nil
+	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&attr)), size)...)
 }

@@ -29,6 +29,10 @@ const (
 	Strict Mode = "strict"
 	// Unconfined installs no filter.
 	Unconfined Mode = "unconfined"
+	// Zygote is Default plus unshare(CLONE_NEWUSER|CLONE_NEWNS) and mount,
+	// for a warm function's zygote, whose forked requests wall themselves
+	// in and load Default on top. Not a user-selectable mode.
+	Zygote Mode = "zygote"
 )
 
 // ParseMode returns the Mode named s.
@@ -47,7 +51,7 @@ func Program(mode Mode) ([]unix.SockFilter, error) {
 	switch mode {
 	case Unconfined:
 		return nil, nil
-	case Default, Strict:
+	case Default, Strict, Zygote:
 		return program(mode)
 	}
 	return nil, fmt.Errorf("seccomp program %q: %w", mode, ErrUnknownMode)

@@ -29,6 +29,9 @@ const (
 	Default = "default"
 	// Strict is Default minus the calls listed in strict.go.
 	Strict = "strict"
+	// Zygote is Default plus what a warm function's request needs to wall
+	// itself in (zygote.go).
+	Zygote = "zygote"
 )
 
 // Compile returns the filter for mode (Default or Strict) on the native
@@ -59,8 +62,10 @@ func compile(mode string) (compiled, error) {
 	case Default:
 	case Strict:
 		profile = strict(profile)
+	case Zygote:
+		profile = zygote(profile)
 	default:
-		return compiled{}, fmt.Errorf("compile seccomp mode %q: not %q or %q", mode, Default, Strict)
+		return compiled{}, fmt.Errorf("compile seccomp mode %q: not %q, %q or %q", mode, Default, Strict, Zygote)
 	}
 	a, err := nativeArch()
 	if err != nil {

@@ -1,0 +1,63 @@
+package sandbox
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/tine-run/tine/internal/kernel/landlock"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// RequestWalls are the walls a process forked inside a zygote sandbox
+// (Spec.Zygote) puts up around itself before it runs user code: the same
+// a launched command gets from PID 1 in any other sandbox, applied by the
+// request itself after it has mounted its private /tmp.
+type RequestWalls struct {
+	// Landlock is the ruleset to create (nil when the kernel has none).
+	Landlock *LandlockRuleset `json:"landlock,omitempty"`
+	// Seccomp is the filter to load, as raw struct sock_filter entries
+	// (8 bytes each); empty for an unconfined sandbox.
+	Seccomp []byte `json:"seccomp"`
+	// KeepCaps is the capability set to keep (bit N: capability N).
+	KeepCaps uint64 `json:"keep_caps"`
+	// DropCaps are the capabilities to drop from the bounding set.
+	DropCaps []int `json:"drop_caps"`
+}
+
+// LandlockRuleset describes a ruleset in the kernel's terms.
+type LandlockRuleset struct {
+	// Attr is struct landlock_ruleset_attr, sized for the host's ABI.
+	Attr []byte `json:"attr"`
+	// Rules are path-beneath rules: sandbox paths and their rights.
+	Rules []LandlockRule `json:"rules"`
+}
+
+// LandlockRule grants Rights beneath Path.
+type LandlockRule struct {
+	Path   string `json:"path"`
+	Rights uint64 `json:"rights"`
+}
+
+// RequestWalls returns the walls for requests forked in this sandbox.
+func (sb *Sandbox) RequestWalls() (*RequestWalls, error) {
+	if !sb.plan.Spec.Zygote {
+		return nil, fmt.Errorf("%w: not a zygote sandbox", ErrInvalidSpec)
+	}
+	filter, err := seccomp.Program(sb.plan.Spec.Seccomp)
+	if err != nil {
+		return nil, err
+	}
+	w := &RequestWalls{KeepCaps: sb.h.keepCaps, DropCaps: sb.h.dropCaps}
+	if len(filter) > 0 {
+		w.Seccomp = unsafe.Slice((*byte)(unsafe.Pointer(&filter[0])), len(filter)*int(unsafe.Sizeof(unix.SockFilter{})))
+	}
+	if abi := sb.h.landlockABI; abi > 0 {
+		rs := &LandlockRuleset{Attr: landlock.RulesetAttr(abi)}
+		for _, r := range sb.plan.Landlock {
+			rs.Rules = append(rs.Rules, LandlockRule{Path: r.Path, Rights: landlock.Supported(r.Rights, abi)})
+		}
+		w.Landlock = rs
+	}
+	return w, nil
+}

@@ -1,0 +1,282 @@
+# tine's Python zygote agent, embedded in the tine binary and launched by
+# the daemon inside a zygote sandbox. It imports the function's modules
+# once, then forks one child per request. Each child admits itself into its
+# request's cgroup, walls itself in (private /tmp in its own mount
+# namespace, Landlock, capabilities, seccomp), runs the handler, replies
+# and exits. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
+#   daemon -> agent: one config message (JSON), then requests: a JSON
+#     header with descriptors [reply, payload, stdout, stderr, cgroup...].
+#   agent -> daemon: one ready message (JSON), then nothing: each child
+#     writes its reply (8-byte length, JSON) to its reply pipe.
+# Standard library only: this runs on whatever Python the root has.
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_NOSUID, MS_NODEV = 2, 4
+PR_CAPBSET_DROP = 24
+SYS_CAPSET = 126
+SYS_SECCOMP = 317
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+MAX_HEADER = 1 << 16
+MAX_FDS = 16
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+
+def check(r, what):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+    return r
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def error_of(exc):
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "line": getattr(exc, "lineno", None),
+    }
+
+
+class Agent:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.handler = None
+        walls = cfg.get("walls") or {}
+        self.walls = walls
+        # Prepared once, so a request only makes system calls.
+        filt = bytes(__import__("base64").b64decode(walls.get("seccomp") or ""))
+        self.filter_buf = ctypes.create_string_buffer(filt, len(filt)) if filt else None
+        self.filter_len = len(filt) // 8
+        ll = walls.get("landlock")
+        self.ll_attr = None
+        if ll:
+            a = __import__("base64").b64decode(ll["attr"])
+            self.ll_attr = ctypes.create_string_buffer(a, len(a))
+            self.ll_rules = [(r["path"], r["rights"]) for r in ll.get("rules") or []]
+        self.keep = walls.get("keep_caps", 0)
+        self.drop = walls.get("drop_caps") or []
+        self.tmp_opts = ("mode=1777,size=%d" % cfg.get("tmp_bytes", 64 << 20)).encode()
+
+    def warm(self):
+        for m in self.cfg.get("preload") or []:
+            __import__(m)
+        entry = self.cfg.get("entry")
+        if entry:
+            import importlib.util
+            d = os.path.dirname(entry)
+            if d not in sys.path:
+                sys.path.insert(0, d)
+            spec = importlib.util.spec_from_file_location("__tine_entry__", entry)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["__tine_entry__"] = mod
+            spec.loader.exec_module(mod)
+            name = self.cfg.get("handler") or "handler"
+            h = getattr(mod, name, None)
+            if h is None:
+                raise LookupError("%s has no function %r (the spec's handler)" % (entry, name))
+            if not callable(h):
+                raise TypeError("%s: %r is not callable" % (entry, name))
+            self.handler = h
+        # Fork only a single-threaded process with no sockets of its own:
+        # a copied thread or connection breaks in the child.
+        import threading
+        if threading.active_count() != 1:
+            raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threading.active_count() - 1))
+        for fd in os.listdir("/proc/self/fd"):
+            fd = int(fd)
+            if fd > 2:
+                try:
+                    if os.path.realpath("/proc/self/fd/%d" % fd).startswith("socket:") or os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
+                        raise RuntimeError("the entry or a preloaded module left a socket open (fd %d); open connections inside the handler" % fd)
+                except FileNotFoundError:
+                    pass
+
+    # --- the child ---
+
+    def wall_in(self):
+        w = self.walls
+        check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare user and mount namespace")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write("0 0 1")
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write("0 0 1")
+        check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), self.tmp_opts), "mount private /tmp")
+        if self.ll_attr is not None:
+            rs = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, self.ll_attr, ctypes.c_size_t(len(self.ll_attr)), 0), "landlock ruleset")
+            for path, rights in self.ll_rules:
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+                attr = struct.pack("=Qi", rights, pfd)
+                check(libc.syscall(SYS_LANDLOCK_ADD_RULE, rs, 1, attr, 0), "landlock rule " + path)
+                os.close(pfd)
+            check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, rs, 0), "landlock restrict")
+            os.close(rs)
+        for c in self.drop:
+            libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)  # EINVAL: unknown to this kernel
+        hdr = CapHeader(0x20080522, 0)
+        data = (CapData * 2)()
+        for i in range(2):
+            v = (self.keep >> (32 * i)) & 0xFFFFFFFF
+            data[i].effective = data[i].permitted = data[i].inheritable = v
+        check(libc.syscall(SYS_CAPSET, ctypes.byref(hdr), data), "set capabilities")
+        if self.filter_buf is not None:
+            prog = SockFprog(self.filter_len, ctypes.cast(self.filter_buf, ctypes.c_void_p))
+            check(libc.syscall(SYS_SECCOMP, 1, 0, ctypes.byref(prog)), "load seccomp filter")
+
+    def child(self, hdr, fds, t_fork):
+        t_start = time.monotonic_ns()
+        reply, payload, out, err, cgroups = fds[0], fds[1], fds[2], fds[3], fds[4:]
+        try:
+            for fd in cgroups:
+                os.write(fd, b"0")
+        except OSError:
+            os._exit(70)  # the request was cancelled and its cgroup removed
+        t_admit = time.monotonic_ns()
+        rep = {"t": {"fork": t_fork, "start": t_start, "admitted": t_admit}}
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.dup2(reply, 3)
+            os.dup2(payload, 4, inheritable=False)
+            os.closerange(5, 1 << 20)
+            reply, payload = 3, 4
+            os.set_inheritable(reply, False)
+            self.wall_in()
+            import random
+            random.seed()
+            np = sys.modules.get("numpy")
+            if np is not None:
+                np.random.seed()
+            body = b""
+            while True:
+                chunk = os.read(payload, 1 << 20)
+                if not chunk:
+                    break
+                body += chunk
+            os.close(payload)
+            rep["t"]["isolated"] = time.monotonic_ns()
+            handler = self.handler
+            if hdr.get("script"):
+                handler = self.load_script(hdr["script"])
+            event = body if hdr.get("raw") else json.loads(body or b"null")
+            result = handler(event)
+            if hasattr(result, "__await__"):
+                import asyncio
+
+                async def wait():
+                    return await result
+                result = asyncio.run(wait())
+            if isinstance(result, (bytes, bytearray, memoryview)):
+                rep["result_base64"] = __import__("base64").b64encode(bytes(result)).decode()
+            else:
+                json.dumps(result)  # a TypeError here is the handler's error
+                rep["result"] = result
+            rep["status"] = "ok"
+        except BaseException as e:  # SystemExit too: the handler may not end the child
+            rep["status"] = "error"
+            rep["error"] = error_of(e)
+        rep["t"]["ran"] = time.monotonic_ns()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            b = json.dumps(rep, default=repr).encode()
+        except Exception as e:
+            b = json.dumps({"status": "error", "error": error_of(e), "t": rep["t"]}).encode()
+        view = memoryview(struct.pack("=Q", len(b)) + b)
+        while view:
+            view = view[os.write(reply, view):]
+        os._exit(0)
+
+    def load_script(self, digest):
+        path = os.path.join(self.cfg.get("scripts_dir", "/tine/scripts"), digest + ".py")
+        with open(path, "rb") as f:
+            src = f.read()
+        code = compile(src, "script " + digest[:12], "exec")
+        ns = {"__name__": "__tine_script__"}
+        exec(code, ns)
+        name = self.cfg.get("handler") or "handler"
+        h = ns.get(name)
+        if not callable(h):
+            raise LookupError("script %s defines no function %r" % (digest[:12], name))
+        return h
+
+    def serve(self, ctl):
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
+        while True:
+            try:
+                msg, fds, _, _ = socket.recv_fds(ctl, MAX_HEADER, MAX_FDS)
+            except InterruptedError:
+                continue
+            if not msg:
+                os._exit(0)  # the daemon closed the socket
+            hdr = json.loads(msg)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            t_fork = time.monotonic_ns()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    ctl.close()
+                    self.child(hdr, fds, t_fork)
+                finally:
+                    os._exit(71)
+            for fd in fds:
+                os.close(fd)
+
+
+def main():
+    # The socket arrives as stdin; stdin becomes /dev/null.
+    ctl = socket.socket(fileno=os.dup(0))
+    ctl.set_inheritable(False)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    cfg = json.loads(ctl.recv(MAX_HEADER))
+    t0 = time.monotonic()
+    try:
+        agent = Agent(cfg)
+        agent.warm()
+    except BaseException as e:
+        ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
+        os._exit(1)
+    ctl.send(json.dumps({"ok": True, "pid": os.getpid(), "warm_ms": (time.monotonic() - t0) * 1e3}).encode())
+    agent.serve(ctl)
+
+
+main()
