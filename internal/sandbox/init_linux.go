@@ -208,6 +208,10 @@ const (
 	launchMaxStrings = 2048 // argv + env + candidates + 1
 	launchMaxRunning = 256
 	launchFDs        = 5
+	// launchMaxCgroups is how many cgroup.procs descriptors may follow
+	// the five (header flags): the command writes "0" to each before its
+	// execve, so it is born into a request's cgroup with nothing run yet.
+	launchMaxCgroups = 4
 )
 
 // launchHeader starts a launch message.
@@ -229,7 +233,7 @@ const (
 // launchState is PID 1's own memory for serving launches.
 type launchState struct {
 	buf     [launchMaxMessage]byte
-	control [64]byte // >= CmsgSpace(4 * launchFDs)
+	control [64]byte // >= CmsgSpace(4 * (launchFDs + launchMaxCgroups))
 	iov     unix.Iovec
 	msg     unix.Msghdr
 	ptrs    [launchMaxStrings + 3]uintptr // argv, NULL, envp, NULL
@@ -333,16 +337,18 @@ func launch(p *program, l *launchState) {
 	if n == 0 {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 	}
-	// The descriptors: one SCM_RIGHTS message of launchFDs int32s.
+	// The descriptors: one SCM_RIGHTS message of launchFDs int32s, and
+	// h.flags cgroup.procs descriptors.
 	if l.msg.Controllen < uint64(unix.CmsgLen(4*launchFDs)) {
 		return
 	}
-	fds := (*[launchFDs]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)]))
+	fds := (*[launchFDs + launchMaxCgroups]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)]))
+	nfds := int(((*unix.Cmsghdr)(unsafe.Pointer(&l.control[0])).Len - uint64(unix.CmsgLen(0))) / 4)
 	status := fds[3]
 	h := (*launchHeader)(unsafe.Pointer(&l.buf[0]))
 	total := int(h.nargs) + int(h.nenv) + int(h.ncand)
-	if h.nargs == 0 || h.ncand == 0 || total > launchMaxStrings {
-		closeFDs(fds)
+	if h.nargs == 0 || h.ncand == 0 || total > launchMaxStrings || h.flags > launchMaxCgroups || nfds != launchFDs+int(h.flags) {
+		closeFDs(fds, nfds)
 		return
 	}
 	// Split the strings: workdir, then argv, env and candidates, each
@@ -364,14 +370,14 @@ func launch(p *program, l *launchState) {
 			slot = cand + i - int(h.nargs) - int(h.nenv)
 		}
 		if slot >= len(l.ptrs) {
-			closeFDs(fds)
+			closeFDs(fds, nfds)
 			return
 		}
 		l.ptrs[slot] = uintptr(unsafe.Pointer(&l.buf[pos]))
 		pos = skipString(&l.buf, pos, end)
 	}
 	if i < total || pos > end || cand+int(h.ncand) > len(l.ptrs) {
-		closeFDs(fds)
+		closeFDs(fds, nfds)
 		return
 	}
 	l.ptrs[envp-1] = 0
@@ -389,20 +395,22 @@ func launch(p *program, l *launchState) {
 	if slot < 0 {
 		l.report = launchReport{tag: launchExecFailed, value: int32(syscall.EAGAIN)}
 		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(status), uintptr(unsafe.Pointer(&l.report)), 8)
-		closeFDs(fds)
+		closeFDs(fds, nfds)
 		return
 	}
 	v := &p.vfork
-	v.kind, v.workdir, v.argv, v.envp, v.cand, v.ncand = vforkLaunched, workdir, argv, envp, cand, int(h.ncand)
+	v.kind, v.workdir, v.argv, v.envp, v.cand, v.ncand, v.ncgroups = vforkLaunched, workdir, argv, envp, cand, int(h.ncand), int(h.flags)
 	pid, errno := forkCommand(v)
 	if errno != 0 {
 		l.report = launchReport{tag: launchExecFailed, value: int32(errno)}
 		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(status), uintptr(unsafe.Pointer(&l.report)), 8)
-		closeFDs(fds)
+		closeFDs(fds, nfds)
 		return
 	}
-	for _, i := range [...]int{0, 1, 2, 4} {
-		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
+	for i := 0; i < nfds; i++ {
+		if i != 3 { // the status socket stays until the command is reaped
+			syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
+		}
 	}
 	// Tell the parent, with a pidfd it can signal the command by; without
 	// one the parent could not control it, so it does not run.
@@ -431,6 +439,7 @@ type vforkArgs struct {
 	stack                   *[vforkStackSize]byte
 	workdir                 uintptr
 	argv, envp, cand, ncand int
+	ncgroups                int
 }
 
 const (
@@ -448,7 +457,7 @@ const vforkStackSize = 64 << 10
 func vforkChild(a *vforkArgs) {
 	if a.kind == vforkLaunched {
 		l := a.p.launch
-		launchedMain(l, (*[launchFDs]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)])), a.workdir, a.argv, a.envp, a.cand, a.ncand)
+		launchedMain(l, (*[launchFDs + launchMaxCgroups]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)])), a.ncgroups, a.workdir, a.argv, a.envp, a.cand, a.ncand)
 	}
 	commandMain(a.p)
 }
@@ -457,7 +466,16 @@ func vforkChild(a *vforkArgs) {
 //
 //go:nosplit
 //go:norace
-func launchedMain(l *launchState, fds *[launchFDs]int32, workdir uintptr, argv, envp, cand, ncand int) {
+func launchedMain(l *launchState, fds *[launchFDs + launchMaxCgroups]int32, ncgroups int, workdir uintptr, argv, envp, cand, ncand int) {
+	// Into the request's cgroup before anything else: a command that
+	// cannot be admitted does not run.
+	for i := 0; i < ncgroups; i++ {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fds[launchFDs+i]), uintptr(unsafe.Pointer(&l.zero[0])), 1); e != 0 {
+			l.report = launchReport{tag: launchExecFailed, value: int32(e)}
+			syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fds[4]), uintptr(unsafe.Pointer(&l.report)), 8)
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 126, 0, 0)
+		}
+	}
 	syscall.RawSyscall(syscall.SYS_SETSID, 0, 0, 0)
 	for i := 0; i < 3; i++ {
 		syscall.RawSyscall(unix.SYS_DUP3, uintptr(fds[i]), uintptr(i), 0)
@@ -510,8 +528,8 @@ func skipString(buf *[launchMaxMessage]byte, pos, end int) int {
 
 //go:nosplit
 //go:norace
-func closeFDs(fds *[launchFDs]int32) {
-	for i := 0; i < launchFDs; i++ {
+func closeFDs(fds *[launchFDs + launchMaxCgroups]int32, n int) {
+	for i := 0; i < n && i < len(fds); i++ {
 		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fds[i]), 0, 0)
 	}
 }

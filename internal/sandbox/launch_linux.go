@@ -57,10 +57,14 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if workdir == "" {
 		workdir = p.Workdir
 	}
+	if len(e.CgroupProcs) > launchMaxCgroups {
+		return nil, fmt.Errorf("%w: more than %d cgroup descriptors", ErrInvalidSpec, launchMaxCgroups)
+	}
 	msg, err := launchMessage(workdir, e.Args, env, candidates(e.Args[0], env))
 	if err != nil {
 		return nil, err
 	}
+	binary.NativeEndian.PutUint32(msg[12:], uint32(len(e.CgroupProcs)))
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("status socket: %w", err)
@@ -90,7 +94,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	launchFD := sb.init.launchFD
 	sb.init.mu.Unlock()
 	if launchFD >= 0 {
-		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(stdio[0], stdio[1], stdio[2], childEnd, int(checkW.Fd())), nil, 0)
+		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(append([]int{stdio[0], stdio[1], stdio[2], childEnd, int(checkW.Fd())}, e.CgroupProcs...)...), nil, 0)
 	}
 	unix.Close(childEnd)
 	checkW.Close()

@@ -57,6 +57,9 @@ type ExecSpec struct {
 	TTY     bool
 	Stdio   [3]*os.File
 	Timeout time.Duration
+	// CgroupProcs are open cgroup.procs files (cgroup.Group.ProcsFiles)
+	// the command joins before its execve (Launch only; at most 4).
+	CgroupProcs []int
 }
 
 // Usage is a live sandbox's resource use now.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/landlock"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"golang.org/x/sys/unix"
@@ -60,4 +61,19 @@ func (sb *Sandbox) RequestWalls() (*RequestWalls, error) {
 		w.Landlock = rs
 	}
 	return w, nil
+}
+
+// RequestGroup creates a cgroup for one request inside the sandbox's own,
+// with the request's limits; the request's process admits itself through
+// the group's ProcsFiles. The caller kills and removes it afterwards.
+func (sb *Sandbox) RequestGroup(name string, lim cgroup.Limits) (*cgroup.Group, error) {
+	release, err := sb.use()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if sb.init.group == nil {
+		return nil, fmt.Errorf("%w: per-request limits need the sandbox's cgroup, which tine drives only as root", ErrRootlessOnly)
+	}
+	return sb.init.group.Child(name, lim)
 }

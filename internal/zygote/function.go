@@ -1,0 +1,515 @@
+package zygote
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+//go:embed agent/python.py
+var pythonAgent string
+
+// Errors a caller can test for.
+var (
+	ErrNoFunction = errors.New("no such function")
+	ErrWarm       = errors.New("the function failed to warm up")
+	ErrTooLarge   = errors.New("payload too large")
+)
+
+// Limits of one request's answer.
+const (
+	maxReply  = 16 << 20
+	maxOutput = 1 << 20
+	// zygoteMemory is what the zygote itself may use on top of its
+	// requests' limits.
+	zygoteMemory = 256 << 20
+)
+
+// function is one registered function and, while warm, its sandbox.
+type function struct {
+	spec    api.FunctionSpec
+	scripts string // host directory of registered scripts (the pool only)
+	slots   chan struct{}
+	calls   atomic.Int64
+	seq     atomic.Uint64
+
+	mu       sync.Mutex
+	sb       *sandbox.Sandbox
+	zyg      *zygoteProc // nil when cold, or after the zygote died
+	warming  chan struct{}
+	warmErr  error
+	warmMs   float64
+	lastUsed time.Time
+	inflight int
+}
+
+// zygoteProc is a running agent: the daemon's end of its control socket.
+type zygoteProc struct {
+	ctl  int
+	mu   sync.Mutex // one sendmsg at a time
+	l    *sandbox.Launched
+	dead chan struct{}
+	why  string
+	log  *tailBuffer
+}
+
+func (f *function) timeout() time.Duration {
+	return time.Duration(f.spec.Limits.TimeoutSeconds * float64(time.Second))
+}
+
+// ensureWarm returns the running zygote (python) or sandbox (exec),
+// warming the function first if it is cold or its zygote died.
+func (f *function) ensureWarm() (sb *sandbox.Sandbox, z *zygoteProc, cold bool, warmMs float64, err error) {
+	for {
+		f.mu.Lock()
+		if f.warming != nil {
+			w := f.warming
+			f.mu.Unlock()
+			<-w
+			continue
+		}
+		if f.sb != nil && (f.spec.Runtime == RuntimeExec || f.zyg != nil) {
+			select {
+			case <-f.sb.Done():
+			default:
+				sb, z := f.sb, f.zyg
+				f.mu.Unlock()
+				return sb, z, cold, warmMs, nil
+			}
+		}
+		if cold && f.warmErr != nil {
+			err := f.warmErr
+			f.mu.Unlock()
+			return nil, nil, true, 0, err
+		}
+		w := make(chan struct{})
+		f.warming = w
+		old := f.sb
+		f.mu.Unlock()
+
+		t0 := time.Now()
+		sb, z, err := f.warm(old)
+		f.mu.Lock()
+		f.sb, f.zyg, f.warmErr, f.warming = sb, z, err, nil
+		f.warmMs = ms(time.Since(t0))
+		cold, warmMs = true, f.warmMs
+		f.mu.Unlock()
+		close(w)
+	}
+}
+
+// warm makes the function's sandbox (reusing old if it is still alive) and,
+// for python, starts its zygote and waits until it has imported everything.
+func (f *function) warm(old *sandbox.Sandbox) (*sandbox.Sandbox, *zygoteProc, error) {
+	sb := old
+	if sb != nil {
+		select {
+		case <-sb.Done():
+			sb.Destroy()
+			sb = nil
+		default:
+		}
+	}
+	if sb == nil {
+		var err error
+		if sb, err = sandbox.Create(f.sandboxSpec()); err != nil {
+			return nil, nil, fmt.Errorf("%w: create its sandbox: %v", ErrWarm, err)
+		}
+	}
+	if f.spec.Runtime == RuntimeExec {
+		return sb, nil, nil
+	}
+	z, err := f.startZygote(sb)
+	if err != nil {
+		sb.Destroy()
+		return nil, nil, err
+	}
+	return sb, z, nil
+}
+
+func (f *function) sandboxSpec() *sandbox.Spec {
+	l := f.spec.Limits
+	n := int64(f.spec.Concurrency)
+	s := &sandbox.Spec{
+		Zygote:   f.spec.Runtime == RuntimePython,
+		Hostname: f.spec.Name,
+		Limits: cgroup.Limits{
+			MemoryBytes: l.MemoryBytes*n + zygoteMemory,
+			Pids:        l.Pids*n + 16,
+		},
+	}
+	if f.spec.Entry != "" {
+		dir := filepath.Dir(f.spec.Entry)
+		s.Binds = append(s.Binds, sandbox.Bind{Source: dir, Target: dir, ReadOnly: true})
+	}
+	if f.scripts != "" {
+		s.Binds = append(s.Binds, sandbox.Bind{Source: f.scripts, Target: scriptsTarget, ReadOnly: true})
+	}
+	return s
+}
+
+// scriptsTarget is where a pool's sandbox sees the registered scripts.
+const scriptsTarget = "/tine/scripts"
+
+// agentConfig is the agent's first message.
+type agentConfig struct {
+	Entry      string                `json:"entry,omitempty"`
+	Handler    string                `json:"handler"`
+	Preload    []string              `json:"preload"`
+	ScriptsDir string                `json:"scripts_dir,omitempty"`
+	TmpBytes   int64                 `json:"tmp_bytes"`
+	Walls      *sandbox.RequestWalls `json:"walls"`
+}
+
+// agentReady is the agent's answer to its config.
+type agentReady struct {
+	OK     bool                 `json:"ok"`
+	Pid    int                  `json:"pid"`
+	WarmMs float64              `json:"warm_ms"`
+	Error  *api.InvocationError `json:"error"`
+}
+
+func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
+	walls, err := sb.RequestWalls()
+	if err != nil {
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: control socket: %v", ErrWarm, err)
+	}
+	agentEnd := os.NewFile(uintptr(pair[1]), "zygote control")
+	defer agentEnd.Close()
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		unix.Close(pair[0])
+		return nil, err
+	}
+	defer logW.Close()
+	python := f.spec.Python
+	if python == "" {
+		python = "python3"
+	}
+	l, err := sb.Launch(&sandbox.ExecSpec{
+		Args:  []string{python, "-I", "-c", pythonAgent},
+		Stdio: [3]*os.File{agentEnd, logW, logW},
+	})
+	if err != nil {
+		unix.Close(pair[0])
+		logR.Close()
+		return nil, fmt.Errorf("%w: start %s: %v", ErrWarm, python, err)
+	}
+	z := &zygoteProc{ctl: pair[0], l: l, dead: make(chan struct{}), log: &tailBuffer{max: 16 << 10}}
+	go func() { io.Copy(z.log, logR); logR.Close() }()
+	go func() {
+		o, _ := l.Wait()
+		if o != nil {
+			z.why = fmt.Sprintf("the zygote ended (%s, exit code %d)", o.Reason, o.ExitCode)
+		}
+		close(z.dead)
+	}()
+	cfg := agentConfig{Entry: f.spec.Entry, Handler: f.spec.Handler, Preload: f.spec.Preload, TmpBytes: 64 << 20, Walls: walls}
+	if f.scripts != "" {
+		cfg.ScriptsDir = scriptsTarget
+	}
+	b, _ := json.Marshal(cfg)
+	var ready agentReady
+	err = z.send(b, nil)
+	if err == nil {
+		var buf [1 << 16]byte
+		var n int
+		n, err = readSeqpacket(z.ctl, buf[:], f.timeout()+30*time.Second)
+		if err == nil {
+			if n == 0 {
+				<-z.dead
+				err = fmt.Errorf("%w: %s before it was ready; its output:\n%s", ErrWarm, z.why, z.log.String())
+			} else if jerr := json.Unmarshal(buf[:n], &ready); jerr != nil {
+				err = fmt.Errorf("%w: bad ready message: %v", ErrWarm, jerr)
+			}
+		}
+	}
+	if err == nil && !ready.OK {
+		e := ready.Error
+		err = fmt.Errorf("%w: %s: %s\n%s", ErrWarm, e.Type, e.Message, e.Traceback)
+	}
+	if err != nil {
+		z.close()
+		return nil, err
+	}
+	return z, nil
+}
+
+// send sends one message with descriptors to the agent.
+func (z *zygoteProc) send(msg []byte, fds []int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.ctl < 0 {
+		return errors.New("the zygote is gone")
+	}
+	return unix.Sendmsg(z.ctl, msg, oob, nil, unix.MSG_NOSIGNAL)
+}
+
+// close kills the agent (its running requests are in cgroups of their own
+// and finish or time out on their own).
+func (z *zygoteProc) close() {
+	z.l.Signal(unix.SIGKILL)
+	<-z.dead
+	z.mu.Lock()
+	if z.ctl >= 0 {
+		unix.Close(z.ctl)
+		z.ctl = -1
+	}
+	z.mu.Unlock()
+}
+
+// readSeqpacket reads one message from a blocking socket, giving up after d.
+func readSeqpacket(fd int, buf []byte, d time.Duration) (int, error) {
+	tv := unix.NsecToTimeval(d.Nanoseconds())
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	n, _, _, _, err := unix.Recvmsg(fd, buf, nil, 0)
+	if err != nil {
+		return 0, fmt.Errorf("%w: no word from the zygote in %s: %v", ErrWarm, d, err)
+	}
+	return n, nil
+}
+
+// childReply is what a request's child writes to its reply pipe.
+type childReply struct {
+	Status       string               `json:"status"`
+	Result       json.RawMessage      `json:"result"`
+	ResultBase64 string               `json:"result_base64"`
+	Error        *api.InvocationError `json:"error"`
+	T            struct {
+		Fork, Start, Admitted, Isolated, Ran int64
+	} `json:"t"`
+}
+
+// request is one call's daemon side.
+type request struct {
+	script string
+	raw    bool
+}
+
+// invoke runs one request through the zygote.
+func (f *function) invokePython(ctx context.Context, z *zygoteProc, sb *sandbox.Sandbox, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
+	rg, err := sb.RequestGroup("r"+strconv.FormatUint(f.seq.Add(1), 10), f.requestLimits())
+	if err != nil {
+		return err
+	}
+	defer func() { go func() { rg.Kill(); rg.Remove() }() }()
+	cgfds, err := rg.ProcsFiles()
+	if err != nil {
+		return err
+	}
+	io := newRequestIO(payload)
+	defer io.closeAll()
+	if io.err != nil {
+		closeAll(cgfds)
+		return io.err
+	}
+	hdr, _ := json.Marshal(map[string]any{"script": req.script, "raw": req.raw})
+	fds := append([]int{io.replyW, io.payload, io.outW, io.errW}, cgfds...)
+	sent := monotonic()
+	err = z.send(hdr, fds)
+	closeAll(cgfds)
+	io.closeChildEnds()
+	if err != nil {
+		return fmt.Errorf("%w: send the request to the zygote: %v", ErrWarm, err)
+	}
+	inv.Timings.Queue = ms(time.Since(arrived)) - msSince(sent)
+
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); rg.Kill() })
+	stop := context.AfterFunc(ctx, func() { rg.Kill() })
+	rep, rerr := io.readReply()
+	got := monotonic()
+	timer.Stop()
+	stop()
+	rg.Kill() // the request is over: whatever it left running goes
+	inv.Stdout, inv.Stderr, inv.Truncated = io.output()
+	st := rg.Stats()
+	inv.Timings.Throttled = st.Throttled > 0
+	switch {
+	case rerr == nil:
+		inv.Status, inv.Result, inv.ResultBase64, inv.Error = rep.Status, rep.Result, rep.ResultBase64, rep.Error
+		t := rep.T
+		inv.Timings.Dispatch = nsMs(t.Fork - sent)
+		inv.Timings.Fork = nsMs(t.Start - t.Fork)
+		inv.Timings.Admit = nsMs(t.Admitted - t.Start)
+		inv.Timings.Isolate = nsMs(t.Isolated - t.Admitted)
+		inv.Timings.Run = nsMs(t.Ran - t.Isolated)
+		inv.Timings.Reply = nsMs(got - t.Ran)
+		if t.Isolated == 0 { // failed while walling itself in
+			inv.Timings.Isolate, inv.Timings.Run = nsMs(t.Ran-t.Admitted), 0
+		}
+	case timedOut.Load():
+		inv.Status = api.StatusTimeout
+		inv.Error = &api.InvocationError{Type: "Timeout", Message: fmt.Sprintf("the request ran longer than its %s timeout; its processes were killed", f.timeout())}
+	case st.OOMKills > 0:
+		inv.Status = api.StatusOOM
+		inv.Error = &api.InvocationError{Type: "OutOfMemory", Message: fmt.Sprintf("the request exceeded its %d-byte memory limit and was killed", f.spec.Limits.MemoryBytes)}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		inv.Status = api.StatusCrashed
+		why := "the request's process died without answering"
+		select {
+		case <-z.dead:
+			why += "; " + z.why + " (it is warmed again on the next call)"
+		default:
+		}
+		inv.Error = &api.InvocationError{Type: "Crashed", Message: why + ": " + rerr.Error()}
+	}
+	return nil
+}
+
+func (f *function) requestLimits() cgroup.Limits {
+	l := f.spec.Limits
+	return cgroup.Limits{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, Pids: l.Pids}
+}
+
+// requestIO are one request's descriptors: the payload as a memfd, pipes
+// for the reply, stdout and stderr.
+type requestIO struct {
+	payload            int
+	replyR             *os.File
+	replyW, outW, errW int
+	out, errb          *capped
+	outDone, errDone   chan struct{}
+	err                error
+	childEndsClosed    bool
+	outFile, errFile   *os.File
+	replyWFile         *os.File
+	outWFile, errWFile *os.File
+}
+
+func newRequestIO(payload []byte) *requestIO {
+	r := &requestIO{payload: -1, replyW: -1, outW: -1, errW: -1}
+	fd, err := unix.MemfdCreate("tine-payload", unix.MFD_CLOEXEC)
+	if err != nil {
+		r.err = fmt.Errorf("payload memfd: %w", err)
+		return r
+	}
+	r.payload = fd
+	for len(payload) > 0 {
+		n, err := unix.Write(fd, payload)
+		if err != nil {
+			r.err = fmt.Errorf("payload memfd: %w", err)
+			return r
+		}
+		payload = payload[n:]
+	}
+	unix.Seek(fd, 0, io.SeekStart)
+	var w *os.File
+	if r.replyR, w, err = os.Pipe(); err != nil {
+		r.err = err
+		return r
+	}
+	r.replyWFile, r.replyW = w, int(w.Fd())
+	r.out, r.errb = &capped{max: maxOutput}, &capped{max: maxOutput}
+	r.outDone, r.errDone = make(chan struct{}), make(chan struct{})
+	for _, p := range []struct {
+		w    **os.File
+		fd   *int
+		c    *capped
+		done chan struct{}
+	}{{&r.outWFile, &r.outW, r.out, r.outDone}, {&r.errWFile, &r.errW, r.errb, r.errDone}} {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			r.err = err
+			close(p.done)
+			continue
+		}
+		*p.w, *p.fd = pw, int(pw.Fd())
+		go func() { io.Copy(p.c, pr); pr.Close(); close(p.done) }()
+	}
+	return r
+}
+
+func (r *requestIO) closeChildEnds() {
+	if r.childEndsClosed {
+		return
+	}
+	r.childEndsClosed = true
+	for _, f := range []*os.File{r.replyWFile, r.outWFile, r.errWFile} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if r.payload >= 0 {
+		unix.Close(r.payload)
+		r.payload = -1
+	}
+}
+
+func (r *requestIO) closeAll() {
+	r.closeChildEnds()
+	if r.replyR != nil {
+		r.replyR.Close()
+	}
+}
+
+// readReply reads the child's length-prefixed answer.
+func (r *requestIO) readReply() (*childReply, error) {
+	var n [8]byte
+	if _, err := io.ReadFull(r.replyR, n[:]); err != nil {
+		return nil, fmt.Errorf("no answer: %w", err)
+	}
+	size := binary.NativeEndian.Uint64(n[:])
+	if size > maxReply {
+		return nil, fmt.Errorf("answer of %d bytes is over the %d-byte limit", size, maxReply)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r.replyR, b); err != nil {
+		return nil, fmt.Errorf("answer cut short: %w", err)
+	}
+	var rep childReply
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("bad answer: %w", err)
+	}
+	return &rep, nil
+}
+
+// output waits for stdout and stderr to end (every writer gone: the
+// request's cgroup was killed) and returns them.
+func (r *requestIO) output() (stdout, stderr string, truncated bool) {
+	<-r.outDone
+	<-r.errDone
+	return r.out.String(), r.errb.String(), r.out.dropped || r.errb.dropped
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+func monotonic() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+func msSince(t int64) float64    { return nsMs(monotonic() - t) }
+func nsMs(ns int64) float64      { return float64(ns) / 1e6 }
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }

@@ -1,0 +1,208 @@
+package zygote
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/units"
+)
+
+// ErrInvalidSpec marks a function spec the daemon cannot run.
+var ErrInvalidSpec = errors.New("invalid function spec")
+
+// Defaults of a function spec.
+const (
+	DefaultHandler     = "handler"
+	DefaultConcurrency = 4
+	DefaultMemory      = 256 << 20
+	DefaultPids        = 64
+	DefaultTimeout     = 30 * time.Second
+	DefaultColdAfter   = 10 * time.Minute
+	// MaxConcurrency bounds a function's simultaneous requests.
+	MaxConcurrency = 256
+)
+
+// Runtimes a function can have.
+const (
+	RuntimePython = "python"
+	RuntimeExec   = "exec"
+)
+
+// tomlSpec is a spec file as written: sizes and durations as text.
+type tomlSpec struct {
+	Name        string   `toml:"name"`
+	Runtime     string   `toml:"runtime"`
+	Entry       string   `toml:"entry"`
+	Handler     string   `toml:"handler"`
+	Command     []string `toml:"command"`
+	Preload     []string `toml:"preload"`
+	Python      string   `toml:"python"`
+	Concurrency int      `toml:"concurrency"`
+	ColdAfter   string   `toml:"cold_after"`
+	Limits      struct {
+		Memory  string  `toml:"memory"`
+		CPUs    float64 `toml:"cpus"`
+		Pids    int64   `toml:"pids"`
+		Timeout string  `toml:"timeout"`
+	} `toml:"limits"`
+}
+
+// ParseSpec reads a function spec file (TOML). Relative paths in it are
+// taken from dir, the file's directory. Unknown keys are errors that name
+// the key and its line.
+func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
+	var t tomlSpec
+	md, err := toml.NewDecoder(bytes.NewReader(src)).Decode(&t)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%w: line %d: %s", ErrInvalidSpec, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0].String()
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+	}
+	s := &api.FunctionSpec{
+		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
+		Preload: t.Preload, Python: t.Python, Concurrency: t.Concurrency,
+		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
+	}
+	if s.Entry != "" && !filepath.IsAbs(s.Entry) {
+		s.Entry = filepath.Join(dir, s.Entry)
+	}
+	if t.Limits.Memory != "" {
+		if s.Limits.MemoryBytes, err = units.ParseSize(t.Limits.Memory); err != nil {
+			return nil, fmt.Errorf("%w: limits.memory %q (line %d): %v", ErrInvalidSpec, t.Limits.Memory, lineOf(src, toml.Key{"limits", "memory"}), err)
+		}
+	}
+	for _, d := range []struct {
+		key  toml.Key
+		text string
+		out  *float64
+	}{
+		{toml.Key{"limits", "timeout"}, t.Limits.Timeout, &s.Limits.TimeoutSeconds},
+		{toml.Key{"cold_after"}, t.ColdAfter, &s.ColdAfterSeconds},
+	} {
+		if d.text == "" {
+			continue
+		}
+		v, err := units.ParseDuration(d.text)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %q (line %d): %v", ErrInvalidSpec, d.key, d.text, lineOf(src, d.key), err)
+		}
+		*d.out = v.Seconds()
+	}
+	return s, Validate(s)
+}
+
+// lineOf finds the line that sets key: its last part at the start of a
+// line, followed by "=" (or "." for a dotted key). 0 if not found.
+func lineOf(src []byte, key toml.Key) int {
+	if len(key) == 0 {
+		return 0
+	}
+	re := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(key[len(key)-1]) + `"?\s*[=.]`)
+	for i, line := range strings.Split(string(src), "\n") {
+		if re.MatchString(line) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// modulePattern is a dotted Python module name.
+var modulePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// Validate checks s and fills its defaults.
+func Validate(s *api.FunctionSpec) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+	}
+	if !namePattern.MatchString(s.Name) {
+		return bad("name %q: want 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", s.Name)
+	}
+	switch s.Runtime {
+	case "":
+		s.Runtime = RuntimePython
+		fallthrough
+	case RuntimePython:
+		if s.Entry == "" {
+			return bad("runtime python needs entry, the handler's .py file")
+		}
+		if !filepath.IsAbs(s.Entry) || !strings.HasSuffix(s.Entry, ".py") {
+			return bad("entry %q: want an absolute path to a .py file", s.Entry)
+		}
+		if len(s.Command) > 0 {
+			return bad("command is for runtime exec; runtime python takes entry and handler")
+		}
+		if s.Handler == "" {
+			s.Handler = DefaultHandler
+		}
+		if !modulePattern.MatchString(s.Handler) || strings.Contains(s.Handler, ".") {
+			return bad("handler %q: want a Python function name", s.Handler)
+		}
+		for _, m := range s.Preload {
+			if !modulePattern.MatchString(m) {
+				return bad("preload %q: not a Python module name", m)
+			}
+		}
+		if s.Python != "" && !filepath.IsAbs(s.Python) {
+			return bad("python %q: want an absolute path to the interpreter", s.Python)
+		}
+	case RuntimeExec:
+		if len(s.Command) == 0 || s.Command[0] == "" {
+			return bad("runtime exec needs command, the program to run per request")
+		}
+		if s.Entry != "" || len(s.Preload) > 0 || s.Handler != "" {
+			return bad("entry, handler and preload are for runtime python; runtime exec takes command")
+		}
+	case "node":
+		return bad("runtime node is not implemented yet; use python or exec")
+	default:
+		return bad("runtime %q: want python or exec", s.Runtime)
+	}
+	if s.Concurrency == 0 {
+		s.Concurrency = DefaultConcurrency
+	}
+	if s.Concurrency < 0 || s.Concurrency > MaxConcurrency {
+		return bad("concurrency %d: want 1 to %d", s.Concurrency, MaxConcurrency)
+	}
+	l := &s.Limits
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemory
+	}
+	if l.MemoryBytes < 4<<20 {
+		return bad("limits.memory %d bytes: want at least 4 MiB", l.MemoryBytes)
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.Pids < 1 || l.CPUs < 0 {
+		return bad("limits: pids and cpus must be positive")
+	}
+	if l.TimeoutSeconds == 0 {
+		l.TimeoutSeconds = DefaultTimeout.Seconds()
+	}
+	if l.TimeoutSeconds < 0 || l.TimeoutSeconds > 24*3600 {
+		return bad("limits.timeout: want a duration up to 24h")
+	}
+	if s.ColdAfterSeconds == 0 {
+		s.ColdAfterSeconds = DefaultColdAfter.Seconds()
+	}
+	if s.ColdAfterSeconds < 0 {
+		return bad("cold_after: want a positive duration")
+	}
+	return nil
+}
