@@ -10,7 +10,8 @@ type FunctionSpec struct {
 	// fresh process of Command per request in a sandbox kept up).
 	Runtime string `json:"runtime"`
 	// Entry is the host path of the handler's .py file (python); its
-	// directory is visible read-only at the same path inside.
+	// directory is visible read-only inside at /tine/fn, first on the
+	// module path.
 	Entry string `json:"entry,omitempty"`
 	// Handler is the function in Entry called per request (default
 	// "handler"); it takes the decoded JSON payload (bytes when raw).

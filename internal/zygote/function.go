@@ -19,6 +19,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
@@ -148,6 +149,7 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 	n := int64(f.spec.Concurrency)
 	s := &sandbox.Spec{
 		Zygote:   f.spec.Runtime == RuntimePython,
+		Seccomp:  seccomp.Default,
 		Hostname: f.spec.Name,
 		Limits: cgroup.Limits{
 			MemoryBytes: l.MemoryBytes*n + zygoteMemory,
@@ -155,8 +157,7 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 		},
 	}
 	if f.spec.Entry != "" {
-		dir := filepath.Dir(f.spec.Entry)
-		s.Binds = append(s.Binds, sandbox.Bind{Source: dir, Target: dir, ReadOnly: true})
+		s.Binds = append(s.Binds, sandbox.Bind{Source: filepath.Dir(f.spec.Entry), Target: entryTarget, ReadOnly: true})
 	}
 	if f.scripts != "" {
 		s.Binds = append(s.Binds, sandbox.Bind{Source: f.scripts, Target: scriptsTarget, ReadOnly: true})
@@ -164,8 +165,13 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 	return s
 }
 
-// scriptsTarget is where a pool's sandbox sees the registered scripts.
-const scriptsTarget = "/tine/scripts"
+// Where a function's sandbox sees its entry's directory and a pool's the
+// registered scripts (read-only binds). Not under /tmp, which each request
+// replaces with its own.
+const (
+	entryTarget   = "/tine/fn"
+	scriptsTarget = "/tine/scripts"
+)
 
 // agentConfig is the agent's first message.
 type agentConfig struct {
@@ -224,7 +230,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		}
 		close(z.dead)
 	}()
-	cfg := agentConfig{Entry: f.spec.Entry, Handler: f.spec.Handler, Preload: f.spec.Preload, TmpBytes: 64 << 20, Walls: walls}
+	cfg := agentConfig{Entry: entryInside(f.spec.Entry), Handler: f.spec.Handler, Preload: f.spec.Preload, TmpBytes: 64 << 20, Walls: walls}
 	if f.scripts != "" {
 		cfg.ScriptsDir = scriptsTarget
 	}
@@ -253,6 +259,14 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		return nil, err
 	}
 	return z, nil
+}
+
+// entryInside is where the sandbox sees the entry file.
+func entryInside(entry string) string {
+	if entry == "" {
+		return ""
+	}
+	return entryTarget + "/" + filepath.Base(entry)
 }
 
 // send sends one message with descriptors to the agent.
@@ -391,16 +405,14 @@ func (f *function) requestLimits() cgroup.Limits {
 // requestIO are one request's descriptors: the payload as a memfd, pipes
 // for the reply, stdout and stderr.
 type requestIO struct {
-	payload            int
-	replyR             *os.File
-	replyW, outW, errW int
-	out, errb          *capped
-	outDone, errDone   chan struct{}
-	err                error
-	childEndsClosed    bool
-	outFile, errFile   *os.File
-	replyWFile         *os.File
-	outWFile, errWFile *os.File
+	payload                        int
+	replyR                         *os.File
+	replyW, outW, errW             int // the child's ends, as numbers
+	replyWFile, outWFile, errWFile *os.File
+	out, errb                      *capped
+	outDone, errDone               chan struct{}
+	err                            error
+	childEndsClosed                bool
 }
 
 func newRequestIO(payload []byte) *requestIO {

@@ -83,7 +83,7 @@ class Agent:
         self.drop = walls.get("drop_caps") or []
         self.tmp_opts = ("mode=1777,size=%d" % cfg.get("tmp_bytes", 64 << 20)).encode()
 
-    def warm(self):
+    def warm(self, ctl_fd):
         for m in self.cfg.get("preload") or []:
             __import__(m)
         entry = self.cfg.get("entry")
@@ -110,9 +110,9 @@ class Agent:
             raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threading.active_count() - 1))
         for fd in os.listdir("/proc/self/fd"):
             fd = int(fd)
-            if fd > 2:
+            if fd > 2 and fd != ctl_fd:
                 try:
-                    if os.path.realpath("/proc/self/fd/%d" % fd).startswith("socket:") or os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
+                    if os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
                         raise RuntimeError("the entry or a preloaded module left a socket open (fd %d); open connections inside the handler" % fd)
                 except FileNotFoundError:
                     pass
@@ -271,7 +271,7 @@ def main():
     t0 = time.monotonic()
     try:
         agent = Agent(cfg)
-        agent.warm()
+        agent.warm(ctl.fileno())
     except BaseException as e:
         ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
         os._exit(1)

@@ -1,0 +1,87 @@
+package zygote
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// invokeExec runs one request of a runtime-exec function: a fresh process
+// of the function's command, launched by the sandbox's PID 1 and born in
+// the request's cgroup (it joins before its execve). The payload is its
+// stdin, its stdout the result.
+func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, payload []byte, inv *api.Invocation, arrived time.Time) error {
+	rg, err := sb.RequestGroup("r"+strconv.FormatUint(f.seq.Add(1), 10), f.requestLimits())
+	if err != nil {
+		return err
+	}
+	defer func() { go func() { rg.Kill(); rg.Remove() }() }()
+	cgfds, err := rg.ProcsFiles()
+	if err != nil {
+		return err
+	}
+	defer closeAll(cgfds)
+	rio := newRequestIO(payload)
+	defer rio.closeAll()
+	if rio.err != nil {
+		return rio.err
+	}
+	stdin := os.NewFile(uintptr(rio.payload), "payload")
+	rio.payload = -1
+	defer stdin.Close()
+	t0 := time.Now()
+	l, err := sb.Launch(&sandbox.ExecSpec{
+		Args:        f.spec.Command,
+		Stdio:       [3]*os.File{stdin, rio.outWFile, rio.errWFile},
+		CgroupProcs: cgfds,
+	})
+	rio.closeChildEnds()
+	if err != nil {
+		return fmt.Errorf("%w: launch %s: %v", ErrWarm, f.spec.Command[0], err)
+	}
+	inv.Timings.Queue = ms(t0.Sub(arrived))
+	inv.Timings.Fork = ms(time.Since(t0))
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); rg.Kill() })
+	stop := context.AfterFunc(ctx, func() { rg.Kill() })
+	t1 := time.Now()
+	o, _ := l.Wait()
+	inv.Timings.Run = ms(time.Since(t1))
+	timer.Stop()
+	stop()
+	rg.Kill()
+	t2 := time.Now()
+	stdout, stderr, truncated := rio.output()
+	inv.Timings.Reply = ms(time.Since(t2))
+	inv.Stderr, inv.Truncated = stderr, truncated
+	inv.Timings.Throttled = rg.Stats().Throttled > 0
+	code := o.ExitCode
+	inv.ExitCode = &code
+	switch {
+	case timedOut.Load():
+		inv.Status = api.StatusTimeout
+		inv.Error = &api.InvocationError{Type: "Timeout", Message: fmt.Sprintf("the request ran longer than its %s timeout; its processes were killed", f.timeout())}
+	case rg.Stats().OOMKills > 0:
+		inv.Status = api.StatusOOM
+		inv.Error = &api.InvocationError{Type: "OutOfMemory", Message: fmt.Sprintf("the request exceeded its %d-byte memory limit and was killed", f.spec.Limits.MemoryBytes)}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case o.Reason == "exit" && o.ExitCode == 0:
+		inv.Status = api.StatusOK
+	case o.Reason == "exit":
+		inv.Status = api.StatusError
+		inv.Error = &api.InvocationError{Type: "ExitStatus", Message: fmt.Sprintf("%s exited with code %d", f.spec.Command[0], o.ExitCode)}
+	default:
+		inv.Status = api.StatusCrashed
+		inv.Error = &api.InvocationError{Type: "Crashed", Message: fmt.Sprintf("%s was killed by signal %d", f.spec.Command[0], o.Signal)}
+	}
+	inv.ResultBase64 = base64.StdEncoding.EncodeToString([]byte(stdout))
+	return nil
+}
