@@ -17,8 +17,8 @@ import (
 type RequestWalls struct {
 	// Landlock is the ruleset to create (nil when the kernel has none).
 	Landlock *LandlockRuleset `json:"landlock,omitempty"`
-	// Seccomp is the filter to load, as raw struct sock_filter entries
-	// (8 bytes each); empty for an unconfined sandbox.
+	// Seccomp is the filter to load on top of the zygote's, as raw struct
+	// sock_filter entries (8 bytes each); empty for an unconfined sandbox.
 	Seccomp []byte `json:"seccomp"`
 	// KeepCaps is the capability set to keep (bit N: capability N).
 	KeepCaps uint64 `json:"keep_caps"`
@@ -45,9 +45,13 @@ func (sb *Sandbox) RequestWalls() (*RequestWalls, error) {
 	if !sb.plan.Spec.Zygote {
 		return nil, fmt.Errorf("%w: not a zygote sandbox", ErrInvalidSpec)
 	}
-	filter, err := seccomp.Program(sb.plan.Spec.Seccomp)
-	if err != nil {
-		return nil, err
+	// Default stacked on Zygote is Zygote undone; Strict is loaded whole.
+	filter := seccomp.UndoZygote()
+	if mode := sb.plan.Spec.Seccomp; mode != seccomp.Default {
+		var err error
+		if filter, err = seccomp.Program(mode); err != nil {
+			return nil, err
+		}
 	}
 	w := &RequestWalls{KeepCaps: sb.h.keepCaps, DropCaps: sb.h.dropCaps}
 	if len(filter) > 0 {

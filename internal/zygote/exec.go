@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -17,17 +16,12 @@ import (
 // of the function's command, launched by the sandbox's PID 1 and born in
 // the request's cgroup (it joins before its execve). The payload is its
 // stdin, its stdout the result.
-func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, payload []byte, inv *api.Invocation, arrived time.Time) error {
-	rg, err := sb.RequestGroup("r"+strconv.FormatUint(f.seq.Add(1), 10), f.requestLimits())
+func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, groups *groupPool, payload []byte, inv *api.Invocation, arrived time.Time) error {
+	rg, err := groups.take()
 	if err != nil {
 		return err
 	}
-	defer func() { go func() { rg.Kill(); rg.Remove() }() }()
-	cgfds, err := rg.ProcsFiles()
-	if err != nil {
-		return err
-	}
-	defer closeAll(cgfds)
+	defer rg.release()
 	rio := newRequestIO(payload)
 	defer rio.closeAll()
 	if rio.err != nil {
@@ -40,7 +34,7 @@ func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, payload 
 	l, err := sb.Launch(&sandbox.ExecSpec{
 		Args:        f.spec.Command,
 		Stdio:       [3]*os.File{stdin, rio.outWFile, rio.errWFile},
-		CgroupProcs: cgfds,
+		CgroupProcs: rg.procs,
 	})
 	rio.closeChildEnds()
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +52,7 @@ type function struct {
 	mu       sync.Mutex
 	sb       *sandbox.Sandbox
 	zyg      *zygoteProc // nil when cold, or after the zygote died
+	groups   *groupPool  // request cgroups ready in sb
 	warming  chan struct{}
 	warmErr  error
 	warmMs   float64
@@ -74,44 +74,61 @@ func (f *function) timeout() time.Duration {
 	return time.Duration(f.spec.Limits.TimeoutSeconds * float64(time.Second))
 }
 
-// ensureWarm returns the running zygote (python) or sandbox (exec),
-// warming the function first if it is cold or its zygote died.
-func (f *function) ensureWarm() (sb *sandbox.Sandbox, z *zygoteProc, cold bool, warmMs float64, err error) {
+// warmState is what a request runs on.
+type warmState struct {
+	sb     *sandbox.Sandbox
+	zyg    *zygoteProc // nil for runtime exec
+	groups *groupPool
+}
+
+// ensureWarm returns what a request runs on, warming the function first if
+// it is cold or its zygote died; cold says it had to, warmMs how long
+// that took.
+func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err error) {
 	for {
 		f.mu.Lock()
 		if f.warming != nil {
-			w := f.warming
+			wait := f.warming
 			f.mu.Unlock()
-			<-w
+			<-wait
 			continue
 		}
 		if f.sb != nil && (f.spec.Runtime == RuntimeExec || f.zyg != nil) {
 			select {
 			case <-f.sb.Done():
 			default:
-				sb, z := f.sb, f.zyg
+				w := warmState{f.sb, f.zyg, f.groups}
 				f.mu.Unlock()
-				return sb, z, cold, warmMs, nil
+				return w, cold, warmMs, nil
 			}
 		}
 		if cold && f.warmErr != nil {
 			err := f.warmErr
 			f.mu.Unlock()
-			return nil, nil, true, 0, err
+			return warmState{}, true, 0, err
 		}
-		w := make(chan struct{})
-		f.warming = w
-		old := f.sb
+		wait := make(chan struct{})
+		f.warming = wait
+		old, oldGroups := f.sb, f.groups
 		f.mu.Unlock()
 
 		t0 := time.Now()
 		sb, z, err := f.warm(old)
+		var groups *groupPool
+		if err == nil && sb == old && oldGroups != nil {
+			groups, oldGroups = oldGroups, nil
+		} else if err == nil {
+			groups = newGroupPool(sb, f.requestLimits(), f.spec.Concurrency, &f.seq)
+		}
+		if oldGroups != nil {
+			oldGroups.close()
+		}
 		f.mu.Lock()
-		f.sb, f.zyg, f.warmErr, f.warming = sb, z, err, nil
+		f.sb, f.zyg, f.groups, f.warmErr, f.warming = sb, z, groups, err, nil
 		f.warmMs = ms(time.Since(t0))
 		cold, warmMs = true, f.warmMs
 		f.mu.Unlock()
-		close(w)
+		close(wait)
 	}
 }
 
@@ -325,27 +342,21 @@ type request struct {
 }
 
 // invoke runs one request through the zygote.
-func (f *function) invokePython(ctx context.Context, z *zygoteProc, sb *sandbox.Sandbox, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
-	rg, err := sb.RequestGroup("r"+strconv.FormatUint(f.seq.Add(1), 10), f.requestLimits())
+func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *groupPool, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
+	rg, err := groups.take()
 	if err != nil {
 		return err
 	}
-	defer func() { go func() { rg.Kill(); rg.Remove() }() }()
-	cgfds, err := rg.ProcsFiles()
-	if err != nil {
-		return err
-	}
+	defer rg.release()
 	io := newRequestIO(payload)
 	defer io.closeAll()
 	if io.err != nil {
-		closeAll(cgfds)
 		return io.err
 	}
 	hdr, _ := json.Marshal(map[string]any{"script": req.script, "raw": req.raw})
-	fds := append([]int{io.replyW, io.payload, io.outW, io.errW}, cgfds...)
+	fds := append([]int{io.replyW, io.payload, io.outW, io.errW}, rg.procs...)
 	sent := monotonic()
 	err = z.send(hdr, fds)
-	closeAll(cgfds)
 	io.closeChildEnds()
 	if err != nil {
 		return fmt.Errorf("%w: send the request to the zygote: %v", ErrWarm, err)

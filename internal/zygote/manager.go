@@ -80,7 +80,7 @@ func (m *Manager) Up(spec api.FunctionSpec) (*api.Function, error) {
 		}
 	}
 	f := newFunction(spec, "")
-	if _, _, _, _, err := f.ensureWarm(); err != nil {
+	if _, _, _, err := f.ensureWarm(); err != nil {
 		f.cool()
 		return nil, err
 	}
@@ -231,16 +231,16 @@ func (m *Manager) invoke(ctx context.Context, f *function, payload []byte, req r
 		f.mu.Unlock()
 	}()
 	f.calls.Add(1)
-	sb, z, cold, warmMs, err := f.ensureWarm()
+	w, cold, warmMs, err := f.ensureWarm()
 	if err != nil {
 		return nil, err
 	}
 	inv := &api.Invocation{}
 	inv.Timings.Cold, inv.Timings.WarmMs = cold, warmMs
 	if f.spec.Runtime == RuntimeExec {
-		err = f.invokeExec(ctx, sb, payload, inv, arrived)
+		err = f.invokeExec(ctx, w.sb, w.groups, payload, inv, arrived)
 	} else {
-		err = f.invokePython(ctx, z, sb, payload, req, inv, arrived)
+		err = f.invokePython(ctx, w.zyg, w.groups, payload, req, inv, arrived)
 	}
 	if err != nil {
 		return nil, err
@@ -266,9 +266,12 @@ func (f *function) info() api.Function {
 // cool drops f's sandbox (and zygote); the next call warms it again.
 func (f *function) cool() {
 	f.mu.Lock()
-	sb, z := f.sb, f.zyg
-	f.sb, f.zyg = nil, nil
+	sb, z, groups := f.sb, f.zyg, f.groups
+	f.sb, f.zyg, f.groups = nil, nil, nil
 	f.mu.Unlock()
+	if groups != nil {
+		groups.close()
+	}
 	if z != nil {
 		z.close()
 	}

@@ -1,9 +1,9 @@
 package zygote
 
 import (
-	"os"
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 
 	"github.com/tine-run/tine/api"

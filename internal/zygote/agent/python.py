@@ -23,6 +23,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_NOSUID, MS_NODEV = 2, 4
 PR_CAPBSET_DROP = 24
+CAP_SYS_ADMIN = 21
 SYS_CAPSET = 126
 SYS_SECCOMP = 317
 SYS_LANDLOCK_CREATE_RULESET = 444
@@ -82,8 +83,16 @@ class Agent:
         self.keep = walls.get("keep_caps", 0)
         self.drop = walls.get("drop_caps") or []
         self.tmp_opts = ("mode=1777,size=%d" % cfg.get("tmp_bytes", 64 << 20)).encode()
+        self.cap_hdr = CapHeader(0x20080522, 0)
+        self.cap_data = (CapData * 2)()
+        for i in range(2):
+            v = (self.keep >> (32 * i)) & 0xFFFFFFFF
+            self.cap_data[i].effective = self.cap_data[i].permitted = self.cap_data[i].inheritable = v
+        if self.filter_buf is not None:
+            self.fprog = SockFprog(self.filter_len, ctypes.cast(self.filter_buf, ctypes.c_void_p))
 
     def warm(self, ctl_fd):
+        self.enter_userns()
         for m in self.cfg.get("preload") or []:
             __import__(m)
         entry = self.cfg.get("entry")
@@ -110,7 +119,7 @@ class Agent:
             raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threading.active_count() - 1))
         for fd in os.listdir("/proc/self/fd"):
             fd = int(fd)
-            if fd > 2 and fd != ctl_fd:
+            if fd > 2 and fd != ctl_fd and fd not in [f for f, _ in self.ll_open]:
                 try:
                     if os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
                         raise RuntimeError("the entry or a preloaded module left a socket open (fd %d); open connections inside the handler" % fd)
@@ -119,39 +128,55 @@ class Agent:
 
     # --- the child ---
 
-    def wall_in(self):
-        w = self.walls
+    def enter_userns(self):
+        # The zygote's own user namespace, made once: a request then needs
+        # only a mount namespace of its own (CAP_SYS_ADMIN here covers that
+        # and nothing owned by the host), and every mount it inherits is
+        # locked. Uid and gid 0 map to the sandbox's own 0.
         check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare user and mount namespace")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write("0 0 1")
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write("0 0 1")
+        for name, data in (("uid_map", b"0 0 1"), ("setgroups", b"deny"), ("gid_map", b"0 0 1")):
+            fd = os.open("/proc/self/" + name, os.O_WRONLY)
+            os.write(fd, data)
+            os.close(fd)
+        # Landlock rules are on inodes: open their paths once, except those
+        # under /tmp, which each request replaces.
+        self.ll_open = []
+        self.ll_late = []
+        for path, rights in getattr(self, "ll_rules", []):
+            if path == "/tmp" or path.startswith("/tmp/"):
+                self.ll_late.append((path, rights))
+                continue
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            self.ll_open.append((fd, struct.pack("=Qi", rights, fd)))
+        # Capabilities: the bounding set loses now what no request keeps,
+        # so a request drops only CAP_SYS_ADMIN (its /tmp mount's) itself.
+        for c in self.drop:
+            if c != CAP_SYS_ADMIN:
+                libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)  # EINVAL: unknown to this kernel
+
+    def wall_in(self):
+        check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
         check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), self.tmp_opts), "mount private /tmp")
         if self.ll_attr is not None:
             rs = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, self.ll_attr, ctypes.c_size_t(len(self.ll_attr)), 0), "landlock ruleset")
-            for path, rights in self.ll_rules:
+            add = libc.syscall
+            for _, attr in self.ll_open:
+                check(add(SYS_LANDLOCK_ADD_RULE, rs, 1, attr, 0), "landlock rule")
+            for path, rights in self.ll_late:
                 try:
-                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 except FileNotFoundError:
                     continue
-                attr = struct.pack("=Qi", rights, pfd)
-                check(libc.syscall(SYS_LANDLOCK_ADD_RULE, rs, 1, attr, 0), "landlock rule " + path)
-                os.close(pfd)
+                check(add(SYS_LANDLOCK_ADD_RULE, rs, 1, struct.pack("=Qi", rights, fd), 0), "landlock rule " + path)
             check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, rs, 0), "landlock restrict")
-            os.close(rs)
-        for c in self.drop:
-            libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)  # EINVAL: unknown to this kernel
-        hdr = CapHeader(0x20080522, 0)
-        data = (CapData * 2)()
-        for i in range(2):
-            v = (self.keep >> (32 * i)) & 0xFFFFFFFF
-            data[i].effective = data[i].permitted = data[i].inheritable = v
-        check(libc.syscall(SYS_CAPSET, ctypes.byref(hdr), data), "set capabilities")
+        if CAP_SYS_ADMIN in self.drop:
+            check(libc.prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0), "drop CAP_SYS_ADMIN")
+        check(libc.syscall(SYS_CAPSET, ctypes.byref(self.cap_hdr), self.cap_data), "set capabilities")
         if self.filter_buf is not None:
-            prog = SockFprog(self.filter_len, ctypes.cast(self.filter_buf, ctypes.c_void_p))
-            check(libc.syscall(SYS_SECCOMP, 1, 0, ctypes.byref(prog)), "load seccomp filter")
+            check(libc.syscall(SYS_SECCOMP, 1, 0, ctypes.byref(self.fprog)), "load seccomp filter")
 
     def child(self, hdr, fds, t_fork):
         t_start = time.monotonic_ns()
@@ -165,6 +190,7 @@ class Agent:
         rep = {"t": {"fork": t_fork, "start": t_start, "admitted": t_admit}}
         try:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            self.wall_in()
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out, 1)
@@ -174,7 +200,6 @@ class Agent:
             os.closerange(5, 1 << 20)
             reply, payload = 3, 4
             os.set_inheritable(reply, False)
-            self.wall_in()
             import random
             random.seed()
             np = sys.modules.get("numpy")
