@@ -194,17 +194,22 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) watch(b *box) {
 	<-b.inst.Done()
 	b.mu.Lock()
-	if b.state != api.StateRunning {
-		b.mu.Unlock()
+	running := b.state == api.StateRunning
+	b.mu.Unlock()
+	if !running {
 		return // being destroyed
 	}
-	b.state = api.StateExited
-	b.mu.Unlock()
 	s.log.Warn("sandbox died on its own", "id", b.id, "pid", b.inst.Pid())
 	if err := b.inst.Destroy(); err != nil {
 		s.log.Error("clean up dead sandbox", "id", b.id, "err", err)
 	}
+	// Its budget is free before anyone can see it exited.
 	b.release()
+	b.mu.Lock()
+	if b.state == api.StateRunning {
+		b.state = api.StateExited
+	}
+	b.mu.Unlock()
 }
 
 // destroy kills b, frees what it held and removes it from the table. Calls
