@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/tine-run/tine/internal/zygote"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -18,6 +19,7 @@ import (
 type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
 	maxSandboxes, pool                 int
+	poolPreload                        []string
 	maxMemory, defaultMemory           string
 	logJSON, debug                     bool
 }
@@ -66,7 +68,8 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.socket, "socket", defaultSocket, "unix socket to listen on (default $TINE_SOCKET, or "+client.DefaultSocket+")")
 	fl.StringVar(&f.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070 (needs the token)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
-	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token; keep it off the host's root filesystem, which every sandbox sees (read-only) as its base: sandboxes mount their own tmpfs over /run")
+	fl.StringSliceVar(&f.poolPreload, "pool-preload", nil, "modules the runtime pool's Python zygote imports once, e.g. json,re,decimal (scripts registered with tine script put run on it)")
+	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the host's root filesystem, which every sandbox sees (read-only) as its base: sandboxes mount their own tmpfs over /run")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
@@ -119,6 +122,11 @@ func runServe(f serveFlags) error {
 	} else if f.tokenFile != "" {
 		return usageError{"--token-file is for --listen; the unix socket is guarded by its file mode"}
 	}
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload})
+	if err != nil {
+		return err
+	}
+	cfg.Functions = fns
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return server.Run(ctx, cfg, l)

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/tine-run/tine/internal/zygote"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -25,6 +26,7 @@ var (
 	ErrTooLarge        = errors.New("too large")
 	ErrCapacity        = errors.New("host budget spent")
 	ErrShuttingDown    = errors.New("the daemon is shutting down")
+	ErrNoFunctions     = errors.New("functions are unavailable")
 )
 
 // capacityError is ErrCapacity with the seconds a client should wait.
@@ -49,6 +51,14 @@ func statusOf(err error) (int, api.ErrorCode) {
 		errors.Is(err, inroot.ErrNotRegular),
 		errors.Is(err, inroot.ErrUnsupported):
 		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, zygote.ErrInvalidSpec), errors.Is(err, zygote.ErrEntry):
+		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, zygote.ErrNoFunction):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, zygote.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
+	case errors.Is(err, ErrNoFunctions):
+		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, api.CodeUnauthorized
 	case errors.Is(err, ErrNoSandbox), errors.Is(err, ErrNoRoute), errors.Is(err, inroot.ErrNotFound):

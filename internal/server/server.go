@@ -44,6 +44,9 @@ const (
 type Config struct {
 	// Runtime makes the sandboxes; nil means NewRuntime(PoolSize).
 	Runtime Runtime
+	// Functions runs warm functions (nil: the function routes answer 501).
+	// The server closes it.
+	Functions Functions
 	// PoolSize is how many sandboxes the default Runtime keeps ready for
 	// one-shot runs.
 	PoolSize int
@@ -188,6 +191,9 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	s.runsDone.Wait()
+	if s.cfg.Functions != nil {
+		s.cfg.Functions.Close()
+	}
 	s.rt.Close()
 }
 
@@ -218,6 +224,13 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/files/mkdir", s.mkdir},
 		{"GET", "/v1/sandboxes/{id}/files/archive", s.readArchive},
 		{"PUT", "/v1/sandboxes/{id}/files/archive", s.writeArchive},
+		{"GET", "/v1/functions", s.listFunctions},
+		{"PUT", "/v1/functions/{name}", s.putFunction},
+		{"GET", "/v1/functions/{name}", s.getFunction},
+		{"DELETE", "/v1/functions/{name}", s.deleteFunction},
+		{"POST", "/v1/functions/{name}/invoke", s.invokeFunction},
+		{"PUT", "/v1/scripts", s.putScript},
+		{"POST", "/v1/scripts/{digest}/invoke", s.invokeScript},
 	}
 }
 

@@ -29,7 +29,10 @@ var pythonAgent string
 var (
 	ErrNoFunction = errors.New("no such function")
 	ErrWarm       = errors.New("the function failed to warm up")
-	ErrTooLarge   = errors.New("payload too large")
+	// ErrEntry: the function's own code failed while the zygote imported
+	// it (a syntax error, a missing handler, an exception at import).
+	ErrEntry    = errors.New("the function's entry failed to load")
+	ErrTooLarge = errors.New("payload too large")
 )
 
 // Limits of one request's answer.
@@ -269,7 +272,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	}
 	if err == nil && !ready.OK {
 		e := ready.Error
-		err = fmt.Errorf("%w: %s: %s\n%s", ErrWarm, e.Type, e.Message, e.Traceback)
+		err = fmt.Errorf("%w: %s: %s\n%s", ErrEntry, e.Type, e.Message, e.Traceback)
 	}
 	if err != nil {
 		z.close()

@@ -56,11 +56,18 @@ class CapData(ctypes.Structure):
 
 
 def error_of(exc):
+    # The agent's own frames (its source is "<string>") are not the
+    # user's business: the traceback starts at the user's code.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != "<string>"]
+    tb = "".join(traceback.format_list(frames))
+    if tb:
+        tb = "Traceback (most recent call last):\n" + tb
+    line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else (frames[-1].lineno if frames else None)
     return {
         "type": type(exc).__name__,
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "line": getattr(exc, "lineno", None),
+        "traceback": tb + "".join(traceback.format_exception_only(type(exc), exc)),
+        "line": line,
     }
 
 
