@@ -96,6 +96,9 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 			<-wait
 			continue
 		}
+		if z := f.zyg; z != nil && z.gone() {
+			f.zyg = nil
+		}
 		if f.sb != nil && (f.spec.Runtime == RuntimeExec || f.zyg != nil) {
 			select {
 			case <-f.sb.Done():
@@ -289,6 +292,20 @@ func entryInside(entry string) string {
 	return entryTarget + "/" + filepath.Base(entry)
 }
 
+// errZygoteGone: the request could not be handed to the zygote, which
+// died; nothing of the request ran, so it is retried on a new one.
+var errZygoteGone = errors.New("the zygote is gone")
+
+// gone reports whether the agent has died.
+func (z *zygoteProc) gone() bool {
+	select {
+	case <-z.dead:
+		return true
+	default:
+		return false
+	}
+}
+
 // send sends one message with descriptors to the agent.
 func (z *zygoteProc) send(msg []byte, fds []int) error {
 	var oob []byte
@@ -298,7 +315,7 @@ func (z *zygoteProc) send(msg []byte, fds []int) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.ctl < 0 {
-		return errors.New("the zygote is gone")
+		return errZygoteGone
 	}
 	return unix.Sendmsg(z.ctl, msg, oob, nil, unix.MSG_NOSIGNAL)
 }
@@ -362,7 +379,7 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 	err = z.send(hdr, fds)
 	io.closeChildEnds()
 	if err != nil {
-		return fmt.Errorf("%w: send the request to the zygote: %v", ErrWarm, err)
+		return fmt.Errorf("%w: %v", errZygoteGone, err)
 	}
 	inv.Timings.Queue = ms(time.Since(arrived)) - msSince(sent)
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -231,19 +232,27 @@ func (m *Manager) invoke(ctx context.Context, f *function, payload []byte, req r
 		f.mu.Unlock()
 	}()
 	f.calls.Add(1)
-	w, cold, warmMs, err := f.ensureWarm()
-	if err != nil {
-		return nil, err
-	}
-	inv := &api.Invocation{}
-	inv.Timings.Cold, inv.Timings.WarmMs = cold, warmMs
-	if f.spec.Runtime == RuntimeExec {
-		err = f.invokeExec(ctx, w.sb, w.groups, payload, inv, arrived)
-	} else {
-		err = f.invokePython(ctx, w.zyg, w.groups, payload, req, inv, arrived)
-	}
-	if err != nil {
-		return nil, err
+	var inv *api.Invocation
+	for attempt := 0; ; attempt++ {
+		w, cold, warmMs, err := f.ensureWarm()
+		if err != nil {
+			return nil, err
+		}
+		inv = &api.Invocation{}
+		inv.Timings.Cold, inv.Timings.WarmMs = cold, warmMs
+		if f.spec.Runtime == RuntimeExec {
+			err = f.invokeExec(ctx, w.sb, w.groups, payload, inv, arrived)
+		} else {
+			err = f.invokePython(ctx, w.zyg, w.groups, payload, req, inv, arrived)
+		}
+		if errors.Is(err, errZygoteGone) && attempt == 0 {
+			<-w.zyg.dead // ensureWarm sees it gone and warms a new one
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	inv.Timings.Total = ms(time.Since(arrived))
 	return inv, nil

@@ -1,33 +1,50 @@
 package zygote
 
 import (
-	"context"
-	"encoding/json"
-	"os"
+	"errors"
+	"strings"
 	"testing"
-
-	"github.com/tine-run/tine/api"
-	"github.com/tine-run/tine/internal/require"
 )
 
-func TestSmoke(t *testing.T) {
-	require.Root(t)
-	m, err := NewManager(Config{Dir: t.TempDir()})
+func TestParseSpec(t *testing.T) {
+	good := `name = "resize"
+entry = "handler.py"
+handler = "main"
+preload = ["json", "PIL.Image"]
+concurrency = 8
+cold_after = "90s"
+
+[limits]
+memory = "128m"
+cpus = 0.5
+pids = 32
+timeout = "2.5"
+`
+	s, err := ParseSpec([]byte(good), "/srv/fn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	f, err := m.Up(api.FunctionSpec{Name: "smoke", Entry: "/tmp/fn1/" + os.Getenv("FN")})
-	if err != nil {
-		t.Fatal(err)
+	if s.Entry != "/srv/fn/handler.py" || s.Runtime != RuntimePython || s.Handler != "main" || s.Concurrency != 8 ||
+		s.ColdAfterSeconds != 90 || s.Limits.MemoryBytes != 128<<20 || s.Limits.CPUs != 0.5 || s.Limits.Pids != 32 || s.Limits.TimeoutSeconds != 2.5 {
+		t.Errorf("parsed %+v", s)
 	}
-	t.Logf("%+v", f)
-	for range 3 {
-		inv, err := m.Invoke(context.Background(), "smoke", []byte(`{"a":1}`), false)
-		if err != nil {
-			t.Fatal(err)
+
+	for _, c := range []struct{ src, want string }{
+		{"name = \"a\"\nentry = \"h.py\"\n\n[limits]\nmemroy = \"1g\"\n", `unknown key "limits.memroy" (line 5)`},
+		{"name = \"a\"\nentry = \"h.py\"\ncolour = 1\n", `unknown key "colour" (line 3)`},
+		{"name = \"a\"\nentry = \"h.py\"\n[limits]\nmemory = \"lots\"\n", `limits.memory "lots" (line 4)`},
+		{"name = \"a\"\nentry = \"h.py\"\ncold_after = \"-1s\"\n", `cold_after "-1s" (line 3)`},
+		{"name = \"a\"\nentry = \n", "line 2"},
+		{"name = \"A b\"\nentry = \"h.py\"\n", `name "A b"`},
+		{"name = \"a\"\n", "needs entry"},
+		{"name = \"a\"\nentry = \"h.py\"\nruntime = \"node\"\n", "node is not implemented"},
+		{"name = \"a\"\nruntime = \"exec\"\n", "needs command"},
+		{"name = \"a\"\nentry = \"h.py\"\npreload = [\"os; rm\"]\n", `preload "os; rm"`},
+		{"name = \"a\"\nentry = \"h.py\"\nconcurrency = 100000\n", "concurrency 100000"},
+	} {
+		_, err := ParseSpec([]byte(c.src), "/srv/fn")
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want an invalid-spec error saying %q", c.src, err, c.want)
 		}
-		b, _ := json.MarshalIndent(inv, "", " ")
-		t.Logf("%s", b)
 	}
 }

@@ -1,0 +1,440 @@
+package api_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/require"
+)
+
+// writeHandler writes a handler file into a fresh directory and returns
+// its path.
+func writeHandler(t *testing.T, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "handler.py")
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func putFunction(t *testing.T, d *daemon, spec api.FunctionSpec) {
+	t.Helper()
+	if _, err := d.c.PutFunction(context.Background(), &spec); err != nil {
+		t.Fatalf("put function %s: %v", spec.Name, err)
+	}
+}
+
+func invoke(t *testing.T, d *daemon, name string, payload any) *api.Invocation {
+	t.Helper()
+	b, _ := json.Marshal(payload)
+	inv, err := d.c.Invoke(context.Background(), name, b)
+	if err != nil {
+		t.Fatalf("invoke %s: %v", name, err)
+	}
+	return inv
+}
+
+func resultOf[T any](t *testing.T, inv *api.Invocation) T {
+	t.Helper()
+	var v T
+	if inv.Status != api.StatusOK {
+		t.Fatalf("status %s: %+v (stderr %q)", inv.Status, inv.Error, inv.Stderr)
+	}
+	if err := json.Unmarshal(inv.Result, &v); err != nil {
+		t.Fatalf("result %s: %v", inv.Result, err)
+	}
+	return v
+}
+
+const hygieneHandler = `
+import os, random, uuid, signal, ctypes, time, errno
+
+def handler(event):
+    me = os.getpid()
+    mine = "/tmp/req-%s" % event["tag"]
+    open(mine, "w").write("x")
+    time.sleep(event.get("sleep", 0))
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            pass
+    # Every other process in the sandbox: the zygote, PID 1, siblings.
+    others, signalled, traced = [], [], []
+    libc = ctypes.CDLL(None, use_errno=True)
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == me:
+            continue
+        others.append(int(p))
+        try:
+            os.kill(int(p), signal.SIGCONT)
+            signalled.append(int(p))
+        except PermissionError:
+            pass
+        except ProcessLookupError:
+            pass
+        if libc.ptrace(16, int(p), 0, 0) == 0:  # PTRACE_ATTACH
+            traced.append(int(p))
+    walls = {}
+    walls["unshare"] = libc.unshare(0x00020000) == 0 or ctypes.get_errno()
+    walls["mount"] = libc.mount(b"tmpfs", b"/mnt", b"tmpfs", 0, None) == 0 or ctypes.get_errno()
+    return {
+        "pid": me, "ppid": os.getppid(), "tmp": sorted(os.listdir("/tmp")),
+        "random": random.random(), "uuid": str(uuid.uuid4()), "urandom": os.urandom(16).hex(),
+        "fds": fds, "others": others, "signalled": signalled, "traced": traced, "walls": walls,
+    }
+`
+
+type hygiene struct {
+	Pid, Ppid         int
+	Tmp               []string
+	Random            float64
+	UUID, Urandom     string
+	Fds               map[string]string
+	Others, Signalled []int
+	Traced            []int
+	Walls             map[string]any
+}
+
+// Sibling hygiene: concurrent and consecutive requests of one function get
+// distinct pids, private /tmp, fresh random state, none of the zygote's
+// descriptors, and cannot signal or ptrace the zygote, PID 1 or a sibling.
+func TestFunctionHygiene(t *testing.T) {
+	require.Landlock(t, 6) // signal scoping keeps a request from signalling the zygote
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "hyg", Entry: writeHandler(t, hygieneHandler), Preload: []string{"json", "random", "uuid"}})
+
+	var wg sync.WaitGroup
+	res := make([]hygiene, 2)
+	for i := range res {
+		wg.Go(func() {
+			res[i] = resultOf[hygiene](t, invoke(t, d, "hyg", map[string]any{"tag": i, "sleep": 0.5}))
+		})
+	}
+	wg.Wait()
+	next := resultOf[hygiene](t, invoke(t, d, "hyg", map[string]any{"tag": "next"}))
+	all := append(res, next)
+	a, b := res[0], res[1]
+	if t.Failed() {
+		return
+	}
+	if a.Pid == b.Pid || a.Pid == next.Pid {
+		t.Errorf("pids not distinct: %d %d %d", a.Pid, b.Pid, next.Pid)
+	}
+	for i, r := range all {
+		tag := fmt.Sprint(i)
+		if i == 2 {
+			tag = "next"
+		}
+		if len(r.Tmp) != 1 || r.Tmp[0] != "req-"+tag {
+			t.Errorf("request %s sees /tmp %v, want only its own file", tag, r.Tmp)
+		}
+		for fd, target := range r.Fds {
+			if strings.HasPrefix(target, "socket:") || (fd != "0" && fd != "1" && fd != "2" && fd != "3" && !strings.HasPrefix(target, "/proc/")) {
+				t.Errorf("request %s holds fd %s -> %s (a zygote descriptor?)", tag, fd, target)
+			}
+		}
+		// The negative checks ran: the zygote (its parent) was in sight.
+		if !contains(r.Others, r.Ppid) {
+			t.Errorf("request %s did not see its zygote %d among %v: the signal check proves nothing", tag, r.Ppid, r.Others)
+		}
+		if len(r.Signalled) > 0 {
+			t.Errorf("request %s could signal %v (zygote %d)", tag, r.Signalled, r.Ppid)
+		}
+		if len(r.Traced) > 0 {
+			t.Errorf("request %s could ptrace %v", tag, r.Traced)
+		}
+		for k, v := range r.Walls {
+			if v != float64(syscall.EPERM) {
+				t.Errorf("request %s: %s gave %v, want EPERM", tag, k, v)
+			}
+		}
+	}
+	// The concurrent two overlapped: each saw the other.
+	if !contains(a.Others, b.Pid) && !contains(b.Others, a.Pid) {
+		t.Errorf("the concurrent requests never saw each other (%d, %d): sibling checks prove nothing", a.Pid, b.Pid)
+	}
+	seen := map[string]bool{}
+	for _, r := range all {
+		for _, v := range []string{fmt.Sprint(r.Random), r.UUID, r.Urandom} {
+			if seen[v] {
+				t.Errorf("random draw %s repeated across requests", v)
+			}
+			seen[v] = true
+		}
+	}
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// A handler's exception, a timeout, an OOM and a crash each come back as
+// their status, and the function keeps working after each.
+func TestFunctionFailures(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "f", Entry: writeHandler(t, `
+import os, time
+def handler(e):
+    kind = e["kind"]
+    if kind == "raise":
+        raise ValueError("bad value %d" % 42)
+    if kind == "sleep":
+        time.sleep(30)
+    if kind == "hog":
+        b = bytearray(512 << 20)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+    if kind == "crash":
+        os._exit(3)
+    if kind == "print":
+        print("to stdout")
+        import sys; print("to stderr", file=sys.stderr)
+    return kind
+`), Limits: api.FunctionLimits{MemoryBytes: 64 << 20, TimeoutSeconds: 1}})
+	ok := func() {
+		t.Helper()
+		if r := resultOf[string](t, invoke(t, d, "f", map[string]string{"kind": "print"})); r != "print" {
+			t.Fatalf("after a failure: result %q", r)
+		}
+	}
+	ok()
+	inv := invoke(t, d, "f", map[string]string{"kind": "raise"})
+	if inv.Status != api.StatusError || inv.Error == nil || inv.Error.Type != "ValueError" || !strings.Contains(inv.Error.Traceback, "handler.py\", line 6") {
+		t.Errorf("raise: %+v %+v", inv.Status, inv.Error)
+	}
+	ok()
+	if inv := invoke(t, d, "f", map[string]string{"kind": "sleep"}); inv.Status != api.StatusTimeout {
+		t.Errorf("sleep past the timeout: status %s", inv.Status)
+	}
+	ok()
+	if inv := invoke(t, d, "f", map[string]string{"kind": "hog"}); inv.Status != api.StatusOOM {
+		t.Errorf("512 MiB under a 64 MiB limit: status %s %+v", inv.Status, inv.Error)
+	}
+	ok()
+	if inv := invoke(t, d, "f", map[string]string{"kind": "crash"}); inv.Status != api.StatusCrashed {
+		t.Errorf("os._exit in the handler: status %s", inv.Status)
+	}
+	inv = invoke(t, d, "f", map[string]string{"kind": "print"})
+	if inv.Stdout != "to stdout\n" || inv.Stderr != "to stderr\n" {
+		t.Errorf("output: %q %q", inv.Stdout, inv.Stderr)
+	}
+
+	// The zygote killed from outside: the next call warms it again.
+	f, err := d.c.Function(context.Background(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zygotes := 0
+	for _, pid := range childrenOf(f.Pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		zygotes++
+	}
+	if zygotes != 1 {
+		t.Fatalf("the function's PID 1 (%d) has %d children, want its one zygote", f.Pid, zygotes)
+	}
+	var again *api.Invocation
+	eventually(patience, func() bool {
+		again = invoke(t, d, "f", map[string]string{"kind": "print"})
+		return again.Status == api.StatusOK
+	})
+	if again.Status != api.StatusOK || !again.Timings.Cold {
+		t.Errorf("after the zygote died: status %s, cold %v", again.Status, again.Timings.Cold)
+	}
+
+	// Bad input, each its own error; the function stays usable.
+	bad := []struct {
+		name string
+		call func() error
+		code api.ErrorCode
+		says string
+	}{
+		{"missing handler", func() error {
+			_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "g", Entry: writeHandler(t, "def other(e):\n    pass\n")})
+			return err
+		}, api.CodeInvalidArgument, "no function 'handler'"},
+		{"syntax error", func() error {
+			_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "g", Entry: writeHandler(t, "x = 1\ndef handler(e)\n    pass\n")})
+			return err
+		}, api.CodeInvalidArgument, "line 2"},
+		{"unknown spec field", func() error {
+			return callRaw(d, "PUT", "/v1/functions/g", `{"name":"g","entry":"/x.py","colour":"red"}`)
+		}, api.CodeInvalidArgument, "colour"},
+		{"malformed payload", func() error {
+			return callRaw(d, "POST", "/v1/functions/f/invoke", `{"kind":`)
+		}, api.CodeInvalidArgument, "not valid JSON"},
+		{"payload over the limit", func() error {
+			_, err := d.c.Invoke(context.Background(), "f", json.RawMessage(`"`+strings.Repeat("x", 17<<20)+`"`))
+			return err
+		}, api.CodeTooLarge, ""},
+		{"unknown function", func() error {
+			_, err := d.c.Invoke(context.Background(), "nope", nil)
+			return err
+		}, api.CodeNotFound, "nope"},
+		{"unknown digest", func() error {
+			_, err := d.c.InvokeScript(context.Background(), strings.Repeat("ab", 32), nil)
+			return err
+		}, api.CodeNotFound, "no script"},
+	}
+	for _, c := range bad {
+		err := c.call()
+		if client.ErrorCode(err) != c.code || !strings.Contains(fmt.Sprint(err), c.says) {
+			t.Errorf("%s: got %v, want %s saying %q", c.name, err, c.code, c.says)
+		}
+	}
+	ok()
+}
+
+// callRaw sends a body as is over the daemon's socket and returns its
+// error answer as a *client.Error (nil for a 2xx).
+func callRaw(d *daemon, method, path, body string) error {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+	}}}
+	req, _ := http.NewRequest(method, "http://tine"+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var e api.Error
+	json.NewDecoder(resp.Body).Decode(&e)
+	return &client.Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
+}
+
+// childrenOf lists the host pids whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var p int
+		if _, err := fmt.Sscan(e.Name(), &p); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == fmt.Sprint(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// The runtime pool runs scripts registered by content; a syntax error is
+// the call's error with its line, and the pool stays usable.
+func TestScriptPool(t *testing.T) {
+	d := startDaemon(t, "--pool-preload", "json,decimal")
+	ctx := context.Background()
+	var digests []string
+	for i := range 3 {
+		s, err := d.c.PutScript(ctx, fmt.Appendf(nil, "import decimal\ndef handler(e):\n    return str(decimal.Decimal(e) * %d)\n", i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, s.Digest)
+	}
+	for i, dg := range digests {
+		inv, err := d.c.InvokeScript(ctx, dg, json.RawMessage(`"1.5"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := resultOf[string](t, inv), fmt.Sprint(1.5*float64(i+1)); !strings.HasPrefix(got, strings.TrimSuffix(want, ".0")) {
+			t.Errorf("script %d: %s, want %s", i, got, want)
+		}
+	}
+	s, err := d.c.PutScript(ctx, []byte("x = 1\n\ndef handler(e)\n    return 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := d.c.InvokeScript(ctx, s.Digest, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Status != api.StatusError || inv.Error == nil || inv.Error.Type != "SyntaxError" || inv.Error.Line != 3 {
+		t.Errorf("syntax error: %s %+v", inv.Status, inv.Error)
+	}
+	if inv, _ := d.c.InvokeScript(ctx, digests[0], json.RawMessage(`"2"`)); inv == nil || inv.Status != api.StatusOK {
+		t.Errorf("the pool after a bad script: %+v", inv)
+	}
+}
+
+// Warm-exec: each request is a fresh process of the command, born in its
+// own request cgroup; the payload is its stdin.
+func TestWarmExec(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "cat", Runtime: "exec", Command: []string{"sh", "-c", "cat; echo; echo $$; grep memory /proc/self/cgroup"}})
+	seen := map[string]bool{}
+	for i := range 3 {
+		inv, err := d.c.InvokeRaw(context.Background(), "cat", fmt.Appendf(nil, "payload %d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.Status != api.StatusOK {
+			t.Fatalf("status %s %+v", inv.Status, inv.Error)
+		}
+		out, _ := base64.StdEncoding.DecodeString(inv.ResultBase64)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 3 || lines[0] != fmt.Sprintf("payload %d", i) {
+			t.Fatalf("output %q", out)
+		}
+		// The cgroup namespace is rooted at the function's cgroup: the
+		// request's own group shows as /rN.
+		if !requestCgroup.MatchString(lines[2]) {
+			t.Errorf("request %d ran in cgroup %q, not a request group", i, lines[2])
+		}
+		if seen[lines[2]] {
+			t.Errorf("request %d reused cgroup %s", i, lines[2])
+		}
+		seen[lines[2]] = true
+	}
+}
+
+var requestCgroup = regexp.MustCompile(`:memory:/r[0-9]+$`)
+
+// An idle function drops to cold after cold_after; the next call warms
+// it again and says so.
+func TestColdAfter(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "c", Entry: writeHandler(t, "def handler(e):\n    return e\n"), ColdAfterSeconds: 0.5})
+	if inv := invoke(t, d, "c", 1); inv.Timings.Cold {
+		t.Errorf("the first call after fn up says cold")
+	}
+	if !eventually(patience, func() bool {
+		f, err := d.c.Function(context.Background(), "c")
+		return err == nil && f.State == "cold"
+	}) {
+		t.Fatal("the function never went cold")
+	}
+	inv := invoke(t, d, "c", 2)
+	if !inv.Timings.Cold || inv.Timings.WarmMs <= 0 || resultOf[int](t, inv) != 2 {
+		t.Errorf("the call after cold: cold %v, warm %.1f ms", inv.Timings.Cold, inv.Timings.WarmMs)
+	}
+}
