@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,103 @@ write and read of 1 MiB). The target: `+bench.APITarget.Text+`.`,
 				}
 				return groups, func() { cleanup(); d.Stop() }, nil
 			}),
+		newSuiteCommand("embed", "Time a 16-import Python script as a warm function, as tine run and under bwrap",
+			`embed starts a tine serve for the run, registers a function whose entry
+imports 16 stdlib modules, and times, interleaved: a call of it through the
+Go client, tine run /usr/bin/python3 of the same script, and bwrap + python3
+of it. The target: the warm call's p50 at most 1/20 of tine run's.`,
+			func(self string) ([]bench.Group, func(), error) {
+				d, err := bench.StartDaemon(self, 0)
+				if err != nil {
+					return nil, nil, err
+				}
+				groups, cleanup, err := bench.EmbedGroups(context.Background(), d, self)
+				if err != nil {
+					d.Stop()
+					return nil, nil, err
+				}
+				return groups, func() { cleanup(); d.Stop() }, nil
+			}),
+		newWarmSuiteCommand("warm", "Time the warm path: a 16-import Python function at a steady rate, next to the fork floor",
+			`warm starts a tine serve for the run, registers a function whose entry imports
+16 stdlib modules (json, re, ssl, decimal, datetime, hashlib, urllib.request,
+base64, collections, itertools, functools, typing, dataclasses, pathlib, uuid,
+random), and sends -n requests at --rate per second, open loop, each timed
+from its scheduled start through the Go client, with the daemon's phase
+breakdown. In the same run, a python3 with the same imports times
+fork()+_exit()+waitpid() (the floor). Targets: p50 at most 4x the floor's,
+p99 at most 3x the p50 (NOT MEASURED when a request hit its CPU quota).`,
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.WarmReport, error) {
+				return bench.Warm(ctx, d, o)
+			}),
+		newWarmSuiteCommand("pool", "Time the runtime pool and measure its memory per registered script",
+			`pool registers --scripts distinct scripts with the runtime pool and calls each
+once, reading the pool's PSS after an eighth of them and after all (the slope
+per script); then it sends -n requests at --rate per second, alternating the
+16-import warm function and a random script. Targets: pool p50 at most the
+warm p50 + 0.5 ms; a slope under 16 KiB per script.`,
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.WarmReport, error) {
+				return bench.Pool(ctx, d, o)
+			}),
+		newWarmSuiteCommand("load", "Find the highest sustained request rate through one function with no failure",
+			`load drives the 16-import function with closed loops of 1, 2, 4, ... clients,
+3 s each, until the rate stops growing or a request fails, and reports the
+highest rate with none failed. The target: at least 1000 requests/s.`,
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.WarmReport, error) {
+				return bench.Load(ctx, d, 3*time.Second)
+			}),
 	)
+	return cmd
+}
+
+// newWarmSuiteCommand makes a warm-path suite's command: it starts a daemon
+// (with the 16 imports preloaded in the runtime pool), runs, and prints.
+func newWarmSuiteCommand(name, short, long string, run func(context.Context, *bench.Daemon, bench.WarmOptions) (*bench.WarmReport, error)) *cobra.Command {
+	var (
+		opts     bench.WarmOptions
+		jsonPath string
+	)
+	cmd := &cobra.Command{
+		Use:   name + " [-n N] [--rate R] [--json FILE]",
+		Short: short,
+		Long:  long,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Requests < 1 || opts.Rate <= 0 || opts.Scripts < 8 {
+				return usageError{"-n and --rate must be positive, --scripts at least 8"}
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the tine binary to measure: %w", err)
+			}
+			d, err := bench.StartDaemon(self, 0, "--pool-preload", strings.Join(bench.WarmImports, ","))
+			if err != nil {
+				return fmt.Errorf("bench %s: %w", name, err)
+			}
+			defer d.Stop()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			opts.Progress = cmd.ErrOrStderr()
+			r, err := run(ctx, d, opts)
+			if err != nil {
+				return fmt.Errorf("bench %s: %w", name, err)
+			}
+			r.WriteTable(cmd.OutOrStdout())
+			if jsonPath != "" {
+				if err := r.WriteJSON(jsonPath); err != nil {
+					return err
+				}
+			}
+			if code := r.ExitCode(); code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&opts.Requests, "requests", "n", 3000, "measured requests")
+	cmd.Flags().Float64Var(&opts.Rate, "rate", 250, "requests per second (open loop)")
+	cmd.Flags().IntVar(&opts.Scripts, "scripts", 1000, "distinct scripts registered (pool)")
+	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
 	return cmd
 }
 

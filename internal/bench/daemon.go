@@ -23,13 +23,14 @@ type Daemon struct {
 // StartDaemon starts tinePath serve with a ready pool of pool sandboxes on
 // a socket in a temporary directory, and waits until it answers and its
 // pool is filled (so the first measured runs do not pay for filling it).
-func StartDaemon(tinePath string, pool int) (*Daemon, error) {
+// extra are more serve flags.
+func StartDaemon(tinePath string, pool int, extra ...string) (*Daemon, error) {
 	dir, err := os.MkdirTemp("", "tine-bench-")
 	if err != nil {
 		return nil, err
 	}
 	d := &Daemon{Socket: filepath.Join(dir, "tine.sock"), dir: dir}
-	d.cmd = exec.Command(tinePath, "serve", "--socket", d.Socket, "--data-dir", dir, "--pool", fmt.Sprint(pool))
+	d.cmd = exec.Command(tinePath, append([]string{"serve", "--socket", d.Socket, "--data-dir", dir, "--pool", fmt.Sprint(pool)}, extra...)...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	logf, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {

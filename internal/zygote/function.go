@@ -392,7 +392,12 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 	stop()
 	rg.Kill() // the request is over: whatever it left running goes
 	inv.Stdout, inv.Stderr, inv.Truncated = io.output()
-	st := rg.Stats()
+	var st cgroup.Stats
+	if rerr != nil {
+		st = rg.Stats() // why it did not answer: OOM?
+	} else {
+		st.Throttled = rg.Throttled()
+	}
 	inv.Timings.Throttled = st.Throttled > 0
 	switch {
 	case rerr == nil:

@@ -252,10 +252,16 @@ func (g *Group) Stats() Stats {
 		}
 	}
 	s.Pids = readInt(g.dirs["pids"], "pids.current")
-	if dir, ok := g.dirs["cpu"]; ok {
-		s.Throttled = readKeyed(dir, "cpu.stat", "nr_throttled")
-	}
+	s.Throttled = g.Throttled()
 	return s
+}
+
+// Throttled is Stats().Throttled alone: one file read.
+func (g *Group) Throttled() int64 {
+	if dir, ok := g.dirs["cpu"]; ok {
+		return readKeyed(dir, "cpu.stat", "nr_throttled")
+	}
+	return 0
 }
 
 // Kill sends SIGKILL to every process in the group. Sandboxes die with

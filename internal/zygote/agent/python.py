@@ -246,6 +246,11 @@ class Agent:
             sys.stderr.flush()
         except Exception:
             pass
+        # Its output ends here, not when the process has finished exiting:
+        # the daemon has it all as soon as the reply arrives.
+        null = os.open("/dev/null", os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
         try:
             b = json.dumps(rep, default=repr).encode()
         except Exception as e:
