@@ -214,5 +214,8 @@ func decodeBody(r io.Reader, out any) error {
 	if err := json.NewDecoder(r).Decode(out); err != nil {
 		return fmt.Errorf("decode the daemon's answer: %w", err)
 	}
+	// Read to EOF (the encoder's newline is left): only a body read to
+	// its end lets the transport reuse the connection.
+	io.Copy(io.Discard, r)
 	return nil
 }
