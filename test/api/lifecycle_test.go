@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/tine-run/tine/internal/testbin"
@@ -429,7 +430,8 @@ func TestConcurrentExecs(t *testing.T) {
 }
 
 // TestDaemonKilled: kill -9 of the daemon mid-load, then a restart on the
-// same socket; nothing of the old daemon's sandboxes remains.
+// same socket; nothing of the old daemon's sandboxes (and functions)
+// remains.
 func TestDaemonKilled(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
@@ -444,8 +446,13 @@ func TestDaemonKilled(t *testing.T) {
 			running.Go(func() { d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: sleeper(mark)}) })
 		}
 	}
-	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 12 }) {
-		t.Fatalf("the 6 shells and their sleeps never all showed up: %v", hostProcs(sleeperArg(mark)))
+	// A warm function with a request in flight: its zygote, and the
+	// request's process in a cgroup nested in the function's.
+	putFunction(t, d, api.FunctionSpec{Name: "busy", Entry: writeHandler(t, "import subprocess\ndef handler(argv):\n    subprocess.run(argv)\n")})
+	argv, _ := json.Marshal(sleeper(mark))
+	running.Go(func() { d.c.Invoke(ctx, "busy", argv) })
+	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 14 }) {
+		t.Fatalf("the 7 shells and their sleeps never all showed up: %v", hostProcs(sleeperArg(mark)))
 	}
 	if len(testbin.CgroupsOf(d.pid())) == 0 {
 		t.Fatalf("no cgroups named after the daemon (pid %d) under load", d.pid())
