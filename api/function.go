@@ -6,10 +6,12 @@ import "encoding/json"
 // `tine fn up` reads it from a TOML file (see docs/functions.md).
 type FunctionSpec struct {
 	Name string `json:"name"`
-	// Runtime is "python" (a zygote forked per request) or "exec" (a
-	// fresh process of Command per request in a sandbox kept up).
+	// Runtime is "python" (a zygote forked per request), "node" (workers
+	// started ahead, one per request) or "exec" (a fresh process of
+	// Command per request in a sandbox kept up).
 	Runtime string `json:"runtime"`
-	// Entry is the host path of the handler's .py file (python); its
+	// Entry is the host path of the handler's .py file (python) or
+	// module (node: .js, .cjs, .mjs); its
 	// directory is visible read-only inside at /tine/fn, first on the
 	// module path.
 	Entry string `json:"entry,omitempty"`
@@ -22,7 +24,10 @@ type FunctionSpec struct {
 	// Preload are modules imported once in the zygote.
 	Preload []string `json:"preload,omitempty"`
 	// Python is the interpreter (default: python3 on the sandbox's PATH).
+	// Node functions need it too: their workers start from a Python zygote.
 	Python string `json:"python,omitempty"`
+	// Node is the node binary (default: node on the sandbox's PATH).
+	Node string `json:"node,omitempty"`
 	// Concurrency is how many requests run at once (default 4); more wait.
 	Concurrency int `json:"concurrency,omitempty"`
 	// ColdAfterSeconds drops the warm sandbox after this long unused

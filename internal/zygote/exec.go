@@ -55,16 +55,15 @@ func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, groups *
 	stdout, stderr, truncated := rio.output()
 	inv.Timings.Reply = ms(time.Since(t2))
 	inv.Stderr, inv.Truncated = stderr, truncated
-	inv.Timings.Throttled = rg.Stats().Throttled > 0
+	st := rg.Stats()
+	inv.Timings.Throttled = st.Throttled > 0
 	code := o.ExitCode
 	inv.ExitCode = &code
 	switch {
 	case timedOut.Load():
-		inv.Status = api.StatusTimeout
-		inv.Error = &api.InvocationError{Type: "Timeout", Message: fmt.Sprintf("the request ran longer than its %s timeout; its processes were killed", f.timeout())}
-	case rg.Stats().OOMKills > 0:
-		inv.Status = api.StatusOOM
-		inv.Error = &api.InvocationError{Type: "OutOfMemory", Message: fmt.Sprintf("the request exceeded its %d-byte memory limit and was killed", f.spec.Limits.MemoryBytes)}
+		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
+	case st.OOMKills > 0:
+		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case o.Reason == "exit" && o.ExitCode == 0:

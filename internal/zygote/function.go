@@ -56,6 +56,7 @@ type function struct {
 	sb       *sandbox.Sandbox
 	zyg      *zygoteProc // nil when cold, or after the zygote died
 	groups   *groupPool  // request cgroups ready in sb
+	nodes    *nodePool   // node workers ready (runtime node)
 	warming  chan struct{}
 	warmErr  error
 	warmMs   float64
@@ -82,6 +83,7 @@ type warmState struct {
 	sb     *sandbox.Sandbox
 	zyg    *zygoteProc // nil for runtime exec
 	groups *groupPool
+	nodes  *nodePool // runtime node only
 }
 
 // ensureWarm returns what a request runs on, warming the function first if
@@ -103,7 +105,7 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 			select {
 			case <-f.sb.Done():
 			default:
-				w := warmState{f.sb, f.zyg, f.groups}
+				w := warmState{f.sb, f.zyg, f.groups, f.nodes}
 				f.mu.Unlock()
 				return w, cold, warmMs, nil
 			}
@@ -115,12 +117,16 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 		}
 		wait := make(chan struct{})
 		f.warming = wait
-		old, oldGroups := f.sb, f.groups
+		old, oldGroups, oldNodes := f.sb, f.groups, f.nodes
 		f.mu.Unlock()
 
+		if oldNodes != nil {
+			oldNodes.close() // its workers came from the old zygote
+		}
 		t0 := time.Now()
 		sb, z, err := f.warm(old)
 		var groups *groupPool
+		var nodes *nodePool
 		if err == nil && sb == old && oldGroups != nil {
 			groups, oldGroups = oldGroups, nil
 		} else if err == nil {
@@ -129,8 +135,16 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 		if oldGroups != nil {
 			oldGroups.close()
 		}
+		if err == nil && f.spec.Runtime == RuntimeNode {
+			if nodes, err = newNodePool(f, z, groups); err != nil {
+				groups.close()
+				z.close()
+				sb.Destroy()
+				sb, z, groups = nil, nil, nil
+			}
+		}
 		f.mu.Lock()
-		f.sb, f.zyg, f.groups, f.warmErr, f.warming = sb, z, groups, err, nil
+		f.sb, f.zyg, f.groups, f.nodes, f.warmErr, f.warming = sb, z, groups, nodes, err, nil
 		f.warmMs = ms(time.Since(t0))
 		cold, warmMs = true, f.warmMs
 		f.mu.Unlock()
@@ -171,7 +185,7 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 	l := f.spec.Limits
 	n := int64(f.spec.Concurrency)
 	s := &sandbox.Spec{
-		Zygote:   f.spec.Runtime == RuntimePython,
+		Zygote:   f.spec.Runtime != RuntimeExec,
 		Seccomp:  seccomp.Default,
 		Hostname: f.spec.Name,
 		Limits: cgroup.Limits{
@@ -253,7 +267,10 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		}
 		close(z.dead)
 	}()
-	cfg := agentConfig{Entry: entryInside(f.spec.Entry), Handler: f.spec.Handler, Preload: f.spec.Preload, TmpBytes: 64 << 20, Walls: walls}
+	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Walls: walls}
+	if f.spec.Runtime == RuntimePython {
+		cfg.Entry, cfg.Preload = entryInside(f.spec.Entry), f.spec.Preload
+	}
 	if f.scripts != "" {
 		cfg.ScriptsDir = scriptsTarget
 	}
@@ -382,7 +399,29 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 		return fmt.Errorf("%w: %v", errZygoteGone, err)
 	}
 	inv.Timings.Queue = ms(time.Since(arrived)) - msSince(sent)
+	rep, got, err := f.awaitReply(ctx, rg, io, inv, z)
+	if rep == nil {
+		return err
+	}
+	t := rep.T
+	inv.Timings.Dispatch = nsMs(t.Fork - sent)
+	inv.Timings.Fork = nsMs(t.Start - t.Fork)
+	inv.Timings.Admit = nsMs(t.Admitted - t.Start)
+	inv.Timings.Isolate = nsMs(t.Isolated - t.Admitted)
+	inv.Timings.Run = nsMs(t.Ran - t.Isolated)
+	inv.Timings.Reply = nsMs(got - t.Ran)
+	if t.Isolated == 0 { // failed while walling itself in
+		inv.Timings.Isolate, inv.Timings.Run = nsMs(t.Ran-t.Admitted), 0
+	}
+	return nil
+}
 
+// awaitReply waits for a request's answer, under its timeout and ctx, then
+// kills what the request left and collects its output. With an answer it
+// fills inv's status and result and returns the reply and when it came;
+// without one it fills inv's status (timeout, oom, crashed) and returns a
+// nil reply, and an error only when ctx ended.
+func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *requestIO, inv *api.Invocation, z *zygoteProc) (*childReply, int64, error) {
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); rg.Kill() })
 	stop := context.AfterFunc(ctx, func() { rg.Kill() })
@@ -392,45 +431,37 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 	stop()
 	rg.Kill() // the request is over: whatever it left running goes
 	inv.Stdout, inv.Stderr, inv.Truncated = io.output()
-	var st cgroup.Stats
-	if rerr != nil {
-		st = rg.Stats() // why it did not answer: OOM?
-	} else {
-		st.Throttled = rg.Throttled()
+	if rerr == nil {
+		inv.Timings.Throttled = rg.Throttled() > 0
+		inv.Status, inv.Result, inv.ResultBase64, inv.Error = rep.Status, rep.Result, rep.ResultBase64, rep.Error
+		return rep, got, nil
 	}
+	st := rg.Stats() // why it did not answer: OOM?
 	inv.Timings.Throttled = st.Throttled > 0
 	switch {
-	case rerr == nil:
-		inv.Status, inv.Result, inv.ResultBase64, inv.Error = rep.Status, rep.Result, rep.ResultBase64, rep.Error
-		t := rep.T
-		inv.Timings.Dispatch = nsMs(t.Fork - sent)
-		inv.Timings.Fork = nsMs(t.Start - t.Fork)
-		inv.Timings.Admit = nsMs(t.Admitted - t.Start)
-		inv.Timings.Isolate = nsMs(t.Isolated - t.Admitted)
-		inv.Timings.Run = nsMs(t.Ran - t.Isolated)
-		inv.Timings.Reply = nsMs(got - t.Ran)
-		if t.Isolated == 0 { // failed while walling itself in
-			inv.Timings.Isolate, inv.Timings.Run = nsMs(t.Ran-t.Admitted), 0
-		}
 	case timedOut.Load():
-		inv.Status = api.StatusTimeout
-		inv.Error = &api.InvocationError{Type: "Timeout", Message: fmt.Sprintf("the request ran longer than its %s timeout; its processes were killed", f.timeout())}
+		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
 	case st.OOMKills > 0:
-		inv.Status = api.StatusOOM
-		inv.Error = &api.InvocationError{Type: "OutOfMemory", Message: fmt.Sprintf("the request exceeded its %d-byte memory limit and was killed", f.spec.Limits.MemoryBytes)}
+		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return nil, got, ctx.Err()
 	default:
 		inv.Status = api.StatusCrashed
 		why := "the request's process died without answering"
-		select {
-		case <-z.dead:
+		if z != nil && z.gone() {
 			why += "; " + z.why + " (it is warmed again on the next call)"
-		default:
 		}
 		inv.Error = &api.InvocationError{Type: "Crashed", Message: why + ": " + rerr.Error()}
 	}
-	return nil
+	return nil, got, nil
+}
+
+func (f *function) timeoutError() *api.InvocationError {
+	return &api.InvocationError{Type: "Timeout", Message: fmt.Sprintf("the request ran longer than its %s timeout; its processes were killed", f.timeout())}
+}
+
+func (f *function) oomError() *api.InvocationError {
+	return &api.InvocationError{Type: "OutOfMemory", Message: fmt.Sprintf("the request exceeded its %d-byte memory limit and was killed", f.spec.Limits.MemoryBytes)}
 }
 
 func (f *function) requestLimits() cgroup.Limits {

@@ -240,9 +240,12 @@ func (m *Manager) invoke(ctx context.Context, f *function, payload []byte, req r
 		}
 		inv = &api.Invocation{}
 		inv.Timings.Cold, inv.Timings.WarmMs = cold, warmMs
-		if f.spec.Runtime == RuntimeExec {
+		switch f.spec.Runtime {
+		case RuntimeExec:
 			err = f.invokeExec(ctx, w.sb, w.groups, payload, inv, arrived)
-		} else {
+		case RuntimeNode:
+			err = f.invokeNode(ctx, w.nodes, payload, req, inv, arrived)
+		default:
 			err = f.invokePython(ctx, w.zyg, w.groups, payload, req, inv, arrived)
 		}
 		if errors.Is(err, errZygoteGone) && attempt == 0 {
@@ -275,9 +278,12 @@ func (f *function) info() api.Function {
 // cool drops f's sandbox (and zygote); the next call warms it again.
 func (f *function) cool() {
 	f.mu.Lock()
-	sb, z, groups := f.sb, f.zyg, f.groups
-	f.sb, f.zyg, f.groups = nil, nil, nil
+	sb, z, groups, nodes := f.sb, f.zyg, f.groups, f.nodes
+	f.sb, f.zyg, f.groups, f.nodes = nil, nil, nil, nil
 	f.mu.Unlock()
+	if nodes != nil {
+		nodes.close()
+	}
 	if groups != nil {
 		groups.close()
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ const (
 // Runtimes a function can have.
 const (
 	RuntimePython = "python"
+	RuntimeNode   = "node"
 	RuntimeExec   = "exec"
 )
 
@@ -45,6 +47,7 @@ type tomlSpec struct {
 	Command     []string `toml:"command"`
 	Preload     []string `toml:"preload"`
 	Python      string   `toml:"python"`
+	Node        string   `toml:"node"`
 	Concurrency int      `toml:"concurrency"`
 	ColdAfter   string   `toml:"cold_after"`
 	Limits      struct {
@@ -70,11 +73,11 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
 	}
 	s := &api.FunctionSpec{
 		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
-		Preload: t.Preload, Python: t.Python, Concurrency: t.Concurrency,
+		Preload: t.Preload, Python: t.Python, Node: t.Node, Concurrency: t.Concurrency,
 		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
 	}
 	if s.Entry != "" && !filepath.IsAbs(s.Entry) {
@@ -125,6 +128,11 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 // modulePattern is a dotted Python module name.
 var modulePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
+var (
+	jsIdent    = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+	nodeModule = regexp.MustCompile(`^(@[a-z0-9._-]+/)?[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
+)
+
 // Validate checks s and fills its defaults.
 func Validate(s *api.FunctionSpec) error {
 	bad := func(format string, a ...any) error {
@@ -168,10 +176,31 @@ func Validate(s *api.FunctionSpec) error {
 		if s.Entry != "" || len(s.Preload) > 0 || s.Handler != "" {
 			return bad("entry, handler and preload are for runtime python; runtime exec takes command")
 		}
-	case "node":
-		return bad("runtime node is not implemented yet; use python or exec")
+	case RuntimeNode:
+		if !filepath.IsAbs(s.Entry) || !slices.Contains([]string{".js", ".cjs", ".mjs"}, filepath.Ext(s.Entry)) {
+			return bad("runtime node needs entry, an absolute path to the handler's .js, .cjs or .mjs module (got %q)", s.Entry)
+		}
+		if len(s.Command) > 0 {
+			return bad("command is for runtime exec; runtime node takes entry and handler")
+		}
+		if s.Handler == "" {
+			s.Handler = DefaultHandler
+		}
+		if !jsIdent.MatchString(s.Handler) {
+			return bad("handler %q: want the name of a function the module exports", s.Handler)
+		}
+		for _, m := range s.Preload {
+			if !nodeModule.MatchString(m) {
+				return bad("preload %q: not a Node module name", m)
+			}
+		}
+		for _, p := range []string{s.Python, s.Node} {
+			if p != "" && !filepath.IsAbs(p) {
+				return bad("interpreter %q: want an absolute path", p)
+			}
+		}
 	default:
-		return bad("runtime %q: want python or exec", s.Runtime)
+		return bad("runtime %q: want python, node or exec", s.Runtime)
 	}
 	if s.Concurrency == 0 {
 		s.Concurrency = DefaultConcurrency

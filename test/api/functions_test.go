@@ -438,3 +438,56 @@ func TestColdAfter(t *testing.T) {
 		t.Errorf("the call after cold: cold %v, warm %.1f ms", inv.Timings.Cold, inv.Timings.WarmMs)
 	}
 }
+
+// Node: workers started ahead serve one request each, with the same walls
+// as a Python request (own cgroup, private /tmp, no signal to the zygote).
+func TestNodeFunction(t *testing.T) {
+	require.Binary(t, "node")
+	d := startDaemon(t)
+	dir := t.TempDir()
+	entry := filepath.Join(dir, "handler.js")
+	os.WriteFile(entry, []byte(`const fs = require("fs");
+exports.handler = async (e) => {
+  if (e.throw) throw new RangeError("bad " + e.throw);
+  const before = fs.readdirSync("/tmp");
+  fs.writeFileSync("/tmp/mine", "x");
+  let signalled = true;
+  try { process.kill(process.ppid, "SIGCONT"); } catch (err) { signalled = err.code; }
+  console.log("hello");
+  return { pid: process.pid, ppid: process.ppid, before, signalled, twice: e.n * 2 };
+};
+`), 0o644)
+	putFunction(t, d, api.FunctionSpec{Name: "js", Runtime: "node", Entry: entry, Concurrency: 2})
+	type reply struct {
+		Pid, Ppid, Twice int
+		Before           []string
+		Signalled        any
+	}
+	var pids []int
+	for i := range 3 {
+		inv := invoke(t, d, "js", map[string]int{"n": i})
+		r := resultOf[reply](t, inv)
+		if r.Twice != 2*i || inv.Stdout != "hello\n" {
+			t.Errorf("call %d: %+v stdout %q", i, r, inv.Stdout)
+		}
+		if len(r.Before) != 0 {
+			t.Errorf("call %d sees /tmp %v from an earlier request", i, r.Before)
+		}
+		if r.Signalled != "EPERM" {
+			t.Errorf("call %d signalling its zygote %d: %v, want EPERM", i, r.Ppid, r.Signalled)
+		}
+		pids = append(pids, r.Pid)
+	}
+	if pids[0] == pids[1] || pids[1] == pids[2] {
+		t.Errorf("workers reused: pids %v", pids)
+	}
+	inv := invoke(t, d, "js", map[string]any{"throw": 7})
+	if inv.Status != api.StatusError || inv.Error == nil || inv.Error.Type != "RangeError" || inv.Error.Line != 3 {
+		t.Errorf("a throwing handler: %s %+v", inv.Status, inv.Error)
+	}
+	os.WriteFile(filepath.Join(dir, "other.js"), []byte("exports.nothere = 1;\n"), 0o644)
+	_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "js2", Runtime: "node", Entry: filepath.Join(dir, "other.js")})
+	if client.ErrorCode(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), `exports no function "handler"`) {
+		t.Errorf("an entry without the handler: %v", err)
+	}
+}

@@ -206,6 +206,15 @@ class Agent:
             os.dup2(payload, 4, inheritable=False)
             os.closerange(5, 1 << 20)
             reply, payload = 3, 4
+            if hdr.get("exec"):
+                # A pre-started worker of another runtime (node): walled in
+                # like a request, it becomes the program, which reads its
+                # payload from stdin when the request comes.
+                os.dup2(payload, 0)
+                os.set_inheritable(3, True)
+                os.close(payload)
+                argv = hdr["exec"]
+                os.execvp(argv[0], argv)
             os.set_inheritable(reply, False)
             import random
             random.seed()
