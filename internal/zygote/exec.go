@@ -55,14 +55,13 @@ func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, groups *
 	stdout, stderr, truncated := rio.output()
 	inv.Timings.Reply = ms(time.Since(t2))
 	inv.Stderr, inv.Truncated = stderr, truncated
-	st := rg.Stats()
-	inv.Timings.Throttled = st.Throttled > 0
+	inv.Timings.Throttled = rg.throttled()
 	code := o.ExitCode
 	inv.ExitCode = &code
 	switch {
 	case timedOut.Load():
 		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
-	case st.OOMKills > 0:
+	case rg.oomKilled():
 		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	case ctx.Err() != nil:
 		return ctx.Err()

@@ -423,8 +423,12 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 // nil reply, and an error only when ctx ended.
 func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *requestIO, inv *api.Invocation, z *zygoteProc) (*childReply, int64, error) {
 	var timedOut atomic.Bool
-	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); rg.Kill() })
-	stop := context.AfterFunc(ctx, func() { rg.Kill() })
+	// Either ends the wait even if the request's process never joined its
+	// group (and so was not killed): the group is then removed, not
+	// recycled, so a late joiner finds no group and exits.
+	giveUp := func() { rg.Kill(); io.replyR.SetReadDeadline(time.Now()) }
+	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); giveUp() })
+	stop := context.AfterFunc(ctx, giveUp)
 	rep, rerr := io.readReply()
 	got := monotonic()
 	timer.Stop()
@@ -432,16 +436,16 @@ func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *request
 	rg.Kill() // the request is over: whatever it left running goes
 	inv.Stdout, inv.Stderr, inv.Truncated = io.output()
 	if rerr == nil {
-		inv.Timings.Throttled = rg.Throttled() > 0
+		inv.Timings.Throttled = rg.throttled()
 		inv.Status, inv.Result, inv.ResultBase64, inv.Error = rep.Status, rep.Result, rep.ResultBase64, rep.Error
 		return rep, got, nil
 	}
-	st := rg.Stats() // why it did not answer: OOM?
-	inv.Timings.Throttled = st.Throttled > 0
+	inv.Timings.Throttled = rg.throttled()
+	rg.spoiled = true
 	switch {
 	case timedOut.Load():
 		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
-	case st.OOMKills > 0:
+	case rg.oomKilled():
 		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	case ctx.Err() != nil:
 		return nil, got, ctx.Err()

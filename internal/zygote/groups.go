@@ -4,28 +4,47 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
 // requestGroup is a per-request cgroup made ahead of its request, with its
-// cgroup.procs files open for the request's process to join by.
+// cgroup.procs files open for the request's process to join by. Groups are
+// recycled: creating and removing a memory cgroup is kernel work (and
+// cgroup_mutex) on every request otherwise.
 type requestGroup struct {
 	*cgroup.Group
 	procs []int
+	pool  *groupPool
+	// What the group had counted before this request: OOM kills and
+	// throttled periods since then are this request's.
+	oomBase, throttledBase int64
+	// spoiled: the request did not answer, and its process may not have
+	// joined yet; the group must go, not be reused.
+	spoiled bool
 }
 
-// release kills what is left in the group and removes it, in the
-// background: the request's answer does not wait for cgroupfs.
+// oomKilled reports whether the kernel killed a process of this request
+// for exceeding the memory limit.
+func (g *requestGroup) oomKilled() bool { return g.Stats().OOMKills > g.oomBase }
+
+// throttled reports whether this request hit its CPU quota.
+func (g *requestGroup) throttled() bool { return g.Throttled() > g.throttledBase }
+
+// release kills what is left in the group and, in the background, puts it
+// back in the pool once it is empty (or removes it).
 func (g *requestGroup) release() {
-	closeAll(g.procs)
-	go func() { g.Kill(); g.Remove() }()
+	g.Kill()
+	if g.spoiled {
+		go g.remove()
+		return
+	}
+	go g.pool.recycle(g)
 }
 
-// groupPool keeps a few request groups ready in one sandbox: creating one
-// is three mkdirs and a handful of writes per hierarchy, too slow for the
-// warm path (≈0.3 ms here).
+// groupPool keeps a few request groups ready in one sandbox.
 type groupPool struct {
 	sb    *sandbox.Sandbox
 	lim   cgroup.Limits
@@ -34,10 +53,13 @@ type groupPool struct {
 	need  chan struct{}
 	stop  chan struct{}
 	done  sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
 }
 
 func newGroupPool(sb *sandbox.Sandbox, lim cgroup.Limits, size int, seq *atomic.Uint64) *groupPool {
-	p := &groupPool{sb: sb, lim: lim, seq: seq, ready: make(chan *requestGroup, size), need: make(chan struct{}, 1), stop: make(chan struct{})}
+	p := &groupPool{sb: sb, lim: lim, seq: seq, ready: make(chan *requestGroup, size+2), need: make(chan struct{}, 1), stop: make(chan struct{})}
 	p.done.Go(p.fill)
 	p.kick()
 	return p
@@ -53,7 +75,7 @@ func (p *groupPool) make() (*requestGroup, error) {
 		g.Remove()
 		return nil, err
 	}
-	return &requestGroup{Group: g, procs: fds}, nil
+	return &requestGroup{Group: g, procs: fds, pool: p}, nil
 }
 
 func (p *groupPool) kick() {
@@ -75,14 +97,48 @@ func (p *groupPool) fill() {
 			if err != nil {
 				break // the next take makes its own, and reports why
 			}
-			select {
-			case p.ready <- g:
-			case <-p.stop:
-				g.release()
+			if !p.put(g) {
 				return
 			}
 		}
 	}
+}
+
+// put makes g ready for a request, or removes it when the pool is full or
+// closed. It reports whether the pool is still open.
+func (p *groupPool) put(g *requestGroup) bool {
+	g.oomBase, g.throttledBase = g.Stats().OOMKills, g.Throttled()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		select {
+		case p.ready <- g:
+			return true
+		default:
+		}
+	}
+	g.remove()
+	return !p.closed
+}
+
+// recycle waits for a used group to empty and puts it back.
+func (p *groupPool) recycle(g *requestGroup) {
+	for delay := 100 * time.Microsecond; g.Stats().Pids > 0; delay *= 2 {
+		if delay > 100*time.Millisecond {
+			g.remove() // kills what is still there, retrying
+			return
+		}
+		time.Sleep(delay)
+		g.Kill()
+	}
+	g.ResetPeak()
+	p.put(g)
+}
+
+func (g *requestGroup) remove() {
+	closeAll(g.procs)
+	g.Kill()
+	g.Remove()
 }
 
 // take returns a ready group, or makes one when none is.
@@ -96,14 +152,18 @@ func (p *groupPool) take() (*requestGroup, error) {
 	}
 }
 
-// close stops refilling and removes the groups still ready.
+// close stops refilling and removes the groups still ready; groups in use
+// are removed when released.
 func (p *groupPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
 	close(p.stop)
 	p.done.Wait()
 	for {
 		select {
 		case g := <-p.ready:
-			g.release()
+			g.remove()
 		default:
 			return
 		}

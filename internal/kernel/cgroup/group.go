@@ -256,6 +256,16 @@ func (g *Group) Stats() Stats {
 	return s
 }
 
+// ResetPeak starts the peak-memory figure over (v1; v2 kernels before
+// 6.12 cannot, and keep the group's lifetime peak).
+func (g *Group) ResetPeak() {
+	if g.host.Version == V1 {
+		writeOptional(g.dirs["memory"], "memory.max_usage_in_bytes", "0")
+	} else {
+		writeOptional(g.dirs["memory"], "memory.peak", "reset")
+	}
+}
+
 // Throttled is Stats().Throttled alone: one file read.
 func (g *Group) Throttled() int64 {
 	if dir, ok := g.dirs["cpu"]; ok {
