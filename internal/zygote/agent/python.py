@@ -321,6 +321,11 @@ def main():
     except BaseException as e:
         ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
         os._exit(1)
+    # Everything imported so far is moved out of the collector's sight: a
+    # child's collections then do not touch (and copy) the zygote's pages.
+    import gc
+    gc.collect()
+    gc.freeze()
     ctl.send(json.dumps({"ok": True, "pid": os.getpid(), "warm_ms": (time.monotonic() - t0) * 1e3}).encode())
     agent.serve(ctl)
 
