@@ -38,7 +38,7 @@ timeout = "2.5"
 		{"name = \"A b\"\nentry = \"h.py\"\n", `name "A b"`},
 		{"name = \"a\"\n", "needs entry"},
 		{"name = \"a\"\nentry = \"h.py\"\nruntime = \"node\"\n", ".js, .cjs or .mjs"},
-		{"name = \"a\"\nentry = \"h.js\"\nruntime = \"deno\"\n", `runtime \"deno\"`},
+		{"name = \"a\"\nentry = \"h.js\"\nruntime = \"deno\"\n", `runtime "deno"`},
 		{"name = \"a\"\nruntime = \"exec\"\n", "needs command"},
 		{"name = \"a\"\nentry = \"h.py\"\npreload = [\"os; rm\"]\n", `preload "os; rm"`},
 		{"name = \"a\"\nentry = \"h.py\"\nconcurrency = 100000\n", "concurrency 100000"},
