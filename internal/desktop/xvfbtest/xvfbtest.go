@@ -1,0 +1,121 @@
+// Package xvfbtest starts throwaway X servers for tests and benchmarks: an
+// Xvfb on a display number it picks itself (-displayfd, so parallel tests
+// and other users of the machine do not collide), optionally a window
+// manager, and programs on that display, all stopped in t.Cleanup.
+package xvfbtest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
+
+	"github.com/tine-run/tine/internal/require"
+)
+
+// startTimeout bounds waiting for a program to come up.
+const startTimeout = 15 * time.Second
+
+// Start runs Xvfb with one width×height×24 screen and returns its display
+// name (":N") once it accepts connections. Without Xvfb the test is
+// skipped (or fails under TINE_STRICT=xvfb).
+func Start(tb testing.TB, width, height int) string {
+	tb.Helper()
+	require.Binary(tb, "Xvfb")
+	r, w, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command("Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset",
+		"-screen", "0", fmt.Sprintf("%dx%dx24", width, height))
+	cmd.ExtraFiles = []*os.File{w}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w.Close()
+	stop(tb, cmd)
+
+	// Xvfb writes the display number once it listens.
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(r).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case n := <-line:
+		if n == "" {
+			tb.Fatalf("Xvfb exited before it was ready: %s", stderr.String())
+		}
+		return ":" + n
+	case <-time.After(startTimeout):
+		tb.Fatalf("Xvfb not ready after %v: %s", startTimeout, stderr.String())
+	}
+	return ""
+}
+
+// Run starts a program on display, killed (with its process group) in
+// Cleanup.
+func Run(tb testing.TB, display string, name string, args ...string) *exec.Cmd {
+	tb.Helper()
+	require.Binary(tb, name)
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "DISPLAY="+display)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	stop(tb, cmd)
+	return cmd
+}
+
+func stop(tb testing.TB, cmd *exec.Cmd) {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	tb.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
+// WindowManager starts openbox on display and returns once it manages the
+// screen (it has set _NET_SUPPORTING_WM_CHECK on the root window).
+func WindowManager(tb testing.TB, display string) {
+	tb.Helper()
+	Run(tb, display, "openbox", "--sm-disable")
+	conn, err := xgb.NewConnDisplay(display)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	root := xproto.Setup(conn).DefaultScreen(conn).Root
+	name := "_NET_SUPPORTING_WM_CHECK"
+	atom, err := xproto.InternAtom(conn, false, uint16(len(name)), name).Reply()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		p, err := xproto.GetProperty(conn, false, root, atom.Atom, xproto.AtomWindow, 0, 1).Reply()
+		if err == nil && p.ValueLen > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("openbox did not manage display %s within %v", display, startTimeout)
+}
