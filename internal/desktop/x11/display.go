@@ -22,6 +22,8 @@ package x11
 import (
 	"fmt"
 	"image"
+	"io"
+	"log"
 	"os"
 	"sync"
 
@@ -30,6 +32,13 @@ import (
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
 )
+
+func init() {
+	// xgb logs to stderr on its own (a missing ~/.Xauthority, a closed
+	// connection); every such condition also reaches the caller as an
+	// error, so the log is only noise in a guest's output.
+	xgb.Logger = log.New(io.Discard, "", 0)
+}
 
 // Options tune Connect.
 type Options struct {

@@ -125,8 +125,8 @@ func (c *client) inputEvents(t testing.TB) []xgb.Event {
 		select {
 		case ev := <-c.events:
 			switch ev.(type) {
-			case xproto.ExposeEvent:
-			default:
+			case xproto.KeyPressEvent, xproto.KeyReleaseEvent, xproto.ButtonPressEvent,
+				xproto.ButtonReleaseEvent, xproto.MotionNotifyEvent:
 				out = append(out, ev)
 			}
 		case <-time.After(100 * time.Millisecond):

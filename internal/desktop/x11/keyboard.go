@@ -59,7 +59,9 @@ func (k *keyboard) load(conn *xgb.Conn, setup *xproto.SetupInfo) error {
 			}
 		}
 	}
-	for i := 0; i*k.perCode < len(r.Keysyms); i++ {
+	// From the top, as xdotool does: low keycodes are the ones layouts and
+	// toolkits treat specially.
+	for i := len(r.Keysyms)/k.perCode - 1; i >= 0; i-- {
 		code := xproto.Keycode(int(k.min) + i)
 		empty := true
 		for _, ks := range r.Keysyms[i*k.perCode : (i+1)*k.perCode] {
