@@ -129,7 +129,7 @@ func (c *client) inputEvents(t testing.TB) []xgb.Event {
 				xproto.ButtonReleaseEvent, xproto.MotionNotifyEvent:
 				out = append(out, ev)
 			}
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(30 * time.Millisecond): // events were queued before the reply; let the reader goroutine hand them over
 			return out
 		}
 	}

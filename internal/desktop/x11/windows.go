@@ -281,24 +281,31 @@ func (d *Display) WaitForWindow(ctx context.Context, match func(Window) bool) (W
 	var found Window
 	watched := map[uint32]bool{}
 	err := d.waitFor(ctx, func() (bool, error) {
-		ws, err := d.Windows()
-		if err != nil {
-			return false, err
-		}
-		for _, w := range ws {
-			if match(w) {
-				found = w
-				return true, nil
+		for {
+			ws, err := d.Windows()
+			if err != nil {
+				return false, err
 			}
-			if !watched[w.ID] {
-				// Titles change on the client window, not the root:
-				// listen there too (event masks are per client).
-				watched[w.ID] = true
-				xproto.ChangeWindowAttributes(d.conn, xproto.Window(w.ID), xproto.CwEventMask,
-					[]uint32{xproto.EventMaskPropertyChange | xproto.EventMaskStructureNotify})
+			fresh := false
+			for _, w := range ws {
+				if match(w) {
+					found = w
+					return true, nil
+				}
+				if !watched[w.ID] {
+					// Titles change on the client window, not the root:
+					// listen there too (event masks are per client).
+					watched[w.ID], fresh = true, true
+					xproto.ChangeWindowAttributes(d.conn, xproto.Window(w.ID), xproto.CwEventMask,
+						[]uint32{xproto.EventMaskPropertyChange | xproto.EventMaskStructureNotify})
+				}
 			}
+			if !fresh {
+				return false, nil
+			}
+			// A change between the listing and the selection above sent no
+			// event to us: list once more.
 		}
-		return false, nil
 	})
 	return found, err
 }

@@ -93,8 +93,10 @@ func stop(tb testing.TB, cmd *exec.Cmd) {
 	})
 }
 
-// WindowManager starts openbox on display and returns once it manages the
-// screen (it has set _NET_SUPPORTING_WM_CHECK on the root window).
+// WindowManager starts openbox on display and returns once it manages
+// windows: a probe window it maps has shown up in _NET_CLIENT_LIST.
+// (_NET_SUPPORTING_WM_CHECK alone comes too early: a window mapped right
+// after it was seen to wait seconds before openbox handled it.)
 func WindowManager(tb testing.TB, display string) {
 	tb.Helper()
 	Run(tb, display, "openbox", "--sm-disable")
@@ -103,19 +105,31 @@ func WindowManager(tb testing.TB, display string) {
 		tb.Fatal(err)
 	}
 	defer conn.Close()
-	root := xproto.Setup(conn).DefaultScreen(conn).Root
-	name := "_NET_SUPPORTING_WM_CHECK"
+	screen := xproto.Setup(conn).DefaultScreen(conn)
+	name := "_NET_CLIENT_LIST"
 	atom, err := xproto.InternAtom(conn, false, uint16(len(name)), name).Reply()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) {
-		p, err := xproto.GetProperty(conn, false, root, atom.Atom, xproto.AtomWindow, 0, 1).Reply()
-		if err == nil && p.ValueLen > 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	probe, err := xproto.NewWindowId(conn)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	tb.Fatalf("openbox did not manage display %s within %v", display, startTimeout)
+	xproto.CreateWindow(conn, 0, probe, screen.Root, 0, 0, 10, 10, 0, xproto.WindowClassInputOutput, 0, 0, nil)
+	defer xproto.DestroyWindow(conn, probe)
+	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		// Mapped again each round: a map before openbox redirects maps is
+		// not a request it ever sees.
+		xproto.MapWindow(conn, probe)
+		p, err := xproto.GetProperty(conn, false, screen.Root, atom.Atom, xproto.AtomWindow, 0, 1024).Reply()
+		if err != nil {
+			continue
+		}
+		for i := 0; i+4 <= len(p.Value); i += 4 {
+			if xproto.Window(xgb.Get32(p.Value[i:])) == probe {
+				return
+			}
+		}
+	}
+	tb.Fatalf("openbox did not manage a window on display %s within %v", display, startTimeout)
 }
