@@ -2,12 +2,15 @@ package encode
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/jpeg"
 	"image/png"
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/klauspost/compress/zlib"
 
 	"github.com/tine-run/tine/internal/desktop/frame"
 )
@@ -170,4 +173,23 @@ func BenchmarkJPEGQ80(b *testing.B) {
 		JPEG(&buf, f, 80)
 	}
 	b.ReportMetric(float64(buf.Len()), "bytes")
+}
+
+// BenchmarkPNGChoices measures the filter and zlib level candidates on the
+// desktop fixture (ADR 0010).
+func BenchmarkPNGChoices(b *testing.B) {
+	f := screenFrame(b)
+	for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, 2, zlib.DefaultCompression} {
+		for _, filter := range []byte{filterNone, filterSub, filterUp} {
+			b.Run(fmt.Sprintf("level%d/filter%d", level, filter), func(b *testing.B) {
+				zw, _ := zlib.NewWriterLevel(nil, level)
+				var buf bytes.Buffer
+				for b.Loop() {
+					buf.Reset()
+					writePNG(&buf, f, filter, zw)
+				}
+				b.ReportMetric(float64(buf.Len()), "bytes")
+			})
+		}
+	}
 }

@@ -27,8 +27,8 @@ const (
 // pngFilter is the one filter applied to every row. Up wins on screen
 // content: flat areas and vertical repetition become zero runs, and it costs
 // one subtraction per byte; per-row adaptive choice (what image/png does)
-// triples the filtering work for a few percent of size (ADR 0010).
-var pngFilter byte = filterUp
+// costs far more filtering work for a few percent of size (ADR 0010).
+const pngFilter = filterUp
 
 var zlibPool = sync.Pool{New: func() any {
 	w, _ := zlib.NewWriterLevel(nil, pngLevel)
@@ -40,37 +40,27 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 // PNG writes f as an 8-bit RGB PNG (the unused fourth byte is dropped).
 // Decoding it gives back exactly the frame's pixels.
 func PNG(w io.Writer, f *frame.Frame) error {
-	var idat bytes.Buffer
-	idat.Grow(f.Width * f.Height / 2)
 	zw := zlibPool.Get().(*zlib.Writer)
 	defer zlibPool.Put(zw)
+	return writePNG(w, f, pngFilter, zw)
+}
+
+// writePNG is PNG with the filter and the compressor as parameters, for
+// the benchmarks that chose them.
+func writePNG(w io.Writer, f *frame.Frame, filter byte, zw *zlib.Writer) error {
+	var idat bytes.Buffer
+	idat.Grow(f.Width * f.Height / 2)
 	zw.Reset(&idat)
 
-	rowLen := 1 + f.Width*3
-	cur, prev, out := make([]byte, rowLen), make([]byte, rowLen), make([]byte, rowLen)
+	out := make([]byte, 1+f.Width*3)
+	var prev []byte
 	for y := range f.Height {
-		src := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
-		for i, j := 0, 1; i < len(src); i, j = i+4, j+3 {
-			cur[j], cur[j+1], cur[j+2] = src[i+2], src[i+1], src[i]
-		}
-		out[0] = pngFilter
-		switch pngFilter {
-		case filterNone:
-			copy(out[1:], cur[1:])
-		case filterSub:
-			copy(out[1:4], cur[1:4])
-			for i := 4; i < rowLen; i++ {
-				out[i] = cur[i] - cur[i-3]
-			}
-		case filterUp: // prev starts as zeros, as the spec wants for row 0
-			for i := 1; i < rowLen; i++ {
-				out[i] = cur[i] - prev[i]
-			}
-		}
+		row := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
+		filterRow(out, row, prev, filter)
 		if _, err := zw.Write(out); err != nil {
 			return err
 		}
-		cur, prev = prev, cur
+		prev = row
 	}
 	if err := zw.Close(); err != nil {
 		return err
@@ -96,4 +86,44 @@ func appendChunk(buf []byte, typ string, data []byte) []byte {
 	buf = append(buf, typ...)
 	buf = append(buf, data...)
 	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
+}
+
+// filterRow turns one BGRX row into a filtered PNG RGB row in out: the
+// filter byte, then per pixel its bytes minus those of the reference pixel
+// the filter names (none: zero; Sub: the pixel to the left; Up: the pixel
+// above, prev, nil for the first row). Pixels are read as little-endian
+// uint32s and the three channels are subtracted at once.
+func filterRow(out, row, prev []byte, filter byte) {
+	out[0] = filter
+	o := out[1:]
+	o = o[:len(row)/4*3]
+	switch {
+	case filter == filterSub:
+		var left uint32
+		for i, j := 0, 0; j < len(o); i, j = i+4, j+3 {
+			v := binary.LittleEndian.Uint32(row[i:])
+			putRGB(o[j:], subBytes(v, left))
+			left = v
+		}
+	case filter == filterUp && prev != nil:
+		for i, j := 0, 0; j < len(o); i, j = i+4, j+3 {
+			putRGB(o[j:], subBytes(binary.LittleEndian.Uint32(row[i:]), binary.LittleEndian.Uint32(prev[i:])))
+		}
+	default: // none, or Up on the first row (the row above is zeros)
+		for i, j := 0, 0; j < len(o); i, j = i+4, j+3 {
+			putRGB(o[j:], binary.LittleEndian.Uint32(row[i:]))
+		}
+	}
+}
+
+// subBytes subtracts the bytes of y from those of x, each modulo 256
+// without borrowing from its neighbour.
+func subBytes(x, y uint32) uint32 {
+	const high = 0x80808080
+	return ((x | high) - (y &^ high)) ^ ((x ^ ^y) & high)
+}
+
+// putRGB writes the pixel 0xXXRRGGBB as R, G, B.
+func putRGB(o []byte, v uint32) {
+	o[0], o[1], o[2] = byte(v>>16), byte(v>>8), byte(v)
 }

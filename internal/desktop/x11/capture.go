@@ -17,11 +17,18 @@ import (
 // in (XFixes; on a server without XFixes the frame has no cursor, see
 // CursorImages). A region not within the screen is an *OffScreenError.
 func (d *Display) Capture(region image.Rectangle, withCursor bool) (*frame.Frame, error) {
+	return d.CaptureInto(nil, region, withCursor)
+}
+
+// CaptureInto is Capture reusing buf's pixel memory when it is large
+// enough (buf may be nil). A screencast keeps two buffers and alternates:
+// a fresh 4 MB frame costs more in page faults than the capture itself.
+func (d *Display) CaptureInto(buf *frame.Frame, region image.Rectangle, withCursor bool) (*frame.Frame, error) {
 	r, err := d.screenRegion(region)
 	if err != nil {
 		return nil, err
 	}
-	f, err := d.grab(r)
+	f, err := d.grab(buf, r)
 	if err != nil {
 		return nil, fmt.Errorf("capture %v: %w", r, d.connErr(err))
 	}
@@ -36,7 +43,7 @@ func (d *Display) Capture(region image.Rectangle, withCursor bool) (*frame.Frame
 // CursorImages says whether Capture can composite the cursor.
 func (d *Display) CursorImages() bool { return d.xfixes }
 
-func (d *Display) grab(r image.Rectangle) (*frame.Frame, error) {
+func (d *Display) grab(buf *frame.Frame, r image.Rectangle) (*frame.Frame, error) {
 	x, y, w, h := int16(r.Min.X), int16(r.Min.Y), uint16(r.Dx()), uint16(r.Dy())
 	d.capMu.Lock()
 	defer d.capMu.Unlock()
@@ -53,7 +60,13 @@ func (d *Display) grab(r image.Rectangle) (*frame.Frame, error) {
 	if _, err := shm.GetImage(d.conn, xproto.Drawable(d.root), x, y, w, h, ^uint32(0), xproto.ImageFormatZPixmap, d.shm.seg, 0).Reply(); err != nil {
 		return nil, err
 	}
-	f := frame.New(r.Dx(), r.Dy())
+	n := r.Dx() * r.Dy() * 4
+	f := &frame.Frame{Width: r.Dx(), Height: r.Dy(), Stride: r.Dx() * 4}
+	if buf != nil && cap(buf.Pix) >= n {
+		f.Pix = buf.Pix[:n]
+	} else {
+		f.Pix = make([]byte, n)
+	}
 	copy(f.Pix, d.shm.mem) // the segment is reused by the next capture
 	return f, nil
 }
