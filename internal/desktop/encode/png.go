@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"math/bits"
 	"sync"
 
 	"github.com/klauspost/compress/zlib"
@@ -52,12 +53,12 @@ func writePNG(w io.Writer, f *frame.Frame, filter byte, zw *zlib.Writer) error {
 	idat.Grow(f.Width * f.Height / 2)
 	zw.Reset(&idat)
 
-	out := make([]byte, 1+f.Width*3)
+	out := make([]byte, 1+f.Width*3+1) // one byte of slack for putRGB
 	var prev []byte
 	for y := range f.Height {
 		row := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
 		filterRow(out, row, prev, filter)
-		if _, err := zw.Write(out); err != nil {
+		if _, err := zw.Write(out[:len(out)-1]); err != nil {
 			return err
 		}
 		prev = row
@@ -88,7 +89,8 @@ func appendChunk(buf []byte, typ string, data []byte) []byte {
 	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
 }
 
-// filterRow turns one BGRX row into a filtered PNG RGB row in out: the
+// filterRow turns one BGRX row into a filtered PNG RGB row in out (with a
+// byte of slack at the end): the
 // filter byte, then per pixel its bytes minus those of the reference pixel
 // the filter names (none: zero; Sub: the pixel to the left; Up: the pixel
 // above, prev, nil for the first row). Pixels are read as little-endian
@@ -96,21 +98,21 @@ func appendChunk(buf []byte, typ string, data []byte) []byte {
 func filterRow(out, row, prev []byte, filter byte) {
 	out[0] = filter
 	o := out[1:]
-	o = o[:len(row)/4*3]
+	o = o[:len(row)/4*3+1]
 	switch {
 	case filter == filterSub:
 		var left uint32
-		for i, j := 0, 0; j < len(o); i, j = i+4, j+3 {
+		for i, j := 0, 0; j+4 <= len(o); i, j = i+4, j+3 {
 			v := binary.LittleEndian.Uint32(row[i:])
 			putRGB(o[j:], subBytes(v, left))
 			left = v
 		}
 	case filter == filterUp && prev != nil:
-		for i, j := 0, 0; j < len(o); i, j = i+4, j+3 {
+		for i, j := 0, 0; j+4 <= len(o); i, j = i+4, j+3 {
 			putRGB(o[j:], subBytes(binary.LittleEndian.Uint32(row[i:]), binary.LittleEndian.Uint32(prev[i:])))
 		}
 	default: // none, or Up on the first row (the row above is zeros)
-		for i, j := 0, 0; j < len(o); i, j = i+4, j+3 {
+		for i, j := 0, 0; j+4 <= len(o); i, j = i+4, j+3 {
 			putRGB(o[j:], binary.LittleEndian.Uint32(row[i:]))
 		}
 	}
@@ -123,7 +125,8 @@ func subBytes(x, y uint32) uint32 {
 	return ((x | high) - (y &^ high)) ^ ((x ^ ^y) & high)
 }
 
-// putRGB writes the pixel 0xXXRRGGBB as R, G, B.
+// putRGB writes the pixel 0xXXRRGGBB as R, G, B with one four-byte store
+// (the fourth byte, zero, is overwritten by the next pixel or is slack).
 func putRGB(o []byte, v uint32) {
-	o[0], o[1], o[2] = byte(v>>16), byte(v>>8), byte(v)
+	binary.LittleEndian.PutUint32(o, bits.ReverseBytes32(v)>>8)
 }

@@ -27,20 +27,37 @@ func (f *Frame) Downscale(maxLongEdge int) *Frame {
 	h := max(1, int(math.Round(float64(f.Height)*float64(maxLongEdge)/float64(long))))
 	xs, ys := boxWeights(f.Width, w), boxWeights(f.Height, h)
 
-	// Horizontal pass: every source row to w pixels.
-	tmp := New(w, f.Height)
-	for y := range f.Height {
-		src, dst := f.row(y), tmp.row(y)
-		for x := range w {
-			p := src[xs.start[x]*4 : (xs.start[x]+xs.n)*4]
+	// Horizontal pass, on demand: source row sy scaled to w pixels, kept
+	// spread for the vertical pass. Output rows need windows of ys.n
+	// consecutive source rows, so a ring of ys.n rows computes each once.
+	spreadRow := make([]uint64, f.Width)
+	ring := make([][]uint64, ys.n)
+	ringRow := make([]int, ys.n)
+	for i := range ring {
+		ring[i], ringRow[i] = make([]uint64, w), -1
+	}
+	hrow := func(sy int) []uint64 {
+		slot := sy % ys.n
+		dst := ring[slot]
+		if ringRow[slot] == sy {
+			return dst
+		}
+		src := f.row(sy)
+		for x := range spreadRow {
+			spreadRow[x] = spread(src[x*4:])
+		}
+		for x := range dst {
+			px := spreadRow[xs.start[x] : xs.start[x]+xs.n]
 			var acc uint64
 			for k, wt := range xs.w[x*xs.n : (x+1)*xs.n] {
-				acc += spread(p[k*4:]) * wt
+				acc += px[k] * wt
 			}
-			binary.LittleEndian.PutUint32(dst[x*4:], pack(acc))
+			dst[x] = round8(acc)
 		}
+		ringRow[slot] = sy
+		return dst
 	}
-	// Vertical pass: rows of tmp to h rows.
+
 	out := New(w, h)
 	acc := make([]uint64, w)
 	for y := range h {
@@ -49,9 +66,10 @@ func (f *Frame) Downscale(maxLongEdge int) *Frame {
 			if wt == 0 {
 				continue
 			}
-			src := tmp.row(ys.start[y] + k)
-			for x := range acc {
-				acc[x] += spread(src[x*4:]) * wt
+			src := hrow(ys.start[y] + k)
+			src = src[:len(acc)]
+			for x, v := range src {
+				acc[x] += v * wt
 			}
 		}
 		dst := out.row(y)
@@ -70,10 +88,13 @@ func spread(p []byte) uint64 {
 	return (v | v<<8) & 0x00ff00ff00ff00ff
 }
 
+// round8 divides the four lanes of a weighted sum by 256, rounding.
+func round8(v uint64) uint64 { return (v + 0x0080008000800080) >> 8 & 0x00ff00ff00ff00ff }
+
 // pack rounds the four lanes of a weighted sum back to bytes, with the
 // unused fourth byte zero.
 func pack(v uint64) uint32 {
-	v = (v + 0x0080008000800080) >> 8 & 0x00ff00ff00ff00ff
+	v = round8(v)
 	v = (v | v>>8) & 0x0000ffff0000ffff
 	return uint32(v|v>>16) & 0x00ffffff
 }
