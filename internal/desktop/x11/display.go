@@ -157,6 +157,7 @@ func (d *Display) Close() error {
 		d.shm = nil
 	}
 	d.capMu.Unlock()
+	d.markClosed() // before the connection goes, so every later call says ErrClosed
 	d.conn.Close()
 	return nil
 }
@@ -223,19 +224,28 @@ func (d *Display) readEvents() {
 	for {
 		ev, xerr := d.conn.WaitForEvent()
 		if ev == nil && xerr == nil {
-			d.evMu.Lock()
-			d.closed = true
-			close(d.changed)
-			d.evMu.Unlock()
+			d.markClosed()
 			return
 		}
 		if _, ok := ev.(xproto.MappingNotifyEvent); ok {
 			d.kb.stale.Store(true)
 		}
 		d.evMu.Lock()
-		close(d.changed)
-		d.changed = make(chan struct{})
+		if !d.closed {
+			close(d.changed)
+			d.changed = make(chan struct{})
+		}
 		d.evMu.Unlock()
+	}
+}
+
+// markClosed records that the connection is gone and wakes all waiters.
+func (d *Display) markClosed() {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	if !d.closed {
+		d.closed = true
+		close(d.changed)
 	}
 }
 

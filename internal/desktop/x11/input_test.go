@@ -6,6 +6,7 @@ import (
 	"image"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
@@ -202,5 +203,23 @@ func TestKeys(t *testing.T) {
 	d.Close()
 	if _, after := keycodes(t, c); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatal("the keyboard mapping differs after Close from before typing")
+	}
+}
+
+func TestClosedDisplay(t *testing.T) {
+	d, _ := newDisplay(t, false, x11.Options{})
+	if err := d.Move(x11.Point{X: 1, Y: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	done := make(chan error, 1)
+	go func() { done <- d.Move(x11.Point{X: 2, Y: 2}) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, x11.ErrClosed) {
+			t.Fatalf("Move on a closed display: err = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Move on a closed display hangs")
 	}
 }

@@ -25,6 +25,7 @@ type keyboard struct {
 	byKeysym map[xproto.Keysym]keyPos // lowest level wins
 	spare    []xproto.Keycode         // keycodes with no keysym at all
 	borrowed map[xproto.Keycode]xproto.Keysym
+	held     map[xproto.Keycode]bool // down through KeyDown, not yet up
 	timer    *time.Timer
 	closed   bool
 }
@@ -38,7 +39,7 @@ type keyPos struct {
 func (k *keyboard) load(conn *xgb.Conn, setup *xproto.SetupInfo) error {
 	k.min, k.max = setup.MinKeycode, setup.MaxKeycode
 	if k.borrowed == nil {
-		k.borrowed = map[xproto.Keycode]xproto.Keysym{}
+		k.borrowed, k.held = map[xproto.Keycode]xproto.Keysym{}, map[xproto.Keycode]bool{}
 	}
 	r, err := xproto.GetKeyboardMapping(conn, k.min, byte(int(k.max)-int(k.min)+1)).Reply()
 	if err != nil {
@@ -152,6 +153,16 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 func (d *Display) restoreLater() {
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
+	if d.kb.closed {
+		return
+	}
+	for code := range d.kb.held {
+		if _, ok := d.kb.borrowed[code]; ok {
+			// A borrowed key is held down: its KeyUp must find it mapped.
+			d.kb.timer.Reset(restoreDelay)
+			return
+		}
+	}
 	d.restoreKeys()
 	d.sync()
 }
@@ -256,6 +267,11 @@ func (d *Display) keyHold(combo string, down bool) error {
 			i = len(seq) - 1 - i
 		}
 		d.press(seq[i], down)
+		if down {
+			d.kb.held[seq[i].code] = true
+		} else {
+			delete(d.kb.held, seq[i].code)
+		}
 	}
 	return d.sync()
 }

@@ -29,11 +29,12 @@ type Window struct {
 // _NET_CLIENT_LIST when there is an EWMH window manager, otherwise the
 // mapped children of the root window that look like applications.
 func (d *Display) Windows() ([]Window, error) {
-	ids, err := d.clients()
+	wm := d.ewmh()
+	ids, err := d.clients(wm)
 	if err != nil {
 		return nil, d.connErr(err)
 	}
-	focus := d.focused(ids)
+	focus := d.focused(ids, wm)
 
 	// Every request for every window goes out before the first reply is
 	// read: one round trip for the whole list.
@@ -127,8 +128,10 @@ func (d *Display) ewmh() bool {
 	return err == nil && len(propWindows(r)) > 0
 }
 
-func (d *Display) clients() ([]xproto.Window, error) {
-	if d.ewmh() {
+// clients lists top-level windows, from the window manager's list when wm
+// (an EWMH window manager runs).
+func (d *Display) clients(wm bool) ([]xproto.Window, error) {
+	if wm {
 		r, err := d.prop(d.root, "_NET_CLIENT_LIST")
 		if err != nil {
 			return nil, err
@@ -162,8 +165,8 @@ func (d *Display) clients() ([]xproto.Window, error) {
 }
 
 // focused is the client among ids that has the focus, or 0.
-func (d *Display) focused(ids []xproto.Window) xproto.Window {
-	if d.ewmh() {
+func (d *Display) focused(ids []xproto.Window, wm bool) xproto.Window {
+	if wm {
 		if r, err := d.prop(d.root, "_NET_ACTIVE_WINDOW"); err == nil {
 			if a := propWindows(r); len(a) > 0 && a[0] != 0 {
 				return a[0]
