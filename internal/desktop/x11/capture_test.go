@@ -2,10 +2,12 @@ package x11_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"image"
 	"image/png"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/internal/desktop/encode"
 	"github.com/tine-run/tine/internal/desktop/frame"
@@ -175,5 +177,37 @@ func TestSizeAndCursorPosition(t *testing.T) {
 	}
 	if got, _ := d.CursorPosition(); got != (x11.Point{X: screenW - 1, Y: screenH - 1}) {
 		t.Fatalf("a refused move moved the pointer to %v", got)
+	}
+}
+
+func TestScreenChanges(t *testing.T) {
+	d, display := newDisplay(t, false, x11.Options{})
+	if !d.Damage() {
+		t.Fatal("Xvfb has DAMAGE, but the display does not watch it")
+	}
+	c := newClient(t, display)
+	w := c.window(t, image.Rect(10, 10, 110, 110), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.WaitScreenIdle(ctx, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	before := d.ScreenVersion()
+	c.fill(t, w, image.Rect(0, 0, 50, 50), 0xffffff)
+	after, err := d.WaitScreenChange(ctx, before)
+	if err != nil {
+		t.Fatalf("painting a window was not seen as a screen change: %v", err)
+	}
+	if after <= before {
+		t.Fatalf("version %d after the change, %d before", after, before)
+	}
+	// Nothing draws now: a wait for the next change times out.
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	if err := d.WaitScreenIdle(ctx, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.WaitScreenChange(short, d.ScreenVersion()); err == nil {
+		t.Fatalf("a screen change (version %d) with nothing drawing", v)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"sync"
 
 	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/damage"
 	"github.com/jezek/xgb/xfixes"
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
@@ -64,6 +65,10 @@ type Display struct {
 
 	atomMu sync.Mutex
 	atoms  map[string]xproto.Atom
+
+	damage screenDamage
+
+	closeOnce sync.Once
 
 	evMu    sync.Mutex
 	changed chan struct{} // closed and replaced on every X event
@@ -112,6 +117,7 @@ func (d *Display) init(o Options) error {
 	if err := d.kb.load(d.conn, setup); err != nil {
 		return err
 	}
+	d.initDamage()
 	// Window lists and focus change with these; waits wake on them.
 	return xproto.ChangeWindowAttributesChecked(d.conn, d.root, xproto.CwEventMask,
 		[]uint32{xproto.EventMaskSubstructureNotify | xproto.EventMaskPropertyChange}).Check()
@@ -146,8 +152,13 @@ func (d *Display) Size() (width, height int) { return d.width, d.height }
 func (d *Display) SHM() bool { return d.shm != nil }
 
 // Close restores the keyboard mapping if typing changed it, releases the
-// shared memory and closes the connection.
+// shared memory and closes the connection. Later calls do nothing.
 func (d *Display) Close() error {
+	d.closeOnce.Do(d.close)
+	return nil
+}
+
+func (d *Display) close() {
 	d.inputMu.Lock()
 	d.closeKeys()
 	d.inputMu.Unlock()
@@ -159,7 +170,6 @@ func (d *Display) Close() error {
 	d.capMu.Unlock()
 	d.markClosed() // before the connection goes, so every later call says ErrClosed
 	d.conn.Close()
-	return nil
 }
 
 // sync makes a round trip: once it returns, the server has processed every
@@ -227,8 +237,11 @@ func (d *Display) readEvents() {
 			d.markClosed()
 			return
 		}
-		if _, ok := ev.(xproto.MappingNotifyEvent); ok {
+		switch ev.(type) {
+		case xproto.MappingNotifyEvent:
 			d.kb.stale.Store(true)
+		case damage.NotifyEvent:
+			d.onDamage()
 		}
 		d.evMu.Lock()
 		if !d.closed {
