@@ -12,6 +12,8 @@ import (
 	"github.com/tine-run/tine/internal/desktop/encode"
 	"github.com/tine-run/tine/internal/desktop/frame"
 	"github.com/tine-run/tine/internal/desktop/x11"
+	"github.com/tine-run/tine/internal/desktop/xvfbtest"
+	"github.com/tine-run/tine/internal/require"
 )
 
 // The test pattern: four stripes of known colours in a window at a known
@@ -210,4 +212,27 @@ func TestScreenChanges(t *testing.T) {
 	if v, err := d.WaitScreenChange(short, d.ScreenVersion()); err == nil {
 		t.Fatalf("a screen change (version %d) with nothing drawing", v)
 	}
+}
+
+// An X server in another IPC namespace cannot attach our segment: Connect
+// falls back to GetImage on its own, and captures still work.
+func TestCaptureFallsBackWithoutSHM(t *testing.T) {
+	require.Root(t)
+	require.Feature(t, "ns.ipc")
+	require.Binary(t, "unshare")
+	display := xvfbtest.Start(t, screenW, screenH, "unshare", "--ipc")
+	d, err := x11.Connect(display, x11.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.SHM() {
+		t.Fatal("SHM attached across IPC namespaces; the test cannot show the fallback")
+	}
+	drawPattern(t, display)
+	f, err := d.Capture(patternRect, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPattern(t, f, patternRect.Min)
 }

@@ -24,9 +24,10 @@ import (
 const startTimeout = 15 * time.Second
 
 // Start runs Xvfb with one width×height×24 screen and returns its display
-// name (":N") once it accepts connections. Without Xvfb the test is
-// skipped (or fails under TINE_STRICT=xvfb).
-func Start(tb testing.TB, width, height int) string {
+// name (":N") once it accepts connections. wrap, when given, is a command
+// prefix Xvfb runs under (e.g. "unshare", "--ipc"). Without Xvfb the test
+// is skipped (or fails under TINE_STRICT=xvfb).
+func Start(tb testing.TB, width, height int, wrap ...string) string {
 	tb.Helper()
 	require.Binary(tb, "Xvfb")
 	r, w, err := os.Pipe()
@@ -34,8 +35,9 @@ func Start(tb testing.TB, width, height int) string {
 		tb.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command("Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset",
+	argv := append(wrap, "Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset",
 		"-screen", "0", fmt.Sprintf("%dx%dx24", width, height))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = []*os.File{w}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
