@@ -112,6 +112,7 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 	}
 	for code, b := range k.borrowed {
 		if b == ks {
+			d.keepBorrowed()
 			return keyPos{code: code}, nil
 		}
 	}
@@ -124,7 +125,9 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 	}
 	if free == 0 {
 		// Every spare code holds a character typed a moment ago: let
-		// clients catch up, then recycle them all.
+		// clients catch up, then recycle them all. (Keys of the same combo
+		// resolved before, or held down, would lose their mapping too: it
+		// takes more distinct missing characters than spare keycodes.)
 		if err := d.sync(); err != nil {
 			return keyPos{}, err
 		}
@@ -142,12 +145,18 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 	}
 	xproto.ChangeKeyboardMapping(d.conn, 1, free, byte(k.perCode), syms)
 	k.borrowed[free] = ks
-	if k.timer == nil {
-		k.timer = time.AfterFunc(restoreDelay, d.restoreLater)
-	} else {
-		k.timer.Reset(restoreDelay)
-	}
+	d.keepBorrowed()
 	return keyPos{code: free}, nil
+}
+
+// keepBorrowed (re)starts the countdown to restoring borrowed keycodes:
+// restoreDelay after their last use.
+func (d *Display) keepBorrowed() {
+	if d.kb.timer == nil {
+		d.kb.timer = time.AfterFunc(restoreDelay, d.restoreLater)
+	} else {
+		d.kb.timer.Reset(restoreDelay)
+	}
 }
 
 func (d *Display) restoreLater() {
