@@ -5,7 +5,7 @@
 
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN     := bin/tine
-APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs
+APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs xvfb openbox xterm libturbojpeg0-dev
 
 .PHONY: build demo test deps clean bench
 

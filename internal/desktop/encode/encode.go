@@ -1,0 +1,75 @@
+// Package encode turns frames into the pictures an agent receives: PNG
+// (own writer over klauspost/compress zlib, lossless) and JPEG
+// (libjpeg-turbo with the turbojpeg build tag, image/jpeg otherwise), plus
+// Screenshot, the pipeline every screenshot takes: downscale to a maximum
+// long edge, hash the raw pixels, encode.
+package encode
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/tine-run/tine/internal/desktop/frame"
+)
+
+// Format is an encoding of a screenshot.
+type Format string
+
+const (
+	FormatPNG  Format = "png"
+	FormatJPEG Format = "jpeg"
+)
+
+// DefaultJPEGQuality is used when Options.Quality is zero.
+const DefaultJPEGQuality = 80
+
+// Options say how a screenshot is encoded.
+type Options struct {
+	Format      Format // FormatPNG when empty
+	Quality     int    // JPEG quality 1–100; 0 means DefaultJPEGQuality
+	MaxLongEdge int    // downscale so the longer edge is at most this; 0 keeps the size
+}
+
+// Image is an encoded screenshot.
+type Image struct {
+	Format        Format
+	Width, Height int        // after scaling
+	FrameHash     frame.Hash // over the raw pixels after crop and scale, before encoding
+	Data          []byte
+}
+
+// Screenshot downscales f as o asks, hashes the result and encodes it.
+// Cropping is the capture's business (the X server crops for free).
+func Screenshot(f *frame.Frame, o Options) (*Image, error) {
+	if o.Format != "" && o.Format != FormatPNG && o.Format != FormatJPEG {
+		return nil, fmt.Errorf("unknown image format %q (want png or jpeg)", o.Format)
+	}
+	if o.Quality < 0 || o.Quality > 100 {
+		return nil, fmt.Errorf("JPEG quality %d out of range (want 1–100, or 0 for %d)", o.Quality, DefaultJPEGQuality)
+	}
+	if o.MaxLongEdge < 0 {
+		return nil, fmt.Errorf("max long edge %d is negative (want 0 to keep the size)", o.MaxLongEdge)
+	}
+	f = f.Downscale(o.MaxLongEdge)
+	img := &Image{Format: o.Format, Width: f.Width, Height: f.Height, FrameHash: f.Hash()}
+	var buf bytes.Buffer
+	var err error
+	switch o.Format {
+	case FormatJPEG:
+		q := o.Quality
+		if q == 0 {
+			q = DefaultJPEGQuality
+		}
+		err = JPEG(&buf, f, q)
+	default:
+		img.Format = FormatPNG
+		err = PNG(&buf, f)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", img.Format, err)
+	}
+	img.Data = buf.Bytes()
+	return img, nil
+}
+
+func clampQuality(q int) int { return min(max(q, 1), 100) }

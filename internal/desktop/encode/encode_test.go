@@ -1,0 +1,213 @@
+package encode
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"image/png"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/klauspost/compress/zlib"
+
+	"github.com/tine-run/tine/internal/desktop/frame"
+)
+
+// screenFrame is a real 1280x800 Xvfb screenshot (openbox, xterms with
+// text), the kind of picture the encoders are tuned for.
+func screenFrame(tb testing.TB) *frame.Frame {
+	tb.Helper()
+	file, err := os.Open("testdata/screen.png")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer file.Close()
+	img, err := png.Decode(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return frame.FromImage(img)
+}
+
+func noiseFrame(w, h int) *frame.Frame {
+	f := frame.New(w, h)
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := range f.Pix {
+		if i%4 != 3 {
+			f.Pix[i] = byte(r.UintN(256))
+		}
+	}
+	return f
+}
+
+// samePixels fails unless img shows exactly f's pixels.
+func samePixels(t *testing.T, f *frame.Frame, img image.Image) {
+	t.Helper()
+	if img.Bounds() != f.Bounds() {
+		t.Fatalf("decoded bounds %v, want %v", img.Bounds(), f.Bounds())
+	}
+	for y := range f.Height {
+		for x := range f.Width {
+			r, g, b, a := img.At(x, y).RGBA()
+			p := f.Pix[y*f.Stride+x*4:]
+			if byte(b>>8) != p[0] || byte(g>>8) != p[1] || byte(r>>8) != p[2] || a != 0xffff {
+				t.Fatalf("pixel (%d,%d) = rgba(%d,%d,%d,%d), want rgb(%d,%d,%d)", x, y, r>>8, g>>8, b>>8, a>>8, p[2], p[1], p[0])
+			}
+		}
+	}
+}
+
+func TestPNGRoundTripsExactly(t *testing.T) {
+	screen := screenFrame(t)
+	strided, _ := noiseFrame(300, 200).Sub(image.Rect(17, 9, 290, 187))
+	for name, f := range map[string]*frame.Frame{
+		"screen":  screen,
+		"noise":   noiseFrame(257, 129),
+		"strided": strided,
+		"1x1":     noiseFrame(1, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := PNG(&buf, f); err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(&buf)
+			if err != nil {
+				t.Fatalf("image/png cannot read our PNG: %v", err)
+			}
+			samePixels(t, f, img)
+		})
+	}
+}
+
+// Every filter the writer knows round-trips, odd widths included.
+func TestPNGFiltersRoundTrip(t *testing.T) {
+	zw, _ := zlib.NewWriterLevel(nil, pngLevel)
+	for _, filter := range []byte{filterNone, filterSub, filterUp} {
+		for _, f := range []*frame.Frame{noiseFrame(257, 33), noiseFrame(1, 5), noiseFrame(2, 2)} {
+			var buf bytes.Buffer
+			if err := writePNG(&buf, f, filter, zw); err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(&buf)
+			if err != nil {
+				t.Fatalf("filter %d, %dx%d: %v", filter, f.Width, f.Height, err)
+			}
+			samePixels(t, f, img)
+		}
+	}
+}
+
+func TestJPEGDecodesClose(t *testing.T) {
+	f := screenFrame(t)
+	var buf bytes.Buffer
+	if err := JPEG(&buf, f, 90); err != nil {
+		t.Fatal(err)
+	}
+	img, err := jpeg.Decode(&buf)
+	if err != nil {
+		t.Fatalf("%s output does not decode: %v", JPEGBackend, err)
+	}
+	if img.Bounds() != f.Bounds() {
+		t.Fatalf("bounds %v, want %v", img.Bounds(), f.Bounds())
+	}
+	var diff, n int
+	for y := 0; y < f.Height; y += 3 {
+		for x := 0; x < f.Width; x += 3 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			p := f.Pix[y*f.Stride+x*4:]
+			diff += abs(int(b>>8)-int(p[0])) + abs(int(g>>8)-int(p[1])) + abs(int(r>>8)-int(p[2]))
+			n += 3
+		}
+	}
+	if mean := float64(diff) / float64(n); mean > 4 {
+		t.Fatalf("%s at q90: mean absolute error %.2f per channel, want <= 4", JPEGBackend, mean)
+	}
+}
+
+func abs(v int) int { return max(v, -v) }
+
+func TestScreenshot(t *testing.T) {
+	f := screenFrame(t)
+	img, err := Screenshot(f, Options{Format: FormatPNG, MaxLongEdge: 640})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Width != 640 || img.Height != 400 {
+		t.Fatalf("scaled to %dx%d, want 640x400", img.Width, img.Height)
+	}
+	scaled := f.Downscale(640)
+	if img.FrameHash != scaled.Hash() {
+		t.Fatal("frame hash is not the hash of the scaled pixels")
+	}
+	dec, err := png.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samePixels(t, scaled, dec)
+
+	j, err := Screenshot(f, Options{Format: FormatJPEG})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.FrameHash != f.Hash() || j.Width != 1280 {
+		t.Fatalf("unscaled JPEG: %dx%d hash %s, want 1280x800 hash %s", j.Width, j.Height, j.FrameHash, f.Hash())
+	}
+	for _, bad := range []Options{{Format: "gif"}, {Format: FormatJPEG, Quality: 101}, {MaxLongEdge: -1}} {
+		if _, err := Screenshot(f, bad); err == nil {
+			t.Errorf("options %+v accepted", bad)
+		}
+	}
+}
+
+func BenchmarkPNG(b *testing.B) {
+	f := screenFrame(b)
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		PNG(&buf, f)
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes")
+}
+
+func BenchmarkPNGStdlibBestSpeed(b *testing.B) {
+	f := screenFrame(b)
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		enc.Encode(&buf, f.RGBA())
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes")
+}
+
+func BenchmarkJPEGQ80(b *testing.B) {
+	f := screenFrame(b)
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		JPEG(&buf, f, 80)
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes")
+}
+
+// BenchmarkPNGChoices measures the filter and zlib level candidates on the
+// desktop fixture (ADR 0010).
+func BenchmarkPNGChoices(b *testing.B) {
+	f := screenFrame(b)
+	for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, 2, zlib.DefaultCompression} {
+		for _, filter := range []byte{filterNone, filterSub, filterUp} {
+			b.Run(fmt.Sprintf("level%d/filter%d", level, filter), func(b *testing.B) {
+				zw, _ := zlib.NewWriterLevel(nil, level)
+				var buf bytes.Buffer
+				for b.Loop() {
+					buf.Reset()
+					writePNG(&buf, f, filter, zw)
+				}
+				b.ReportMetric(float64(buf.Len()), "bytes")
+			})
+		}
+	}
+}

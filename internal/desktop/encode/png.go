@@ -1,0 +1,142 @@
+package encode
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"math/bits"
+	"sync"
+
+	"github.com/klauspost/compress/zlib"
+
+	"github.com/tine-run/tine/internal/desktop/frame"
+)
+
+// pngLevel is klauspost's level 1: its fastest LZ77 matcher. Screens are
+// mostly flat areas and repeated glyphs, so this keeps nearly the size of
+// higher levels at a fraction of the time (ADR 0010).
+const pngLevel = zlib.BestSpeed
+
+// Row filters of the PNG spec that the writer may apply.
+const (
+	filterNone = 0
+	filterSub  = 1
+	filterUp   = 2
+)
+
+// pngFilter is the one filter applied to every row. Up wins on screen
+// content: flat areas and vertical repetition become zero runs, and it costs
+// one subtraction per byte; per-row adaptive choice (what image/png does)
+// costs far more filtering work for a few percent of size (ADR 0010).
+const pngFilter = filterUp
+
+var zlibPool = sync.Pool{New: func() any {
+	w, _ := zlib.NewWriterLevel(nil, pngLevel)
+	return w
+}}
+
+var pngSignature = []byte("\x89PNG\r\n\x1a\n")
+
+// PNG writes f as an 8-bit RGB PNG (the unused fourth byte is dropped).
+// Decoding it gives back exactly the frame's pixels.
+func PNG(w io.Writer, f *frame.Frame) error {
+	zw := zlibPool.Get().(*zlib.Writer)
+	defer zlibPool.Put(zw)
+	return writePNG(w, f, pngFilter, zw)
+}
+
+// writePNG is PNG with the filter and the compressor as parameters, for
+// the benchmarks that chose them.
+func writePNG(w io.Writer, f *frame.Frame, filter byte, zw *zlib.Writer) error {
+	var idat bytes.Buffer
+	idat.Grow(f.Width * f.Height / 2)
+	zw.Reset(&idat)
+
+	out := make([]byte, 1+f.Width*3+2) // two bytes of slack for filterRow
+	var prev []byte
+	for y := range f.Height {
+		row := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
+		filterRow(out, row, prev, filter)
+		if _, err := zw.Write(out[:len(out)-2]); err != nil {
+			return err
+		}
+		prev = row
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+
+	var ihdr [13]byte
+	binary.BigEndian.PutUint32(ihdr[0:], uint32(f.Width))
+	binary.BigEndian.PutUint32(ihdr[4:], uint32(f.Height))
+	ihdr[8], ihdr[9] = 8, 2 // bit depth 8, colour type RGB; compression, filter, interlace 0
+
+	buf := make([]byte, 0, len(pngSignature)+3*12+len(ihdr)+idat.Len())
+	buf = append(buf, pngSignature...)
+	buf = appendChunk(buf, "IHDR", ihdr[:])
+	buf = appendChunk(buf, "IDAT", idat.Bytes())
+	buf = appendChunk(buf, "IEND", nil)
+	_, err := w.Write(buf)
+	return err
+}
+
+func appendChunk(buf []byte, typ string, data []byte) []byte {
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(data)))
+	start := len(buf)
+	buf = append(buf, typ...)
+	buf = append(buf, data...)
+	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
+}
+
+// filterRow turns one BGRX row into a filtered PNG RGB row in out (with
+// two bytes of slack at the end): the filter byte, then per pixel its bytes
+// minus those of the reference pixel the filter names (none: zero; Sub: the
+// pixel to the left; Up: the pixel above, in prev, nil for the first row).
+// Two pixels go at a time through uint64s: loaded together, subtracted
+// bytewise at once, stored with one eight-byte write whose last two bytes
+// the next pair overwrites.
+func filterRow(out, row, prev []byte, filter byte) {
+	out[0] = filter
+	o := out[1:]
+	n := len(row) / 4 // pixels
+	if filter == filterUp && prev == nil {
+		filter = filterNone // the row above the first is zeros
+	}
+	i, j := 0, 0
+	var left uint64 // Sub: the previous pair, its second pixel in the high half
+	for ; i+8 <= len(row); i, j = i+8, j+6 {
+		v := binary.LittleEndian.Uint64(row[i:])
+		d := v
+		switch filter {
+		case filterSub:
+			d = subBytes(v, v<<32|left>>32)
+			left = v
+		case filterUp:
+			d = subBytes(v, binary.LittleEndian.Uint64(prev[i:]))
+		}
+		binary.LittleEndian.PutUint64(o[j:], uint64(rgb(uint32(d)))|uint64(rgb(uint32(d>>32)))<<24)
+	}
+	if n%2 == 1 { // the odd last pixel
+		v := uint64(binary.LittleEndian.Uint32(row[i:]))
+		d := v
+		switch filter {
+		case filterSub:
+			d = subBytes(v, left>>32)
+		case filterUp:
+			d = subBytes(v, uint64(binary.LittleEndian.Uint32(prev[i:])))
+		}
+		binary.LittleEndian.PutUint32(o[j:], rgb(uint32(d)))
+	}
+}
+
+// subBytes subtracts the bytes of y from those of x, each modulo 256
+// without borrowing from its neighbour.
+func subBytes(x, y uint64) uint64 {
+	const high = 0x8080808080808080
+	return ((x | high) - (y &^ high)) ^ ((x ^ ^y) & high)
+}
+
+// rgb turns the pixel 0xXXRRGGBB into 0x00BBGGRR: stored little endian,
+// the bytes R, G, B, 0.
+func rgb(v uint32) uint32 { return bits.ReverseBytes32(v) >> 8 }

@@ -1,0 +1,106 @@
+package x11
+
+import (
+	"fmt"
+	"image"
+
+	"github.com/jezek/xgb/shm"
+	"github.com/jezek/xgb/xfixes"
+	"github.com/jezek/xgb/xproto"
+
+	"github.com/tine-run/tine/internal/desktop/frame"
+)
+
+// Capture returns the pixels of region (the whole screen when region is
+// the zero Rectangle) as a new BGRX frame. The X server crops, so a small
+// region costs little. withCursor composites the pointer's current image
+// in (XFixes; on a server without XFixes the frame has no cursor, see
+// CursorImages). A region not within the screen is an *OffScreenError.
+func (d *Display) Capture(region image.Rectangle, withCursor bool) (*frame.Frame, error) {
+	return d.CaptureInto(nil, region, withCursor)
+}
+
+// CaptureInto is Capture reusing buf's pixel memory when it is large
+// enough (buf may be nil). A screencast keeps two buffers and alternates:
+// a fresh 4 MB frame costs more in page faults than the capture itself.
+func (d *Display) CaptureInto(buf *frame.Frame, region image.Rectangle, withCursor bool) (*frame.Frame, error) {
+	r, err := d.screenRegion(region)
+	if err != nil {
+		return nil, err
+	}
+	f, err := d.grab(buf, r)
+	if err != nil {
+		return nil, fmt.Errorf("capture %v: %w", r, d.connErr(err))
+	}
+	if withCursor && d.xfixes {
+		if err := d.drawCursor(f, r.Min); err != nil {
+			return nil, fmt.Errorf("capture the cursor: %w", d.connErr(err))
+		}
+	}
+	return f, nil
+}
+
+// CursorImages says whether Capture can composite the cursor.
+func (d *Display) CursorImages() bool { return d.xfixes }
+
+func (d *Display) grab(buf *frame.Frame, r image.Rectangle) (*frame.Frame, error) {
+	x, y, w, h := int16(r.Min.X), int16(r.Min.Y), uint16(r.Dx()), uint16(r.Dy())
+	d.capMu.Lock()
+	defer d.capMu.Unlock()
+	if d.shm == nil {
+		reply, err := xproto.GetImage(d.conn, xproto.ImageFormatZPixmap, xproto.Drawable(d.root), x, y, w, h, ^uint32(0)).Reply()
+		if err != nil {
+			return nil, err
+		}
+		if len(reply.Data) < r.Dx()*r.Dy()*4 {
+			return nil, fmt.Errorf("GetImage returned %d bytes for %dx%d pixels", len(reply.Data), r.Dx(), r.Dy())
+		}
+		return &frame.Frame{Width: r.Dx(), Height: r.Dy(), Stride: r.Dx() * 4, Pix: reply.Data}, nil
+	}
+	if _, err := shm.GetImage(d.conn, xproto.Drawable(d.root), x, y, w, h, ^uint32(0), xproto.ImageFormatZPixmap, d.shm.seg, 0).Reply(); err != nil {
+		return nil, err
+	}
+	n := r.Dx() * r.Dy() * 4
+	f := &frame.Frame{Width: r.Dx(), Height: r.Dy(), Stride: r.Dx() * 4}
+	if buf != nil && cap(buf.Pix) >= n {
+		f.Pix = buf.Pix[:n]
+	} else {
+		f.Pix = make([]byte, n)
+	}
+	copy(f.Pix, d.shm.mem) // the segment is reused by the next capture
+	return f, nil
+}
+
+// drawCursor blends the cursor image (premultiplied ARGB) over f, whose
+// top left is at origin on the screen.
+func (d *Display) drawCursor(f *frame.Frame, origin image.Point) error {
+	c, err := xfixes.GetCursorImage(d.conn).Reply()
+	if err != nil {
+		return err
+	}
+	left := int(c.X) - int(c.Xhot) - origin.X
+	top := int(c.Y) - int(c.Yhot) - origin.Y
+	for cy := range int(c.Height) {
+		y := top + cy
+		if y < 0 || y >= f.Height {
+			continue
+		}
+		for cx := range int(c.Width) {
+			x := left + cx
+			if x < 0 || x >= f.Width {
+				continue
+			}
+			argb := c.CursorImage[cy*int(c.Width)+cx]
+			a := argb >> 24
+			if a == 0 {
+				continue
+			}
+			p := f.Pix[y*f.Stride+x*4:]
+			inv := 255 - a
+			p[0] = byte(argb&0xff + (uint32(p[0])*inv+127)/255)
+			p[1] = byte(argb>>8&0xff + (uint32(p[1])*inv+127)/255)
+			p[2] = byte(argb>>16&0xff + (uint32(p[2])*inv+127)/255)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+// Package xvfbtest starts throwaway X servers for tests and benchmarks: an
+// Xvfb on a display number it picks itself (-displayfd, so parallel tests
+// and other users of the machine do not collide), optionally a window
+// manager, and programs on that display, all stopped in t.Cleanup.
+package xvfbtest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
+
+	"github.com/tine-run/tine/internal/require"
+)
+
+// startTimeout bounds waiting for a program to come up.
+const startTimeout = 15 * time.Second
+
+// Start runs Xvfb with one width×height×24 screen and returns its display
+// name (":N") once it accepts connections. wrap, when given, is a command
+// prefix Xvfb runs under (e.g. "unshare", "--ipc"). Without Xvfb the test
+// is skipped (or fails under TINE_STRICT=xvfb).
+func Start(tb testing.TB, width, height int, wrap ...string) string {
+	tb.Helper()
+	require.Binary(tb, "Xvfb")
+	r, w, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer r.Close()
+	argv := append(wrap, "Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset",
+		"-screen", "0", fmt.Sprintf("%dx%dx24", width, height))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.ExtraFiles = []*os.File{w}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w.Close()
+	stop(tb, cmd)
+
+	// Xvfb writes the display number once it listens.
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(r).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case n := <-line:
+		if n == "" {
+			tb.Fatalf("Xvfb exited before it was ready: %s", stderr.String())
+		}
+		return ":" + n
+	case <-time.After(startTimeout):
+		tb.Fatalf("Xvfb not ready after %v: %s", startTimeout, stderr.String())
+	}
+	return ""
+}
+
+// Run starts a program on display, killed (with its process group) in
+// Cleanup.
+func Run(tb testing.TB, display string, name string, args ...string) *exec.Cmd {
+	tb.Helper()
+	require.Binary(tb, name)
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "DISPLAY="+display)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	stop(tb, cmd)
+	return cmd
+}
+
+func stop(tb testing.TB, cmd *exec.Cmd) {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	tb.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
+// WindowManager starts openbox on display and returns once it manages
+// windows: a probe window it maps has shown up in _NET_CLIENT_LIST.
+// (_NET_SUPPORTING_WM_CHECK alone comes too early: a window mapped right
+// after it was seen to wait seconds before openbox handled it.)
+func WindowManager(tb testing.TB, display string) {
+	tb.Helper()
+	Run(tb, display, "openbox", "--sm-disable")
+	conn, err := xgb.NewConnDisplay(display)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	screen := xproto.Setup(conn).DefaultScreen(conn)
+	name := "_NET_CLIENT_LIST"
+	atom, err := xproto.InternAtom(conn, false, uint16(len(name)), name).Reply()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	probe, err := xproto.NewWindowId(conn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	xproto.CreateWindow(conn, 0, probe, screen.Root, 0, 0, 10, 10, 0, xproto.WindowClassInputOutput, 0, 0, nil)
+	defer xproto.DestroyWindow(conn, probe)
+	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		// Mapped again each round: a map before openbox redirects maps is
+		// not a request it ever sees.
+		xproto.MapWindow(conn, probe)
+		p, err := xproto.GetProperty(conn, false, screen.Root, atom.Atom, xproto.AtomWindow, 0, 1024).Reply()
+		if err != nil {
+			continue
+		}
+		for i := 0; i+4 <= len(p.Value); i += 4 {
+			if xproto.Window(xgb.Get32(p.Value[i:])) == probe {
+				return
+			}
+		}
+	}
+	tb.Fatalf("openbox did not manage a window on display %s within %v", display, startTimeout)
+}
