@@ -52,24 +52,39 @@ func Screenshot(f *frame.Frame, o Options) (*Image, error) {
 	}
 	f = f.Downscale(o.MaxLongEdge)
 	img := &Image{Format: o.Format, Width: f.Width, Height: f.Height, FrameHash: f.Hash()}
+	if img.Format == "" {
+		img.Format = FormatPNG
+	}
+	data, err := Encode(f, img.Format, o.Quality)
+	if err != nil {
+		return nil, err
+	}
+	img.Data = data
+	return img, nil
+}
+
+// Encode encodes f as format (FormatPNG when empty); quality is JPEG's
+// (0 means DefaultJPEGQuality). The ACI calls it after its own scale and
+// hash, to skip encoding a frame the client already has.
+func Encode(f *frame.Frame, format Format, quality int) ([]byte, error) {
 	var buf bytes.Buffer
 	var err error
-	switch o.Format {
+	switch format {
 	case FormatJPEG:
-		q := o.Quality
-		if q == 0 {
-			q = DefaultJPEGQuality
+		if quality == 0 {
+			quality = DefaultJPEGQuality
 		}
-		err = JPEG(&buf, f, q)
-	default:
-		img.Format = FormatPNG
+		err = JPEG(&buf, f, quality)
+	case FormatPNG, "":
+		format = FormatPNG
 		err = PNG(&buf, f)
+	default:
+		return nil, fmt.Errorf("unknown image format %q (want png or jpeg)", format)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", img.Format, err)
+		return nil, fmt.Errorf("encode %s: %w", format, err)
 	}
-	img.Data = buf.Bytes()
-	return img, nil
+	return buf.Bytes(), nil
 }
 
 func clampQuality(q int) int { return min(max(q, 1), 100) }

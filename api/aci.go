@@ -1,0 +1,160 @@
+package api
+
+// The ACI (agent-computer interface) wire protocol: a WebSocket at
+// /v1/desktops/{id}/aci (and on `tine guest --listen`). docs/aci.md is the
+// reference; these are its messages.
+
+// ACIVersion is the protocol version the welcome announces.
+const ACIVersion = 1
+
+// ACIWelcome is the server's first message.
+type ACIWelcome struct {
+	Type         string   `json:"type"` // "welcome"
+	Version      int      `json:"version"`
+	Capabilities []string `json:"capabilities"`
+	Width        int      `json:"width"`
+	Height       int      `json:"height"`
+}
+
+// ACIRequest is one request: an action, an observation or a step. Which
+// fields matter depends on Op (see docs/aci.md).
+type ACIRequest struct {
+	ID uint64 `json:"id"`
+	Op string `json:"op"`
+
+	// Pointer: move, click, mouse_down, mouse_up, drag, scroll.
+	X      *int     `json:"x,omitempty"`
+	Y      *int     `json:"y,omitempty"`
+	Button string   `json:"button,omitempty"` // left, middle, right (default left)
+	Count  int      `json:"count,omitempty"`  // clicks (default 1)
+	Path   [][2]int `json:"path,omitempty"`   // drag: points, the first is where the button goes down
+	DX     int      `json:"dx,omitempty"`     // scroll: horizontal steps (positive: right)
+	DY     int      `json:"dy,omitempty"`     // scroll: vertical steps (positive: down)
+
+	// Keyboard: key, key_down, key_up ("ctrl+shift+t"), type.
+	Keys    string `json:"keys,omitempty"`
+	Text    string `json:"text,omitempty"`
+	DelayMs int    `json:"delay_ms,omitempty"` // type: pause after each key
+
+	// Windows: focus_window, close_window; launch.
+	Window uint32   `json:"window,omitempty"`
+	Cmd    []string `json:"cmd,omitempty"`
+
+	// wait: sleep this long.
+	Ms int `json:"ms,omitempty"`
+
+	// screenshot (and step's observe).
+	Screenshot *ACIScreenshot `json:"screenshot,omitempty"`
+
+	// step: actions in order, then one observation.
+	Actions []ACIRequest `json:"actions,omitempty"`
+	Observe *ACIObserve  `json:"observe,omitempty"`
+}
+
+// ACIScreenshot asks for the screen (or a region) as an image.
+type ACIScreenshot struct {
+	Format      string `json:"format,omitempty"`  // png (default) or jpeg
+	Quality     int    `json:"quality,omitempty"` // jpeg: 1–100 (default 80)
+	MaxLongEdge int    `json:"max_long_edge,omitempty"`
+	// Region is x, y, width, height; empty means the whole screen.
+	Region []int `json:"region,omitempty"`
+	Cursor bool  `json:"cursor,omitempty"`
+	// IfNoneMatch: when the frame's hash equals it, the answer is
+	// not_modified and carries no image.
+	IfNoneMatch string `json:"if_none_match,omitempty"`
+}
+
+// ACIObserve is what a step returns after its actions.
+type ACIObserve struct {
+	Screenshot *ACIScreenshot `json:"screenshot,omitempty"`
+	Windows    bool           `json:"windows,omitempty"`
+	Cursor     bool           `json:"cursor,omitempty"`
+	// SettleMs waits for the screen to stay unchanged this long (at most
+	// 1 s) before observing, so an action's effect is in the picture.
+	SettleMs int `json:"settle_ms,omitempty"`
+}
+
+// ACIReply answers one request, as a text message, or as the header of a
+// binary message that carries an image (see docs/aci.md).
+type ACIReply struct {
+	ID    uint64    `json:"id"`
+	OK    bool      `json:"ok"`
+	Error *ACIError `json:"error,omitempty"`
+
+	// screenshot: the image's metadata (its bytes follow the header).
+	FrameHash   string `json:"frame_hash,omitempty"`
+	NotModified bool   `json:"not_modified,omitempty"`
+	Format      string `json:"format,omitempty"`
+	Width       int    `json:"width,omitempty"`
+	Height      int    `json:"height,omitempty"`
+	Bytes       int    `json:"bytes,omitempty"`
+
+	Windows []ACIWindow `json:"windows,omitempty"`
+	Cursor  *[2]int     `json:"cursor,omitempty"`
+	Pid     int         `json:"pid,omitempty"` // launch
+
+	// step: each action's outcome, in order.
+	Results []ACIResult `json:"results,omitempty"`
+}
+
+// ACIResult is one step action's outcome.
+type ACIResult struct {
+	Status string    `json:"status"` // ok, error or timeout
+	Error  *ACIError `json:"error,omitempty"`
+}
+
+// ACIWindow is a top-level window.
+type ACIWindow struct {
+	ID       uint32 `json:"id"`
+	Title    string `json:"title"`
+	Class    string `json:"class"`
+	X        int    `json:"x"`
+	Y        int    `json:"y"`
+	Width    int    `json:"width"`
+	Height   int    `json:"height"`
+	Focused  bool   `json:"focused"`
+	Instance string `json:"instance,omitempty"`
+	Pid      int    `json:"pid,omitempty"`
+}
+
+// ACIError is a typed failure of one request; the session goes on.
+type ACIError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ACI error codes.
+const (
+	ACIBadRequest = "bad_request" // malformed JSON, unknown op, missing or bad field
+	ACIOffScreen  = "off_screen"  // a coordinate outside the screen
+	ACIUnknownKey = "unknown_key" // the message names the key
+	ACIBadText    = "invalid_text"
+	ACINoWindow   = "no_window" // the window is gone or never was
+	ACITooLarge   = "too_large"
+	ACITimeout    = "timeout"
+	ACIInternal   = "internal"
+)
+
+// DesktopSpec is the body of POST /v1/desktops.
+type DesktopSpec struct {
+	// Width and Height of the screen (default 1280×800).
+	Width  int `json:"width,omitempty"`
+	Height int `json:"height,omitempty"`
+	// Apps are commands started once the window manager is up; create
+	// returns when each has mapped a window.
+	Apps [][]string `json:"apps,omitempty"`
+	// Limits of the desktop's sandbox (memory default 1 GiB).
+	Limits Limits `json:"limits,omitzero"`
+	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.
+	TTLSeconds         int64 `json:"ttl_seconds,omitempty"`
+	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
+}
+
+// Desktop describes a desktop: a sandbox (its ID works with the sandbox
+// routes: exec, files) running Xvfb, a window manager and the guest.
+type Desktop struct {
+	Sandbox
+	Width   int     `json:"width"`
+	Height  int     `json:"height"`
+	ReadyMs float64 `json:"ready_ms"`
+}

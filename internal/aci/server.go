@@ -1,0 +1,441 @@
+// Package aci serves the agent-computer interface over a WebSocket: one
+// session per connection, requests handled in order (a client pipelines
+// as many as it likes), replies as text messages or, with an image, as
+// binary messages (a 4-byte length, the JSON reply, the image). It drives
+// one X display through internal/desktop/x11 and encodes through
+// internal/desktop/encode. docs/aci.md is the protocol's reference.
+package aci
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/desktop/encode"
+	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/desktop/x11"
+)
+
+// Limits of a session.
+const (
+	// MaxMessage is the largest request accepted; a larger one is
+	// answered with too_large, and the session goes on.
+	MaxMessage = 1 << 20
+	// readLimit lets a too-large message be read (and refused) rather
+	// than cut the connection.
+	readLimit = 64 << 20
+	maxWait   = time.Minute
+	maxSteps  = 64
+)
+
+// Capabilities the welcome announces.
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor"}
+
+// Server serves the ACI for one display.
+type Server struct {
+	D *x11.Display
+
+	mu   sync.Mutex
+	apps []*exec.Cmd // launched apps, reaped as they exit
+}
+
+// ServeHTTP accepts a WebSocket and serves a session on it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	s.Serve(r.Context(), c)
+}
+
+// Serve runs one session until the client goes away.
+func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
+	c.SetReadLimit(readLimit)
+	w, h := s.D.Size()
+	welcome, _ := json.Marshal(api.ACIWelcome{Type: "welcome", Version: api.ACIVersion, Capabilities: Capabilities, Width: w, Height: h})
+	if err := c.Write(ctx, websocket.MessageText, welcome); err != nil {
+		return err
+	}
+	sess := &session{s: s, c: c}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		rep, img := sess.handle(ctx, data)
+		if err := sess.write(ctx, rep, img); err != nil {
+			return err
+		}
+	}
+}
+
+// session is one connection's state: the buffers it reuses.
+type session struct {
+	s   *Server
+	c   *websocket.Conn
+	buf *frame.Frame
+}
+
+func (ss *session) write(ctx context.Context, rep *api.ACIReply, img []byte) error {
+	head, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	if img == nil {
+		return ss.c.Write(ctx, websocket.MessageText, head)
+	}
+	msg := make([]byte, 4, 4+len(head)+len(img))
+	binary.BigEndian.PutUint32(msg, uint32(len(head)))
+	msg = append(append(msg, head...), img...)
+	return ss.c.Write(ctx, websocket.MessageBinary, msg)
+}
+
+// handle decodes and runs one request.
+func (ss *session) handle(ctx context.Context, data []byte) (*api.ACIReply, []byte) {
+	if len(data) > MaxMessage {
+		return fail(0, api.ACITooLarge, fmt.Sprintf("message of %d bytes is over the %d-byte limit", len(data), MaxMessage)), nil
+	}
+	var req api.ACIRequest
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		// Still answer the request's id when it can be read.
+		var idOnly struct {
+			ID uint64 `json:"id"`
+		}
+		json.Unmarshal(data, &idOnly)
+		return fail(idOnly.ID, api.ACIBadRequest, "malformed request: "+err.Error()), nil
+	}
+	rep := &api.ACIReply{ID: req.ID, OK: true}
+	switch req.Op {
+	case "screenshot":
+		img, err := ss.screenshot(req.Screenshot, rep)
+		if err != nil {
+			return failErr(req.ID, err), nil
+		}
+		return rep, img
+	case "step":
+		return ss.step(ctx, &req)
+	}
+	if err := ss.act(ctx, &req, rep); err != nil {
+		return failErr(req.ID, err), nil
+	}
+	return rep, nil
+}
+
+// badRequest is a request the protocol refuses (code bad_request).
+type badRequest struct{ msg string }
+
+func (e badRequest) Error() string { return e.msg }
+
+func bad(format string, a ...any) error { return badRequest{fmt.Sprintf(format, a...)} }
+
+// act runs one action or query; step runs its actions through it too.
+func (ss *session) act(ctx context.Context, req *api.ACIRequest, rep *api.ACIReply) error {
+	d := ss.s.D
+	point := func() (x11.Point, error) {
+		if req.X == nil || req.Y == nil {
+			return x11.Point{}, bad("%s needs x and y", req.Op)
+		}
+		return x11.Point{X: *req.X, Y: *req.Y}, nil
+	}
+	optPoint := func() (*x11.Point, error) {
+		if req.X == nil && req.Y == nil {
+			return nil, nil
+		}
+		p, err := point()
+		return &p, err
+	}
+	button := func() (x11.Button, error) {
+		if req.Button == "" {
+			return x11.ButtonLeft, nil
+		}
+		b, err := x11.ParseButton(req.Button)
+		if err != nil {
+			return 0, bad("%v", err)
+		}
+		return b, nil
+	}
+	switch req.Op {
+	case "hello":
+		return nil
+	case "move":
+		p, err := point()
+		if err != nil {
+			return err
+		}
+		return d.Move(p)
+	case "click":
+		p, err := point()
+		if err != nil {
+			return err
+		}
+		b, err := button()
+		if err != nil {
+			return err
+		}
+		n := req.Count
+		if n == 0 {
+			n = 1
+		}
+		return d.Click(p, b, n)
+	case "mouse_down", "mouse_up":
+		p, err := optPoint()
+		if err != nil {
+			return err
+		}
+		b, err := button()
+		if err != nil {
+			return err
+		}
+		if req.Op == "mouse_down" {
+			return d.Down(p, b)
+		}
+		return d.Up(p, b)
+	case "drag":
+		if len(req.Path) < 2 {
+			return bad("drag needs a path of at least two points")
+		}
+		b, err := button()
+		if err != nil {
+			return err
+		}
+		path := make([]x11.Point, len(req.Path))
+		for i, p := range req.Path {
+			path[i] = x11.Point{X: p[0], Y: p[1]}
+		}
+		return d.Drag(path, b)
+	case "scroll":
+		p, err := optPoint()
+		if err != nil {
+			return err
+		}
+		if req.DX == 0 && req.DY == 0 {
+			return bad("scroll needs dx or dy")
+		}
+		return d.Scroll(p, req.DX, req.DY)
+	case "key", "key_down", "key_up":
+		if req.Keys == "" {
+			return bad("%s needs keys, e.g. \"ctrl+shift+t\"", req.Op)
+		}
+		switch req.Op {
+		case "key_down":
+			return d.KeyDown(req.Keys)
+		case "key_up":
+			return d.KeyUp(req.Keys)
+		}
+		return d.Key(req.Keys)
+	case "type":
+		if !utf8.ValidString(req.Text) {
+			return fmt.Errorf("%w: text is not valid UTF-8", x11.ErrInvalidText)
+		}
+		if req.DelayMs < 0 || req.DelayMs > 1000 {
+			return bad("delay_ms %d: want 0 to 1000", req.DelayMs)
+		}
+		return d.Type(req.Text, time.Duration(req.DelayMs)*time.Millisecond)
+	case "cursor":
+		p, err := d.CursorPosition()
+		if err != nil {
+			return err
+		}
+		rep.Cursor = &[2]int{p.X, p.Y}
+		return nil
+	case "screen":
+		rep.Width, rep.Height = d.Size()
+		return nil
+	case "windows":
+		ws, err := d.Windows()
+		if err != nil {
+			return err
+		}
+		rep.Windows = windowsOf(ws)
+		return nil
+	case "focus_window", "close_window":
+		if req.Window == 0 {
+			return bad("%s needs window, an id from windows", req.Op)
+		}
+		if req.Op == "focus_window" {
+			return d.FocusWindow(req.Window)
+		}
+		return d.CloseWindow(req.Window)
+	case "launch":
+		if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+			return bad("launch needs cmd, e.g. [\"xterm\"]")
+		}
+		cmd, err := d.Launch(req.Cmd[0], req.Cmd[1:]...)
+		if err != nil {
+			return err
+		}
+		go cmd.Wait()
+		rep.Pid = cmd.Process.Pid
+		return nil
+	case "wait":
+		if req.Ms < 0 || time.Duration(req.Ms)*time.Millisecond > maxWait {
+			return bad("wait ms %d: want 0 to %d", req.Ms, maxWait.Milliseconds())
+		}
+		select {
+		case <-time.After(time.Duration(req.Ms) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	case "":
+		return bad("request has no op")
+	}
+	return bad("unknown op %q (see docs/aci.md)", req.Op)
+}
+
+func windowsOf(ws []x11.Window) []api.ACIWindow {
+	out := make([]api.ACIWindow, len(ws))
+	for i, w := range ws {
+		out[i] = api.ACIWindow{ID: w.ID, Title: w.Title, Class: w.Class, Instance: w.Instance, Pid: w.PID,
+			X: w.X, Y: w.Y, Width: w.Width, Height: w.Height, Focused: w.Focused}
+	}
+	return out
+}
+
+// screenshot captures, scales and hashes; encodes unless the hash is the
+// one the client has.
+func (ss *session) screenshot(o *api.ACIScreenshot, rep *api.ACIReply) ([]byte, error) {
+	if o == nil {
+		o = &api.ACIScreenshot{}
+	}
+	var region image.Rectangle
+	switch len(o.Region) {
+	case 0:
+	case 4:
+		region = image.Rect(o.Region[0], o.Region[1], o.Region[0]+o.Region[2], o.Region[1]+o.Region[3])
+		if o.Region[2] <= 0 || o.Region[3] <= 0 {
+			return nil, bad("region %v: width and height must be positive", o.Region)
+		}
+	default:
+		return nil, bad("region %v: want [x, y, width, height]", o.Region)
+	}
+	format := encode.Format(o.Format)
+	switch format {
+	case "":
+		format = encode.FormatPNG
+	case encode.FormatPNG, encode.FormatJPEG:
+	default:
+		return nil, bad("format %q: want png or jpeg", o.Format)
+	}
+	if o.Quality < 0 || o.Quality > 100 || o.MaxLongEdge < 0 {
+		return nil, bad("quality wants 1–100, max_long_edge 0 or more")
+	}
+	f, err := ss.s.D.CaptureInto(ss.buf, region, o.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	ss.buf = f
+	f = f.Downscale(o.MaxLongEdge)
+	hash := f.Hash().String()
+	rep.FrameHash, rep.Width, rep.Height, rep.Format = hash, f.Width, f.Height, string(format)
+	if o.IfNoneMatch != "" && o.IfNoneMatch == hash {
+		rep.NotModified = true
+		return nil, nil
+	}
+	img, err := encode.Encode(f, format, o.Quality)
+	if err != nil {
+		return nil, err
+	}
+	rep.Bytes = len(img)
+	return img, nil
+}
+
+// step runs the actions in order (each one's failure is its result; the
+// next still runs), then observes once.
+func (ss *session) step(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byte) {
+	if len(req.Actions) > maxSteps {
+		return fail(req.ID, api.ACIBadRequest, fmt.Sprintf("step has %d actions, over the %d limit", len(req.Actions), maxSteps)), nil
+	}
+	rep := &api.ACIReply{ID: req.ID, OK: true, Results: make([]api.ACIResult, len(req.Actions))}
+	for i := range req.Actions {
+		a := &req.Actions[i]
+		if a.Op == "step" || a.Op == "screenshot" {
+			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action; use observe"}}
+			continue
+		}
+		var scratch api.ACIReply
+		if err := ss.act(ctx, a, &scratch); err != nil {
+			_, e := wireError(err)
+			status := "error"
+			if e.Code == api.ACITimeout {
+				status = "timeout"
+			}
+			rep.Results[i] = api.ACIResult{Status: status, Error: e}
+			continue
+		}
+		rep.Results[i] = api.ACIResult{Status: "ok"}
+	}
+	o := req.Observe
+	if o == nil {
+		return rep, nil
+	}
+	if o.SettleMs > 0 {
+		quiet := time.Duration(min(o.SettleMs, 1000)) * time.Millisecond
+		sctx, cancel := context.WithTimeout(ctx, time.Second+quiet)
+		ss.s.D.WaitScreenIdle(sctx, quiet)
+		cancel()
+	}
+	if o.Windows {
+		if ws, err := ss.s.D.Windows(); err == nil {
+			rep.Windows = windowsOf(ws)
+		}
+	}
+	if o.Cursor {
+		if p, err := ss.s.D.CursorPosition(); err == nil {
+			rep.Cursor = &[2]int{p.X, p.Y}
+		}
+	}
+	if o.Screenshot != nil {
+		img, err := ss.screenshot(o.Screenshot, rep)
+		if err != nil {
+			_, rep.Error = wireError(err)
+			rep.OK = false
+		}
+		return rep, img
+	}
+	return rep, nil
+}
+
+func fail(id uint64, code, msg string) *api.ACIReply {
+	return &api.ACIReply{ID: id, Error: &api.ACIError{Code: code, Message: msg}}
+}
+
+func failErr(id uint64, err error) *api.ACIReply {
+	_, e := wireError(err)
+	return &api.ACIReply{ID: id, Error: e}
+}
+
+// wireError maps an error to its ACI code: the one place that does.
+func wireError(err error) (string, *api.ACIError) {
+	var br badRequest
+	code := api.ACIInternal
+	switch {
+	case errors.As(err, &br):
+		code = api.ACIBadRequest
+	case errors.Is(err, x11.ErrOffScreen):
+		code = api.ACIOffScreen
+	case errors.Is(err, x11.ErrUnknownKey):
+		code = api.ACIUnknownKey
+	case errors.Is(err, x11.ErrInvalidText):
+		code = api.ACIBadText
+	case errors.Is(err, x11.ErrNoWindow):
+		code = api.ACINoWindow
+	case errors.Is(err, context.DeadlineExceeded):
+		code = api.ACITimeout
+	}
+	return code, &api.ACIError{Code: code, Message: err.Error()}
+}
