@@ -161,9 +161,9 @@ func (r *WarmReport) WriteJSON(path string) error {
 
 // sample is one request's outcome.
 type sample struct {
-	latency time.Duration
-	phases  map[string]float64
-	err     error
+	latency   time.Duration
+	phases    map[string]float64
+	err       error
 	throttled bool
 }
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/tine-run/tine/internal/kernel/caps"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
-	"github.com/tine-run/tine/internal/kernel/osthread"
 	"github.com/tine-run/tine/internal/kernel/landlock"
+	"github.com/tine-run/tine/internal/kernel/osthread"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"golang.org/x/sys/unix"
 )

@@ -216,4 +216,3 @@ func (f *function) invokeNode(ctx context.Context, pool *nodePool, payload []byt
 	inv.Timings.Reply = nsMs(got - t.Ran)
 	return nil
 }
-
