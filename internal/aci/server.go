@@ -108,6 +108,14 @@ func (ss *session) handle(ctx context.Context, data []byte) (*api.ACIReply, []by
 	if len(data) > MaxMessage {
 		return fail(0, api.ACITooLarge, fmt.Sprintf("message of %d bytes is over the %d-byte limit", len(data), MaxMessage)), nil
 	}
+	if !utf8.Valid(data) {
+		// JSON decoding would quietly turn it into U+FFFD.
+		var idOnly struct {
+			ID uint64 `json:"id"`
+		}
+		json.Unmarshal(data, &idOnly)
+		return fail(idOnly.ID, api.ACIBadText, "the request is not valid UTF-8"), nil
+	}
 	var req api.ACIRequest
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()

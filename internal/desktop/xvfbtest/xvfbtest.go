@@ -6,6 +6,7 @@ package xvfbtest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jezek/xgb"
-	"github.com/jezek/xgb/xproto"
-
+	"github.com/tine-run/tine/internal/desktop/x11"
 	"github.com/tine-run/tine/internal/require"
 )
 
@@ -96,42 +95,18 @@ func stop(tb testing.TB, cmd *exec.Cmd) {
 }
 
 // WindowManager starts openbox on display and returns once it manages
-// windows: a probe window it maps has shown up in _NET_CLIENT_LIST.
-// (_NET_SUPPORTING_WM_CHECK alone comes too early: a window mapped right
-// after it was seen to wait seconds before openbox handled it.)
+// windows (x11.Display.WaitWindowManager).
 func WindowManager(tb testing.TB, display string) {
 	tb.Helper()
 	Run(tb, display, "openbox", "--sm-disable")
-	conn, err := xgb.NewConnDisplay(display)
+	d, err := x11.Connect(display, x11.Options{NoSHM: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer conn.Close()
-	screen := xproto.Setup(conn).DefaultScreen(conn)
-	name := "_NET_CLIENT_LIST"
-	atom, err := xproto.InternAtom(conn, false, uint16(len(name)), name).Reply()
-	if err != nil {
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := d.WaitWindowManager(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	probe, err := xproto.NewWindowId(conn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	xproto.CreateWindow(conn, 0, probe, screen.Root, 0, 0, 10, 10, 0, xproto.WindowClassInputOutput, 0, 0, nil)
-	defer xproto.DestroyWindow(conn, probe)
-	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		// Mapped again each round: a map before openbox redirects maps is
-		// not a request it ever sees.
-		xproto.MapWindow(conn, probe)
-		p, err := xproto.GetProperty(conn, false, screen.Root, atom.Atom, xproto.AtomWindow, 0, 1024).Reply()
-		if err != nil {
-			continue
-		}
-		for i := 0; i+4 <= len(p.Value); i += 4 {
-			if xproto.Window(xgb.Get32(p.Value[i:])) == probe {
-				return
-			}
-		}
-	}
-	tb.Fatalf("openbox did not manage a window on display %s within %v", display, startTimeout)
 }

@@ -1,0 +1,259 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/coder/websocket"
+
+	"github.com/tine-run/tine/api"
+)
+
+// CreateDesktop starts a desktop (Xvfb, a window manager, the spec's apps
+// and the guest, in a sandbox) and returns once it is ready: every app has
+// mapped a window and the last one holds the focus.
+func (c *Client) CreateDesktop(ctx context.Context, spec *api.DesktopSpec) (*api.Desktop, error) {
+	if spec == nil {
+		spec = &api.DesktopSpec{}
+	}
+	var d api.Desktop
+	if err := c.call(ctx, "POST", "/v1/desktops", nil, spec, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Desktops lists the live desktops.
+func (c *Client) Desktops(ctx context.Context) ([]api.Desktop, error) {
+	var l []api.Desktop
+	if err := c.call(ctx, "GET", "/v1/desktops", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Desktop describes one desktop.
+func (c *Client) Desktop(ctx context.Context, id string) (*api.Desktop, error) {
+	var d api.Desktop
+	if err := c.call(ctx, "GET", desktopPath(id), nil, nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// DeleteDesktop destroys a desktop and its sandbox.
+func (c *Client) DeleteDesktop(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", desktopPath(id), nil, nil, nil)
+}
+
+func desktopPath(id string) string { return "/v1/desktops/" + url.PathEscape(id) }
+
+// ACI is a session of the agent-computer interface (docs/aci.md). Its
+// methods may be called from many goroutines: requests are pipelined and
+// the guest runs them in the order they were sent.
+type ACI struct {
+	Welcome api.ACIWelcome
+
+	conn *websocket.Conn
+	wmu  sync.Mutex // one write at a time, in id order
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan aciAnswer
+	err     error // why the session ended
+}
+
+type aciAnswer struct {
+	rep   *api.ACIReply
+	image []byte
+}
+
+// ACIError is a request the guest refused; the session goes on.
+type ACIError struct{ api.ACIError }
+
+func (e *ACIError) Error() string { return fmt.Sprintf("aci: %s (%s)", e.Message, e.Code) }
+
+// DialACI opens an ACI session on desktop id through the daemon.
+func (c *Client) DialACI(ctx context.Context, id string) (*ACI, error) {
+	hdr := http.Header{}
+	if c.token != "" {
+		hdr.Set("Authorization", "Bearer "+c.token)
+	}
+	u := strings.Replace(c.base, "http", "ws", 1) + desktopPath(id) + "/aci"
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: hdr})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, errorFrom(resp)
+		}
+		return nil, fmt.Errorf("tine daemon: aci: %w", err)
+	}
+	return startACI(ctx, conn)
+}
+
+// DialGuest opens an ACI session straight on a guest's unix socket (`tine
+// guest --listen`), without a daemon.
+func DialGuest(ctx context.Context, socket string) (*ACI, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	conn, _, err := websocket.Dial(ctx, "ws://guest/aci", &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		return nil, fmt.Errorf("aci on %s: %w", socket, err)
+	}
+	return startACI(ctx, conn)
+}
+
+func startACI(ctx context.Context, conn *websocket.Conn) (*ACI, error) {
+	conn.SetReadLimit(256 << 20)
+	_, b, err := conn.Read(ctx)
+	if err == nil {
+		a := &ACI{conn: conn, pending: map[uint64]chan aciAnswer{}}
+		if err = json.Unmarshal(b, &a.Welcome); err == nil && a.Welcome.Type == "welcome" {
+			go a.read()
+			return a, nil
+		}
+		err = fmt.Errorf("expected a welcome, got %q", b)
+	}
+	conn.CloseNow()
+	return nil, fmt.Errorf("aci: %w", err)
+}
+
+// read hands each reply to its request.
+func (a *ACI) read() {
+	for {
+		typ, b, err := a.conn.Read(context.Background())
+		if err != nil {
+			a.fail(fmt.Errorf("aci session ended: %w", err))
+			return
+		}
+		ans := aciAnswer{rep: &api.ACIReply{}}
+		head := b
+		if typ == websocket.MessageBinary {
+			if len(b) < 4 || int(binary.BigEndian.Uint32(b)) > len(b)-4 {
+				a.fail(errors.New("aci: malformed binary reply"))
+				return
+			}
+			n := binary.BigEndian.Uint32(b)
+			head, ans.image = b[4:4+n], b[4+n:]
+		}
+		if err := json.Unmarshal(head, ans.rep); err != nil {
+			a.fail(fmt.Errorf("aci: malformed reply: %w", err))
+			return
+		}
+		a.mu.Lock()
+		ch := a.pending[ans.rep.ID]
+		delete(a.pending, ans.rep.ID)
+		a.mu.Unlock()
+		if ch != nil {
+			ch <- ans
+		}
+	}
+}
+
+func (a *ACI) fail(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err == nil {
+		a.err = err
+	}
+	for id, ch := range a.pending {
+		close(ch)
+		delete(a.pending, id)
+	}
+}
+
+// Do sends req (its ID is set here) and waits for its reply and image.
+// A refused request is an *ACIError; the reply is returned with it.
+func (a *ACI) Do(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byte, error) {
+	ch := make(chan aciAnswer, 1)
+	a.wmu.Lock()
+	a.mu.Lock()
+	if a.err != nil {
+		a.mu.Unlock()
+		a.wmu.Unlock()
+		return nil, nil, a.err
+	}
+	a.nextID++
+	req.ID = a.nextID
+	a.pending[req.ID] = ch
+	a.mu.Unlock()
+	b, err := json.Marshal(req)
+	if err == nil {
+		err = a.conn.Write(ctx, websocket.MessageText, b)
+	}
+	a.wmu.Unlock()
+	if err != nil {
+		return nil, nil, fmt.Errorf("aci: send: %w", err)
+	}
+	select {
+	case ans, ok := <-ch:
+		if !ok {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return nil, nil, a.err
+		}
+		if ans.rep.Error != nil {
+			return ans.rep, ans.image, &ACIError{*ans.rep.Error}
+		}
+		return ans.rep, ans.image, nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (a *ACI) do(ctx context.Context, req api.ACIRequest) error {
+	_, _, err := a.Do(ctx, &req)
+	return err
+}
+
+// Click clicks the left button count times at x, y.
+func (a *ACI) Click(ctx context.Context, x, y, count int) error {
+	return a.do(ctx, api.ACIRequest{Op: "click", X: &x, Y: &y, Count: count})
+}
+
+// Move moves the pointer to x, y.
+func (a *ACI) Move(ctx context.Context, x, y int) error {
+	return a.do(ctx, api.ACIRequest{Op: "move", X: &x, Y: &y})
+}
+
+// Key presses a combination such as "ctrl+shift+t" or "Return".
+func (a *ACI) Key(ctx context.Context, keys string) error {
+	return a.do(ctx, api.ACIRequest{Op: "key", Keys: keys})
+}
+
+// Type types text (any Unicode).
+func (a *ACI) Type(ctx context.Context, text string) error {
+	return a.do(ctx, api.ACIRequest{Op: "type", Text: text})
+}
+
+// Windows lists the top-level windows.
+func (a *ACI) Windows(ctx context.Context) ([]api.ACIWindow, error) {
+	rep, _, err := a.Do(ctx, &api.ACIRequest{Op: "windows"})
+	if err != nil {
+		return nil, err
+	}
+	return rep.Windows, nil
+}
+
+// Screenshot takes a screenshot; the reply carries its frame hash and
+// size, the bytes are the encoded image (none when not modified).
+func (a *ACI) Screenshot(ctx context.Context, o *api.ACIScreenshot) (*api.ACIReply, []byte, error) {
+	return a.Do(ctx, &api.ACIRequest{Op: "screenshot", Screenshot: o})
+}
+
+// Step runs actions in order and observes once; the reply's Results hold
+// each action's outcome (a failed action does not stop the next).
+func (a *ACI) Step(ctx context.Context, actions []api.ACIRequest, observe *api.ACIObserve) (*api.ACIReply, []byte, error) {
+	return a.Do(ctx, &api.ACIRequest{Op: "step", Actions: actions, Observe: observe})
+}
+
+// Close ends the session.
+func (a *ACI) Close() error { return a.conn.Close(websocket.StatusNormalClosure, "") }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tine-run/tine/internal/desktop/guest"
+)
+
+func newGuestCommand() *cobra.Command {
+	var (
+		o    guest.Options
+		size string
+		apps []string
+		wm   string
+	)
+	cmd := &cobra.Command{
+		Use:   "guest --listen SOCKET [--size WxH] [--app JSON]... [--display :N]",
+		Short: "Run a desktop and serve the ACI on a unix socket (inside a desktop sandbox, or on any X display)",
+		Long: `guest starts Xvfb, a window manager and the apps, waits until the
+manager manages windows and every app has mapped a window and holds the
+focus, then serves the ACI (docs/aci.md) on --listen and prints one JSON
+line {"display", "width", "height", "ready_ms"} on stdout. With --display it
+attaches to that X display instead and starts nothing. tine serve runs it
+inside each desktop sandbox.`,
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Listen == "" {
+				return usageError{"guest needs --listen SOCKET"}
+			}
+			if _, err := fmt.Sscanf(size, "%dx%d", &o.Width, &o.Height); err != nil || o.Width < 64 || o.Height < 64 || o.Width > 8192 || o.Height > 8192 {
+				return usageError{fmt.Sprintf("invalid --size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
+			}
+			for _, a := range apps {
+				var argv []string
+				if json.Unmarshal([]byte(a), &argv) != nil || len(argv) == 0 {
+					argv = []string{a}
+				}
+				o.Apps = append(o.Apps, argv)
+			}
+			if wm != "" {
+				o.WindowManager = []string{wm}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return guest.Run(ctx, o, func(r guest.Ready) {
+				json.NewEncoder(os.Stdout).Encode(r)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&o.Listen, "listen", "", "unix socket to serve the ACI on")
+	cmd.Flags().StringVar(&o.Display, "display", "", "attach to this X display instead of starting Xvfb")
+	cmd.Flags().StringVar(&size, "size", "1280x800", "screen size of the Xvfb started")
+	cmd.Flags().StringArrayVar(&apps, "app", nil, "an app to start: a command name, or a JSON argv")
+	cmd.Flags().StringVar(&wm, "wm", "", `window manager command (default openbox; "none" for none)`)
+	return cmd
+}

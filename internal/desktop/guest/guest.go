@@ -1,0 +1,196 @@
+// Package guest is the desktop runtime that runs inside a desktop sandbox
+// (`tine guest`, the same binary as the daemon): it starts Xvfb, a window
+// manager and the requested apps, in that order, waits until each is
+// really there, and serves the ACI on a unix socket. Pointed at a display
+// that already exists (Options.Display), it only serves, so the ACI works
+// in any Linux desktop tine did not start.
+package guest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tine-run/tine/internal/aci"
+	"github.com/tine-run/tine/internal/desktop/x11"
+)
+
+// Backdrop is the root window's colour: a known pixel for tests and a
+// quiet background for agents.
+const Backdrop = 0x2E3440
+
+// Options say what to start and where to serve.
+type Options struct {
+	// Display attaches to an existing X display instead of starting Xvfb.
+	Display       string
+	Width, Height int
+	// WindowManager is the command started before the apps (default
+	// openbox); "none" starts none.
+	WindowManager []string
+	Apps          [][]string
+	// Listen is the unix socket the ACI is served on.
+	Listen string
+	// Timeout bounds the start (default 30 s).
+	Timeout time.Duration
+}
+
+// Ready is what Run reports once the desktop is up.
+type Ready struct {
+	Display string  `json:"display"`
+	Width   int     `json:"width"`
+	Height  int     `json:"height"`
+	ReadyMs float64 `json:"ready_ms"`
+	SHM     bool    `json:"shm"`
+}
+
+// Run starts the desktop and serves the ACI until ctx ends; ready is
+// called once, when the desktop is ready and the socket listens.
+func Run(ctx context.Context, o Options, ready func(Ready)) error {
+	t0 := time.Now()
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	start, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	var children []*exec.Cmd
+	defer func() {
+		for _, c := range children {
+			syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	display := o.Display
+	if display == "" {
+		x, name, err := startXvfb(start, o.Width, o.Height)
+		if err != nil {
+			return err
+		}
+		children = append(children, x)
+		display = name
+	}
+	d, err := x11.Connect(display, x11.Options{})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if o.Display == "" {
+		if err := d.PaintRoot(Backdrop); err != nil {
+			return err
+		}
+	}
+	wm := o.WindowManager
+	if len(wm) == 0 {
+		wm = []string{"openbox", "--sm-disable"}
+	}
+	if wm[0] != "none" {
+		c, err := launch(display, wm)
+		if err != nil {
+			return err
+		}
+		children = append(children, c)
+		// Apps start only once the manager manages windows: one mapped
+		// earlier can stay unmapped.
+		if err := d.WaitWindowManager(start); err != nil {
+			return err
+		}
+	}
+	for _, app := range o.Apps {
+		before, err := d.Windows()
+		if err != nil {
+			return err
+		}
+		known := map[uint32]bool{}
+		for _, w := range before {
+			known[w.ID] = true
+		}
+		c, err := launch(display, app)
+		if err != nil {
+			return err
+		}
+		children = append(children, c)
+		w, err := d.WaitForWindow(start, func(w x11.Window) bool { return !known[w.ID] })
+		if err != nil {
+			return fmt.Errorf("%s mapped no window: %w", app[0], err)
+		}
+		if err := d.FocusWindow(w.ID); err != nil {
+			return fmt.Errorf("focus %s's window: %w", app[0], err)
+		}
+		if _, err := d.WaitForWindow(start, func(x x11.Window) bool { return x.ID == w.ID && x.Focused }); err != nil {
+			return fmt.Errorf("%s's window never took the focus: %w", app[0], err)
+		}
+	}
+	os.Remove(o.Listen)
+	l, err := net.Listen("unix", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.Listen, err)
+	}
+	srv := &http.Server{Handler: &aci.Server{D: d}}
+	w, h := d.Size()
+	ready(Ready{Display: display, Width: w, Height: h, ReadyMs: float64(time.Since(t0).Microseconds()) / 1000, SHM: d.SHM()})
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// launch starts argv on display in a process group of its own.
+func launch(display string, argv []string) (*exec.Cmd, error) {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = append(os.Environ(), "DISPLAY="+display)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	return c, nil
+}
+
+// startXvfb starts Xvfb on a display number it picks itself (-displayfd)
+// and returns once it accepts connections. No TCP: the display's socket
+// is in this sandbox's own /tmp.
+func startXvfb(ctx context.Context, width, height int) (*exec.Cmd, string, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, "", err
+	}
+	defer r.Close()
+	c := exec.Command("Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset", "-screen", "0", fmt.Sprintf("%dx%dx24", width, height))
+	c.ExtraFiles = []*os.File{w}
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		w.Close()
+		return nil, "", fmt.Errorf("start Xvfb: %w", err)
+	}
+	w.Close()
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(r).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case n := <-line:
+		if n == "" {
+			c.Wait()
+			return nil, "", fmt.Errorf("Xvfb exited before it was ready: %s", stderr.String())
+		}
+		return c, ":" + n, nil
+	case <-ctx.Done():
+		c.Process.Kill()
+		c.Wait()
+		return nil, "", fmt.Errorf("Xvfb not ready: %w: %s", ctx.Err(), stderr.String())
+	}
+}
