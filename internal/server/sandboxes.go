@@ -31,8 +31,9 @@ type box struct {
 	mu         sync.Mutex
 	state      api.State
 	lastActive time.Time
-	busy       int // exec and file requests in flight
-	execs      int // commands running
+	busy       int      // exec and file requests in flight
+	execs      int      // commands running
+	desktop    *desktop // set once a desktop's guest is ready
 }
 
 // info describes b for the API.
@@ -155,17 +156,28 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	b, err := s.startBox(req, spec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, b.info())
+	return nil
+}
+
+// startBox admits a sandbox within the budget, creates it and adds it to
+// the table.
+func (s *Server) startBox(req api.SandboxSpec, spec *sandbox.Spec) (*box, error) {
 	if s.isClosing() {
-		return ErrShuttingDown
+		return nil, ErrShuttingDown
 	}
 	release, err := s.capacity.admit(req.Limits.MemoryBytes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	inst, err := s.rt.Create(spec)
 	if err != nil {
 		release()
-		return fmt.Errorf("create sandbox: %w", err)
+		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	now := time.Now()
 	b := &box{
@@ -179,14 +191,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		s.mu.Unlock()
 		inst.Destroy()
 		release()
-		return ErrShuttingDown
+		return nil, ErrShuttingDown
 	}
 	s.boxes[b.id] = b
 	s.mu.Unlock()
 	go s.watch(b)
 	s.log.Info("sandbox created", "id", b.id, "pid", inst.Pid(), "memory_limit", req.Limits.MemoryBytes, "ttl_s", req.TTLSeconds, "idle_s", req.IdleTimeoutSeconds)
-	writeJSON(w, http.StatusCreated, b.info())
-	return nil
+	return b, nil
 }
 
 // watch notices a sandbox that died on its own: it frees what the sandbox

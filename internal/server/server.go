@@ -44,6 +44,9 @@ const (
 type Config struct {
 	// Runtime makes the sandboxes; nil means NewRuntime(PoolSize).
 	Runtime Runtime
+	// GuestBinary is the tine binary desktops run as their guest (default:
+	// this process's own executable).
+	GuestBinary string
 	// Functions runs warm functions (nil: the function routes answer 501).
 	// The server closes it.
 	Functions Functions
@@ -230,6 +233,11 @@ func (s *Server) routes() []route {
 		{"DELETE", "/v1/functions/{name}", s.deleteFunction},
 		{"POST", "/v1/functions/{name}/invoke", s.invokeFunction},
 		{"PUT", "/v1/scripts", s.putScript},
+		{"POST", "/v1/desktops", s.createDesktop},
+		{"GET", "/v1/desktops", s.listDesktops},
+		{"GET", "/v1/desktops/{id}", s.getDesktop},
+		{"DELETE", "/v1/desktops/{id}", s.deleteDesktop},
+		{"GET", "/v1/desktops/{id}/aci", s.aci},
 		{"POST", "/v1/scripts/{digest}/invoke", s.invokeScript},
 	}
 }

@@ -1,0 +1,243 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// Where a desktop's sandbox sees the tine binary (bound read-only) and
+// where its guest serves the ACI.
+const (
+	guestBinary = "/tine/bin/tine"
+	guestSocket = "/run/tine-aci.sock"
+	// desktopMemory is a desktop's memory limit unless the spec says.
+	desktopMemory = 1 << 30
+	// guestStartTimeout bounds a desktop's start.
+	guestStartTimeout = time.Minute
+)
+
+// desktop is what a box that is a desktop adds.
+type desktop struct {
+	width, height int
+	readyMs       float64
+	guest         Process
+}
+
+func (s *Server) desktopInfo(b *box) api.Desktop {
+	return api.Desktop{Sandbox: b.info(), Width: b.desktop.width, Height: b.desktop.height, ReadyMs: b.desktop.readyMs}
+}
+
+func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
+	var req api.DesktopSpec
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	if req.Width == 0 && req.Height == 0 {
+		req.Width, req.Height = 1280, 800
+	}
+	if req.Width < 64 || req.Height < 64 || req.Width > 8192 || req.Height > 8192 {
+		return fmt.Errorf("%w: screen %dx%d: want 64 to 8192 pixels each way", ErrInvalidArgument, req.Width, req.Height)
+	}
+	for i, app := range req.Apps {
+		if len(app) == 0 || app[0] == "" {
+			return fmt.Errorf("%w: apps[%d] is empty: want an argv such as [\"xterm\"]", ErrInvalidArgument, i)
+		}
+	}
+	if req.Limits.MemoryBytes == 0 {
+		req.Limits.MemoryBytes = desktopMemory
+	}
+	self, err := s.guestBinary()
+	if err != nil {
+		return err
+	}
+	sbReq := api.SandboxSpec{
+		Env:    []string{"LANG=C.UTF-8", "HOME=/root"},
+		Limits: req.Limits, TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
+		Binds: []api.Bind{{Source: self, Target: guestBinary, ReadOnly: true}},
+	}
+	spec, err := specFromAPI(&sbReq)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	b, err := s.startBox(sbReq, spec)
+	if err != nil {
+		return err
+	}
+	d, err := s.startGuest(b, &req)
+	if err != nil {
+		s.destroy(b, "its desktop did not start")
+		return err
+	}
+	d.readyMs = float64(time.Since(t0).Microseconds()) / 1000
+	b.mu.Lock()
+	b.desktop = d
+	b.mu.Unlock()
+	s.log.Info("desktop ready", "id", b.id, "ms", d.readyMs)
+	writeJSON(w, http.StatusCreated, s.desktopInfo(b))
+	return nil
+}
+
+// guestBinary is the host path of the binary desktops run as their guest:
+// this daemon's own.
+func (s *Server) guestBinary() (string, error) {
+	if s.cfg.GuestBinary != "" {
+		return s.cfg.GuestBinary, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the tine binary for the desktop's guest: %w", err)
+	}
+	return self, nil
+}
+
+// startGuest launches `tine guest` in b and waits for its ready line.
+func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
+	args := []string{guestBinary, "guest", "--listen", guestSocket, "--size", fmt.Sprintf("%dx%d", req.Width, req.Height)}
+	for _, app := range req.Apps {
+		j, _ := json.Marshal(app)
+		args = append(args, "--app", string(j))
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return nil, err
+	}
+	defer errR.Close()
+	p, err := b.inst.Exec(&sandbox.ExecSpec{Args: args, Stdio: [3]*os.File{nil, outW, errW}})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start the desktop's guest: %w", err)
+	}
+	stderr := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
+		stderr <- strings.TrimSpace(string(b))
+	}()
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(outR).ReadString('\n')
+		line <- l
+	}()
+	var ready struct {
+		Width, Height int
+	}
+	select {
+	case l := <-line:
+		if json.Unmarshal([]byte(l), &ready) == nil && ready.Width > 0 {
+			go func() { io.Copy(io.Discard, outR) }()
+			return &desktop{width: ready.Width, height: ready.Height, guest: p}, nil
+		}
+		p.Wait()
+		msg := <-stderr
+		if strings.Contains(msg, "executable file not found") {
+			return nil, fmt.Errorf("%w: the desktop did not start: %s", ErrInvalidArgument, msg)
+		}
+		return nil, fmt.Errorf("the desktop did not start: %s", msg)
+	case <-time.After(guestStartTimeout):
+		p.Signal(9)
+		return nil, fmt.Errorf("the desktop was not ready after %s", guestStartTimeout)
+	}
+}
+
+// lookupDesktop finds the running desktop a request names.
+func (s *Server) lookupDesktop(r *http.Request) (*box, error) {
+	b, err := s.lookup(r)
+	if err == nil && b.desktop == nil {
+		err = fmt.Errorf("%w %q is a sandbox, not a desktop", ErrNoSandbox, b.id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w (list desktops with GET /v1/desktops)", err)
+	}
+	return b, nil
+}
+
+func (s *Server) listDesktops(w http.ResponseWriter, r *http.Request) error {
+	s.mu.Lock()
+	var boxes []*box
+	for _, b := range s.boxes {
+		if b.desktop != nil {
+			boxes = append(boxes, b)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(boxes, func(x, y *box) int { return x.created.Compare(y.created) })
+	out := make([]api.Desktop, 0, len(boxes))
+	for _, b := range boxes {
+		out = append(out, s.desktopInfo(b))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getDesktop(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.lookupDesktop(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.desktopInfo(b))
+	return nil
+}
+
+func (s *Server) deleteDesktop(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.lookupDesktop(r)
+	if err != nil {
+		return err
+	}
+	s.destroy(b, "deleted")
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// aci proxies an ACI WebSocket to the desktop's guest, whose socket is in
+// the sandbox's own /run (reached through its PID 1's root). The session
+// counts as activity for the idle timeout while it lasts.
+func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.lookupDesktop(r); err != nil {
+		return err
+	}
+	b, done, err := s.use(r)
+	if err != nil {
+		return err
+	}
+	defer done()
+	sock := b.inst.Root() + guestSocket
+	var failed error
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&url.URL{Scheme: "http", Host: "guest"})
+			pr.Out.URL.Path = "/aci"
+			pr.Out.Header.Del("Authorization") // the guest needs none
+		},
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { failed = err },
+	}
+	proxy.ServeHTTP(w, r)
+	if failed != nil && !errors.Is(failed, context.Canceled) {
+		return fmt.Errorf("%w: the desktop's guest does not answer: %v", ErrNotRunning, failed)
+	}
+	return nil
+}
