@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Iterable, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Iterable, List, TypeVar
 
 from . import _ops as ops
 from . import models as m
@@ -42,7 +42,7 @@ class Outcome(Generic[T, R]):
         return self.error is None
 
 
-class Results(list["Outcome[T, R]"]):
+class Results(List[Outcome[T, R]]):
     """The outcomes, in the items' order."""
 
     @property
