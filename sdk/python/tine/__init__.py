@@ -2,16 +2,17 @@
 
 :class:`Client` (sync) and :class:`AsyncClient` (asyncio) speak the daemon's
 HTTP API (api/openapi.yaml) over its unix socket or over TCP with a bearer
-token: sandboxes, exec (captured; streamed with
-:meth:`AsyncClient.exec_stream`), files, warm functions and pool scripts.
+token: sandboxes, exec (captured, or streamed over a WebSocket with
+``exec_stream``), files, warm functions and pool scripts.
 :mod:`tine.fleet` runs many at once. Every failure the daemon reports is a
 :class:`TineError` carrying the API's error code.
 """
 
 from . import fleet
 from ._ops import DEFAULT_SOCKET
-from .aio import AsyncClient, ExecStream
-from .client import Client
+from .aio import AsyncClient
+from .aio import ExecStream as AsyncExecStream
+from .client import Client, ExecStream
 from .errors import (Capacity, Conflict, Forbidden, Internal, InvalidArgument, NotFound,
                      TineError, TooLarge, TransportError, Unauthorized, Unavailable, Unsupported)
 from .models import (Bind, ExecExit, ExecResult, FileInfo, Function, FunctionLimits,
@@ -21,7 +22,7 @@ from .models import (Bind, ExecExit, ExecResult, FileInfo, Function, FunctionLim
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "AsyncClient", "ExecStream", "fleet", "DEFAULT_SOCKET",
+    "Client", "AsyncClient", "ExecStream", "AsyncExecStream", "fleet", "DEFAULT_SOCKET",
     "TineError", "TransportError", "InvalidArgument", "Unauthorized", "Forbidden", "NotFound",
     "Conflict", "TooLarge", "Capacity", "Internal", "Unsupported", "Unavailable",
     "Sandbox", "SandboxSpec", "Limits", "Bind", "Usage", "ExecResult", "ExecExit", "Timings",

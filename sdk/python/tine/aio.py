@@ -11,22 +11,20 @@ kept-alive connections reused. See README.md for why there is no aiohttp.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from collections import deque
 from typing import IO, Any, AsyncIterator, Mapping, Sequence, TypeVar
 
 from . import _ops as ops
+from . import _stream
 from . import _ws as ws
 from . import desktop
 from . import models as m
-from .errors import TineError, TransportError, error_for, error_from_response
+from .errors import TransportError, error_from_response
 
 T = TypeVar("T")
 
 _CHUNK = 64 << 10
-_STDIN_CHUNK = 32 << 10  # the Go client's frame size
-_STDOUT, _STDERR, _STDIN = 1, 2, 0
 
 
 class _Conn:
@@ -97,8 +95,7 @@ class _Transport:
             headers = {**headers, "Transfer-Encoding": "chunked"}
         elif method in ("POST", "PUT"):
             headers = {**headers, "Content-Length": "0"}
-        head = f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        w.write(head.encode("latin-1") + b"\r\n")
+        w.write(_stream.encode_head(method, target, headers))
         if isinstance(body, (bytes, bytearray, memoryview)):
             w.write(body)
         elif body is not None:
@@ -110,17 +107,15 @@ class _Transport:
 
     @staticmethod
     async def _head(c: _Conn) -> _Answer:
-        line = await c.reader.readline()
-        if not line:
-            raise ConnectionResetError("connection closed before an answer")
-        parts = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-            raise TransportError(f"not an HTTP answer: {line[:80]!r}")
-        headers: dict[str, str] = {}
-        while (h := await c.reader.readline()) not in (b"\r\n", b"\n", b""):
-            k, _, v = h.decode("latin-1").partition(":")
-            headers[k.strip().lower()] = v.strip()
-        return _Answer(int(parts[1]), parts[2] if len(parts) > 2 else "", headers)
+        try:
+            head = await c.reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as e:
+            if not e.partial:
+                raise ConnectionResetError("connection closed before an answer") from e
+            raise
+        except asyncio.LimitOverrunError as e:
+            raise TransportError("the answer's head is too large") from e
+        return _Answer(*_stream.parse_head(head))
 
     @staticmethod
     async def _body(c: _Conn, a: _Answer, method: str, sink: IO[bytes] | None) -> tuple[bytes, bool]:
@@ -226,110 +221,79 @@ class ExecStream:
     collects everything. Leaving ``async with`` (or :meth:`close`) before
     the end makes the daemon kill the command. A failure to start (e.g. a
     bad request) raises :class:`~tine.errors.TineError` while iterating.
+    The protocol is :mod:`tine._stream`'s, shared with the sync stream.
     """
 
     def __init__(self, conn: _Conn) -> None:
         self._c = conn
-        self._dec = ws.Decoder()
+        self._p = _stream.Protocol()
         self._pending: deque[tuple[int, bytes]] = deque()
         self._wlock = asyncio.Lock()
-        self._done = False
+        self._closed = False
         self._stdin_closed = False
-        self.exit: m.ExecExit | None = None
-        """How the command ended, once iteration finished."""
 
-    async def _send(self, frame: bytes) -> None:
+    @property
+    def exit(self) -> m.ExecExit | None:
+        """How the command ended, once iteration finished."""
+        return self._p.exit
+
+    async def _send(self, frames: bytes) -> None:
         async with self._wlock:
-            self._c.writer.write(frame)
+            self._c.writer.write(frames)
             await self._c.writer.drain()
 
     async def write(self, data: bytes | str) -> None:
         """Send bytes to the command's stdin."""
-        b = data.encode() if isinstance(data, str) else bytes(data)
-        for i in range(0, len(b), _STDIN_CHUNK):
-            await self._send(ws.encode(ws.BINARY, bytes([_STDIN]) + b[i:i + _STDIN_CHUNK]))
-
-    async def _control(self, msg: dict[str, Any]) -> None:
-        await self._send(ws.encode(ws.TEXT, json.dumps(msg).encode()))
+        await self._send(_stream.stdin_frames(data))
 
     async def close_stdin(self) -> None:
         """End of file on the command's stdin (on a terminal: ^D); once."""
         if not self._stdin_closed:
             self._stdin_closed = True
-            await self._control({"type": "close_stdin"})
+            await self._send(_stream.close_stdin())
 
     async def resize(self, cols: int, rows: int) -> None:
         """Set the terminal's size (``tty`` streams only)."""
-        await self._control({"type": "resize", "cols": cols, "rows": rows})
+        await self._send(_stream.resize(cols, rows))
 
     async def signal(self, signum: int) -> None:
         """Send a signal (a number, e.g. ``signal.SIGINT``) to the command."""
-        await self._control({"type": "signal", "signal": int(signum)})
+        await self._send(_stream.signal(signum))
 
     def __aiter__(self) -> AsyncIterator[tuple[int, bytes]]:
         return self
 
     async def __anext__(self) -> tuple[int, bytes]:
-        while True:
-            while self._pending:
-                if (item := await self._handle(*self._pending.popleft())) is not None:
-                    return item
-                if self._done:
-                    raise StopAsyncIteration
-            if self._done:
+        while not self._pending:
+            if self._p.done:
+                self._close_conn()
+                if self._p.error is not None:
+                    err, self._p.error = self._p.error, None  # raised once
+                    raise err
                 raise StopAsyncIteration
-            data = await self._c.reader.read(_CHUNK)
-            if not data:
-                self._finish()
-                raise TransportError("exec stream ended before the command did")
             try:
-                self._pending.extend(self._dec.feed(data))
-            except ws.ProtocolError as e:
-                self._finish()
-                raise TransportError(f"exec stream: {e}") from e
+                data = await self._c.reader.read(_CHUNK)
+            except OSError:
+                data = b""
+            out, reply = self._p.receive(data)
+            self._pending.extend(out)
+            if reply and not self._closed:
+                try:
+                    await self._send(reply)
+                except OSError:
+                    pass
+        return self._pending.popleft()
 
-    async def _handle(self, op: int, payload: bytes) -> tuple[int, bytes] | None:
-        """One message: output is returned; exit, error and close end the stream."""
-        if op == ws.BINARY:
-            if payload and payload[0] in (_STDOUT, _STDERR):
-                return payload[0], payload[1:]
-            return None
-        if op == ws.PING:
-            await self._send(ws.encode(ws.PONG, payload))
-            return None
-        if op == ws.CLOSE:
-            self._finish()
-            raise TransportError("exec stream closed by the daemon before the command ended")
-        if op != ws.TEXT:
-            return None
-        msg = json.loads(payload)
-        if msg.get("type") == "exit":
-            self.exit = m.from_json(m.ExecExit, msg.get("exit"))
-            await self._close_gracefully()
-            return None
-        if msg.get("type") == "error":
-            err = msg.get("error") or {}
-            await self._close_gracefully()
-            raise error_for(err.get("code", "internal"), err.get("message", "exec stream failed"))
-        return None
-
-    async def _close_gracefully(self) -> None:
-        try:
-            await self._send(ws.encode_close(1000))
-        except OSError:
-            pass
-        self._finish()
-
-    def _finish(self) -> None:
-        self._done = True
-        self._c.close()
+    def _close_conn(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._c.close()
 
     async def wait(self) -> m.ExecExit:
         """Wait for the command to end (discarding output not yet read)."""
         async for _ in self:
             pass
-        assert self.exit is not None
-        return self.exit
+        return self._p.result(b"", b"")
 
     async def communicate(self, stdin: bytes | str | None = None) -> m.ExecResult:
         """Send ``stdin`` (then end of file), collect all output, wait for the
@@ -344,7 +308,7 @@ class ExecStream:
         feeder = asyncio.ensure_future(feed())
         try:
             async for fd, data in self:
-                (out if fd == _STDOUT else err).extend(data)
+                (out if fd == _stream.STDOUT else err).extend(data)
         finally:
             if not feeder.done():
                 feeder.cancel()
@@ -352,19 +316,17 @@ class ExecStream:
                 await feeder
             except (asyncio.CancelledError, OSError):
                 pass  # the command ended without reading all of it
-        assert self.exit is not None
-        return m.ExecResult(exit_code=self.exit.exit_code, reason=self.exit.reason,
-                            signal=self.exit.signal, timings_ms=self.exit.timings_ms,
-                            stdout=bytes(out), stderr=bytes(err))
+        return self._p.result(bytes(out), bytes(err))
 
     async def close(self) -> None:
         """End the stream; a command still running is killed by the daemon."""
-        if not self._done:
-            try:
-                await self._send(ws.encode_close(1000))
-            except OSError:
-                pass
-            self._finish()
+        if not self._closed:
+            if not self._p.done:
+                try:
+                    await self._send(ws.encode_close(1000))
+                except OSError:
+                    pass
+            self._close_conn()
 
     async def __aenter__(self) -> "ExecStream":
         return self
@@ -443,7 +405,7 @@ class AsyncClient:
         conn = await self._t.websocket(ops.exec_ws_path(sandbox_id))
         stream = ExecStream(conn)
         try:
-            await stream._send(ws.encode(ws.TEXT, json.dumps(req).encode()))
+            await stream._send(_stream.request_frame(req))
         except OSError as e:
             await stream.close()
             raise TransportError(f"send the exec request: {e}") from e

@@ -8,12 +8,15 @@ import http.client
 import socket
 import ssl
 import threading
-from typing import IO, Any, Mapping, Sequence, TypeVar
+from collections import deque
+from typing import IO, Any, Iterator, Mapping, Sequence, TypeVar
 
 from . import _ops as ops
+from . import _stream
+from . import _ws as ws
 from . import desktop
 from . import models as m
-from .errors import TineError, TransportError, error_from_response
+from .errors import TransportError, error_from_response
 
 T = TypeVar("T")
 
@@ -77,6 +80,125 @@ class _Pool:
 # A reused connection the daemon closed while it was idle fails like this
 # before any answer arrives; the request is sent again on a new one.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+class ExecStream:
+    """A command running in a sandbox with its stdio on a WebSocket: the
+    sync twin of :class:`tine.aio.ExecStream` (same protocol, in
+    :mod:`tine._stream`). Iterate it for ``(fd, data)`` output chunks (1
+    stdout, 2 stderr) until the command ended; then :attr:`exit` says how.
+    :meth:`communicate` feeds stdin from a thread while it collects output.
+    Leaving ``with`` (or :meth:`close`) early makes the daemon kill the command.
+    Writes may come from another thread than the one iterating."""
+
+    def __init__(self, sock: socket.socket, early: bytes) -> None:
+        self._sock = sock
+        self._p = _stream.Protocol()
+        self._pending: deque[tuple[int, bytes]] = deque()
+        self._wlock = threading.Lock()
+        self._closed = False
+        self._stdin_closed = False
+        self._early = early  # stream bytes that came with the handshake's answer
+
+    @property
+    def exit(self) -> m.ExecExit | None:
+        """How the command ended, once iteration finished."""
+        return self._p.exit
+
+    def _send(self, frames: bytes) -> None:
+        with self._wlock:
+            self._sock.sendall(frames)
+
+    def write(self, data: bytes | str) -> None:
+        """Send bytes to the command's stdin."""
+        self._send(_stream.stdin_frames(data))
+
+    def close_stdin(self) -> None:
+        """End of file on the command's stdin (on a terminal: ^D); once."""
+        if not self._stdin_closed:
+            self._stdin_closed = True
+            self._send(_stream.close_stdin())
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (``tty`` streams only)."""
+        self._send(_stream.resize(cols, rows))
+
+    def signal(self, signum: int) -> None:
+        """Send a signal (a number, e.g. ``signal.SIGINT``) to the command."""
+        self._send(_stream.signal(signum))
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return self
+
+    def __next__(self) -> tuple[int, bytes]:
+        while not self._pending:
+            if self._p.done:
+                self._close_sock()
+                if self._p.error is not None:
+                    err, self._p.error = self._p.error, None  # raised once
+                    raise err
+                raise StopIteration
+            if self._early:
+                data, self._early = self._early, b""
+            else:
+                try:
+                    data = self._sock.recv(_CHUNK)
+                except OSError:
+                    data = b""
+            out, reply = self._p.receive(data)
+            self._pending.extend(out)
+            if reply and not self._closed:
+                try:
+                    self._send(reply)
+                except OSError:
+                    pass
+        return self._pending.popleft()
+
+    def _close_sock(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._sock.close()
+
+    def wait(self) -> m.ExecExit:
+        """Wait for the command to end (discarding output not yet read)."""
+        for _ in self:
+            pass
+        return self._p.result(b"", b"")
+
+    def communicate(self, stdin: bytes | str | None = None) -> m.ExecResult:
+        """Send ``stdin`` (then end of file), collect all output, wait for the end."""
+        out, err = bytearray(), bytearray()
+
+        def feed() -> None:
+            try:
+                if stdin:
+                    self.write(stdin)
+                self.close_stdin()
+            except OSError:
+                pass  # the command ended without reading all of it
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        for fd, data in self:
+            (out if fd == _stream.STDOUT else err).extend(data)
+        feeder.join(5)
+        return self._p.result(bytes(out), bytes(err))
+
+    def close(self) -> None:
+        """End the stream; a command still running is killed by the daemon."""
+        if not self._closed:
+            if not self._p.done:
+                try:
+                    self._send(ws.encode_close(1000))
+                except OSError:
+                    pass
+            self._close_sock()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Client:
@@ -150,6 +272,46 @@ class Client:
             return call.parse(body)
         raise AssertionError("unreachable")
 
+    def _websocket(self, path: str) -> tuple[socket.socket, bytes]:
+        """A socket upgraded to a WebSocket at ``path``, and the stream bytes
+        that arrived with the answer; an answer other than 101 raises the
+        daemon's error."""
+        ep = self.endpoint
+        try:
+            if ep.socket:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(ep.socket)
+            else:
+                sock = socket.create_connection((ep.host or "", ep.port))
+                if ep.tls:
+                    sock = ssl.create_default_context().wrap_socket(sock, server_hostname=ep.host)
+        except OSError as e:
+            raise TransportError(f"cannot reach the daemon at {self._where()}: {e}") from e
+        try:
+            key, up = ws.handshake_headers()
+            sock.sendall(_stream.encode_head("GET", path, {**ops.Call("GET", path, bytes).headers(ep), **up}))
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = sock.recv(_CHUNK)
+                if not chunk or len(buf) > 1 << 20:
+                    raise TransportError("the daemon did not answer the WebSocket upgrade")
+                buf += chunk
+            head, rest = buf.split(b"\r\n\r\n", 1)
+            status, reason, headers = _stream.parse_head(head)
+            if status != 101:
+                n = int(headers.get("content-length", "0"))
+                while len(rest) < n and (chunk := sock.recv(_CHUNK)):
+                    rest += chunk
+                raise error_from_response(status, reason, headers, rest)
+            ws.check_accept(key, headers)
+        except (OSError, ws.ProtocolError) as e:
+            sock.close()
+            raise TransportError(f"exec stream at {self._where()}: {e}") from e
+        except BaseException:
+            sock.close()
+            raise
+        return sock, rest
+
     def _where(self) -> str:
         ep = self.endpoint
         return ep.socket or f"{ep.host}:{ep.port}"
@@ -193,6 +355,26 @@ class Client:
         req = ops.exec_request(argv, stdin=stdin, env=env, workdir=workdir, timeout=timeout,
                                max_output_bytes=max_output_bytes)
         return self._do(ops.exec_(sandbox_id, req))
+
+    def exec_stream(self, sandbox_id: str, argv: Sequence[str], *,
+                    env: Mapping[str, str] | Sequence[str] | None = None,
+                    workdir: str | None = None, timeout: float | None = None,
+                    tty: bool = False, cols: int | None = None,
+                    rows: int | None = None) -> ExecStream:
+        """Start a command with its stdio streamed over a WebSocket (see
+        :class:`ExecStream`); ``tty`` gives it a terminal of ``cols`` x
+        ``rows`` (everything then comes as stdout). An unknown sandbox
+        raises :class:`~tine.errors.NotFound` here."""
+        req = ops.exec_request(argv, env=env, workdir=workdir, timeout=timeout, tty=tty,
+                               cols=cols, rows=rows)
+        sock, early = self._websocket(ops.exec_ws_path(sandbox_id))
+        stream = ExecStream(sock, early)
+        try:
+            stream._send(_stream.request_frame(req))
+        except OSError as e:
+            stream.close()
+            raise TransportError(f"send the exec request: {e}") from e
+        return stream
 
     # --- files ---
 
