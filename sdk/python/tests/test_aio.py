@@ -6,13 +6,17 @@ import asyncio
 import signal
 import unittest
 
-from _daemon import daemon
+from _daemon import Daemon, daemon
 
 import tine
 from tine import fleet
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
+    d: Daemon
+    c: tine.AsyncClient
+    sb: tine.Sandbox
+
     @classmethod
     def setUpClass(cls) -> None:
         cls.d = daemon()

@@ -9,7 +9,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from _daemon import daemon
+from _daemon import Daemon, daemon
 
 import tine
 from tine import fleet
@@ -31,6 +31,11 @@ HANDLER = textwrap.dedent('''
 
 
 class FunctionsTest(unittest.TestCase):
+    d: Daemon
+    c: tine.Client
+    dir: Path
+    fn: tine.Function
+
     @classmethod
     def setUpClass(cls) -> None:
         cls.d = daemon()

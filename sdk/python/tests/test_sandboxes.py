@@ -6,12 +6,16 @@ import io
 import tarfile
 import unittest
 
-from _daemon import daemon
+from _daemon import Daemon, daemon
 
 import tine
 
 
 class SyncClientTest(unittest.TestCase):
+    d: Daemon
+    c: tine.Client
+    sb: tine.Sandbox
+
     @classmethod
     def setUpClass(cls) -> None:
         cls.d = daemon()
@@ -56,6 +60,21 @@ class SyncClientTest(unittest.TestCase):
         r = self.c.exec(self.sb.id, ["/no/such/program"])
         self.assertEqual((r.exit_code, r.reason), (127, "not-found"))
 
+    def test_exec_stream_sync(self) -> None:
+        with self.c.exec_stream(self.sb.id, ["sh", "-c", "read l; echo \"got $l\"; echo e >&2; exit 2"]) as s:
+            s.write("line\n")
+            chunks = list(s)
+        self.assertIn((1, b"got line\n"), chunks)
+        self.assertIn((2, b"e\n"), chunks)
+        assert s.exit is not None
+        self.assertEqual(s.exit.exit_code, 2)
+        r = self.c.exec_stream(self.sb.id, ["wc", "-c"]).communicate(b"y" * 70_000)
+        self.assertEqual(r.stdout.strip(), b"70000")
+        with self.assertRaises(tine.NotFound):
+            self.c.exec_stream("no-such-sandbox", ["true"])
+        with tine.Client(host=self.d.tcp, token=self.d.token) as c:  # over TCP too
+            self.assertEqual(c.exec_stream(self.sb.id, ["echo", "tcp"]).communicate().stdout, b"tcp\n")
+
     def test_files_round_trip(self) -> None:
         sid = self.sb.id
         self.c.mkdir(sid, "/sdktest/a/b", parents=True)
@@ -94,10 +113,10 @@ class SyncClientTest(unittest.TestCase):
         self.assertIn("no such sandbox", e.message)
         with self.assertRaises(tine.NotFound):
             self.c.exec("no-such-sandbox", ["true"])
-        with self.assertRaises(tine.InvalidArgument) as cm:
+        with self.assertRaises(tine.InvalidArgument) as bad:
             self.c.create({"bogus": 1})
-        self.assertEqual(cm.exception.code, "invalid_argument")
-        self.assertIn("bogus", cm.exception.message)
+        self.assertEqual(bad.exception.code, "invalid_argument")
+        self.assertIn("bogus", bad.exception.message)
         with self.assertRaises(tine.InvalidArgument):
             self.c.create({"seccomp": "nonsense"})
         with self.assertRaises(tine.InvalidArgument):

@@ -58,7 +58,7 @@ class ModelsTest(unittest.TestCase):
         r = _ops.exec_request(["cat"], stdin=b"hi", env={"A": "1"}, timeout=1.5)
         self.assertEqual(r, {"argv": ["cat"], "env": ["A=1"], "stdin": "aGk=", "timeout_ms": 1500})
         with self.assertRaises(TypeError):
-            _ops.exec_request("echo hi")  # type: ignore[arg-type]
+            _ops.exec_request("echo hi")
 
     def test_invocation(self) -> None:
         inv = Invocation.from_wire({"status": "ok", "result_base64": "AAE=", "future_field": 1,
@@ -79,7 +79,9 @@ class WebSocketTest(unittest.TestCase):
             self.assertEqual(got, [(_ws.BINARY, payload)])
 
     def test_fragments_and_control(self) -> None:
-        unmasked = lambda fin, op, p: bytes([(0x80 if fin else 0) | op, len(p)]) + p  # noqa: E731
+        def unmasked(fin: bool, op: int, p: bytes) -> bytes:  # as a server sends
+            return bytes([(0x80 if fin else 0) | op, len(p)]) + p
+
         data = (unmasked(False, _ws.TEXT, b'{"a"') + unmasked(True, _ws.PING, b"p")
                 + unmasked(True, _ws.CONT, b":1}") + unmasked(True, _ws.CLOSE, struct.pack("!H", 1000)))
         self.assertEqual(_ws.Decoder().feed(data),

@@ -11,6 +11,7 @@ kept-alive connections reused. See README.md for why there is no aiohttp.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import ssl
 from collections import deque
 from typing import IO, Any, AsyncIterator, Mapping, Sequence, TypeVar
@@ -425,7 +426,7 @@ class AsyncClient:
         """See :meth:`tine.Client.stat`."""
         return await self._t.do(ops.stat(sandbox_id, path))
 
-    async def list_dir(self, sandbox_id: str, path: str) -> list[m.FileInfo]:
+    async def list_dir(self, sandbox_id: str, path: str) -> builtins.list[m.FileInfo]:
         """See :meth:`tine.Client.list_dir`."""
         return await self._t.do(ops.list_dir(sandbox_id, path))
 
@@ -452,7 +453,7 @@ class AsyncClient:
         """See :meth:`tine.Client.put_function`."""
         return await self._t.do(ops.put_function(spec))
 
-    async def functions(self) -> list[m.Function]:
+    async def functions(self) -> builtins.list[m.Function]:
         """See :meth:`tine.Client.functions`."""
         return await self._t.do(ops.functions())
 

@@ -4,6 +4,7 @@ reusing kept-alive connections from a small pool (safe across threads)."""
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import socket
 import ssl
@@ -393,7 +394,7 @@ class Client:
         """Describe a file, not following a final symlink."""
         return self._do(ops.stat(sandbox_id, path))
 
-    def list_dir(self, sandbox_id: str, path: str) -> list[m.FileInfo]:
+    def list_dir(self, sandbox_id: str, path: str) -> builtins.list[m.FileInfo]:
         """A directory's entries."""
         return self._do(ops.list_dir(sandbox_id, path))
 
@@ -422,7 +423,7 @@ class Client:
         :class:`~tine.errors.InvalidArgument` with the traceback."""
         return self._do(ops.put_function(spec))
 
-    def functions(self) -> list[m.Function]:
+    def functions(self) -> builtins.list[m.Function]:
         """The registered functions."""
         return self._do(ops.functions())
 

@@ -36,7 +36,7 @@ def from_json(cls: type[T], data: Any) -> T:
     """Build dataclass ``cls`` from a decoded JSON object, recursing into
     fields typed as dataclasses, lists of them and datetimes."""
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    known = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: _convert(hints[k], v) for k, v in (data or {}).items() if k in known}
     return cls(**kwargs)
 
