@@ -1,9 +1,11 @@
 # tine: two entry points for a fresh Debian/Ubuntu machine, as root.
 #   make demo  installs what is missing, builds tine, and runs a command in a
 #              sandbox on the embedded default (the host's root, read-only).
-#   make test  installs what the tests need and runs the whole suite.
+#   make test  installs what the tests need and runs the whole suite (Go, then
+#              the Python SDK's tests against a real daemon).
 
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
+PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
 APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs xvfb openbox xterm libturbojpeg0-dev
 
@@ -29,6 +31,7 @@ demo: deps build
 test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
+	$(PYTHON) -m unittest discover -s sdk/python/tests
 
 bench: build
 	./$(BIN) bench cold

@@ -1,0 +1,459 @@
+"""The synchronous client: :class:`Client`, over the daemon's unix socket
+(HTTP/1.1 through :mod:`http.client` with an ``AF_UNIX`` connect) or TCP,
+reusing kept-alive connections from a small pool (safe across threads)."""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import socket
+import ssl
+import threading
+from collections import deque
+from typing import IO, Any, Iterator, Mapping, Sequence, TypeVar
+
+from . import _ops as ops
+from . import _stream
+from . import _ws as ws
+from . import desktop
+from . import models as m
+from .errors import TransportError, error_from_response
+
+T = TypeVar("T")
+
+_CHUNK = 64 << 10
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket: only :meth:`connect` differs."""
+
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("tine", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self._path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
+class _Pool:
+    """Idle kept-alive connections to one endpoint; a request takes one
+    (or makes one) and gives it back when its answer was read to the end."""
+
+    def __init__(self, ep: ops.Endpoint, timeout: float | None, max_idle: int = 8) -> None:
+        self._ep, self._timeout, self._max_idle = ep, timeout, max_idle
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection, and whether it was used before."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        ep = self._ep
+        if ep.socket:
+            return _UnixHTTPConnection(ep.socket, self._timeout), False
+        if ep.tls:
+            return http.client.HTTPSConnection(ep.host or "", ep.port, timeout=self._timeout,
+                                               context=ssl.create_default_context()), False
+        return http.client.HTTPConnection(ep.host or "", ep.port, timeout=self._timeout), False
+
+    def put(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
+
+
+# A reused connection the daemon closed while it was idle fails like this
+# before any answer arrives; the request is sent again on a new one.
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+class ExecStream:
+    """A command running in a sandbox with its stdio on a WebSocket: the
+    sync twin of :class:`tine.aio.ExecStream` (same protocol, in
+    :mod:`tine._stream`). Iterate it for ``(fd, data)`` output chunks (1
+    stdout, 2 stderr) until the command ended; then :attr:`exit` says how.
+    :meth:`communicate` feeds stdin from a thread while it collects output.
+    Leaving ``with`` (or :meth:`close`) early makes the daemon kill the command.
+    Writes may come from another thread than the one iterating."""
+
+    def __init__(self, sock: socket.socket, early: bytes) -> None:
+        self._sock = sock
+        self._p = _stream.Protocol()
+        self._pending: deque[tuple[int, bytes]] = deque()
+        self._wlock = threading.Lock()
+        self._closed = False
+        self._stdin_closed = False
+        self._early = early  # stream bytes that came with the handshake's answer
+
+    @property
+    def exit(self) -> m.ExecExit | None:
+        """How the command ended, once iteration finished."""
+        return self._p.exit
+
+    def _send(self, frames: bytes) -> None:
+        with self._wlock:
+            self._sock.sendall(frames)
+
+    def write(self, data: bytes | str) -> None:
+        """Send bytes to the command's stdin."""
+        self._send(_stream.stdin_frames(data))
+
+    def close_stdin(self) -> None:
+        """End of file on the command's stdin (on a terminal: ^D); once."""
+        if not self._stdin_closed:
+            self._stdin_closed = True
+            self._send(_stream.close_stdin())
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (``tty`` streams only)."""
+        self._send(_stream.resize(cols, rows))
+
+    def signal(self, signum: int) -> None:
+        """Send a signal (a number, e.g. ``signal.SIGINT``) to the command."""
+        self._send(_stream.signal(signum))
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        return self
+
+    def __next__(self) -> tuple[int, bytes]:
+        while not self._pending:
+            if self._p.done:
+                self._close_sock()
+                if self._p.error is not None:
+                    err, self._p.error = self._p.error, None  # raised once
+                    raise err
+                raise StopIteration
+            if self._early:
+                data, self._early = self._early, b""
+            else:
+                try:
+                    data = self._sock.recv(_CHUNK)
+                except OSError:
+                    data = b""
+            out, reply = self._p.receive(data)
+            self._pending.extend(out)
+            if reply and not self._closed:
+                try:
+                    self._send(reply)
+                except OSError:
+                    pass
+        return self._pending.popleft()
+
+    def _close_sock(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._sock.close()
+
+    def wait(self) -> m.ExecExit:
+        """Wait for the command to end (discarding output not yet read)."""
+        for _ in self:
+            pass
+        return self._p.result(b"", b"")
+
+    def communicate(self, stdin: bytes | str | None = None) -> m.ExecResult:
+        """Send ``stdin`` (then end of file), collect all output, wait for the end."""
+        out, err = bytearray(), bytearray()
+
+        def feed() -> None:
+            try:
+                if stdin:
+                    self.write(stdin)
+                self.close_stdin()
+            except OSError:
+                pass  # the command ended without reading all of it
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        for fd, data in self:
+            (out if fd == _stream.STDOUT else err).extend(data)
+        feeder.join(5)
+        return self._p.result(bytes(out), bytes(err))
+
+    def close(self) -> None:
+        """End the stream; a command still running is killed by the daemon."""
+        if not self._closed:
+            if not self._p.done:
+                try:
+                    self._send(ws.encode_close(1000))
+                except OSError:
+                    pass
+            self._close_sock()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Client:
+    """A client of one daemon (``tine serve``); safe for use from many threads.
+
+    ``Client()`` finds the daemon as the environment says (``TINE_HOST`` with
+    ``TINE_TOKEN`` / ``TINE_TOKEN_FILE``, else ``TINE_SOCKET``, else
+    /run/tine/tine.sock); ``Client(socket=path)`` or
+    ``Client(host="127.0.0.1:7070", token=...)`` choose explicitly.
+    ``timeout`` (seconds) bounds each socket operation (default: none, as an
+    exec may run long). Every failure is a :class:`~tine.errors.TineError`.
+    """
+
+    def __init__(self, socket: str | None = None, *, host: str | None = None,
+                 token: str | None = None, timeout: float | None = None) -> None:
+        self.endpoint = ops.resolve_endpoint(socket, host, token)
+        self._pool = _Pool(self.endpoint, timeout)
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        self._pool.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ep = self.endpoint
+        return f"Client(socket={ep.socket!r})" if ep.socket else f"Client(host='{ep.host}:{ep.port}')"
+
+    # --- transport ---
+
+    def _do(self, call: ops.Call[T]) -> T:
+        """Send ``call``; parse a 2xx answer, raise the daemon's error otherwise."""
+        rewindable = not hasattr(call.body, "read")
+        for attempt in range(2):
+            conn, reused = self._pool.get()
+            try:
+                conn.request(call.method, call.target, body=call.body, headers=call.headers(self.endpoint))
+                resp = conn.getresponse()
+            except _STALE as e:
+                conn.close()
+                if reused and attempt == 0 and rewindable:
+                    continue
+                raise TransportError(f"the daemon at {self._where()} closed the connection: {e}") from e
+            except OSError as e:
+                conn.close()
+                raise TransportError(f"cannot reach the daemon at {self._where()}: {e}") from e
+            try:
+                ok = 200 <= resp.status < 300
+                if ok and call.sink is not None:
+                    while chunk := resp.read(_CHUNK):
+                        call.sink.write(chunk)
+                    body = b""
+                else:
+                    body = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise TransportError(f"reading the daemon's answer: {e}") from e
+            except BaseException:
+                conn.close()
+                raise
+            if resp.will_close:
+                conn.close()
+            else:
+                self._pool.put(conn)
+            if not ok:
+                raise error_from_response(resp.status, resp.reason, dict(resp.getheaders()), body)
+            return call.parse(body)
+        raise AssertionError("unreachable")
+
+    def _websocket(self, path: str) -> tuple[socket.socket, bytes]:
+        """A socket upgraded to a WebSocket at ``path``, and the stream bytes
+        that arrived with the answer; an answer other than 101 raises the
+        daemon's error."""
+        ep = self.endpoint
+        try:
+            if ep.socket:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(ep.socket)
+            else:
+                sock = socket.create_connection((ep.host or "", ep.port))
+                if ep.tls:
+                    sock = ssl.create_default_context().wrap_socket(sock, server_hostname=ep.host)
+        except OSError as e:
+            raise TransportError(f"cannot reach the daemon at {self._where()}: {e}") from e
+        try:
+            key, up = ws.handshake_headers()
+            sock.sendall(_stream.encode_head("GET", path, {**ops.Call("GET", path, bytes).headers(ep), **up}))
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = sock.recv(_CHUNK)
+                if not chunk or len(buf) > 1 << 20:
+                    raise TransportError("the daemon did not answer the WebSocket upgrade")
+                buf += chunk
+            head, rest = buf.split(b"\r\n\r\n", 1)
+            status, reason, headers = _stream.parse_head(head)
+            if status != 101:
+                n = int(headers.get("content-length", "0"))
+                while len(rest) < n and (chunk := sock.recv(_CHUNK)):
+                    rest += chunk
+                raise error_from_response(status, reason, headers, rest)
+            ws.check_accept(key, headers)
+        except (OSError, ws.ProtocolError) as e:
+            sock.close()
+            raise TransportError(f"exec stream at {self._where()}: {e}") from e
+        except BaseException:
+            sock.close()
+            raise
+        return sock, rest
+
+    def _where(self) -> str:
+        ep = self.endpoint
+        return ep.socket or f"{ep.host}:{ep.port}"
+
+    # --- daemon ---
+
+    def health(self) -> dict[str, Any]:
+        """Whether the daemon serves: ``{"status": "ok", "version": ..., "pid": ...}``."""
+        return self._do(ops.health())
+
+    def features(self) -> list[dict[str, Any]]:
+        """The daemon host's feature checks (as ``tine doctor``)."""
+        return self._do(ops.features())
+
+    # --- sandboxes ---
+
+    def create(self, spec: ops.SpecLike = None) -> m.Sandbox:
+        """Start a live sandbox (``spec``: a :class:`~tine.models.SandboxSpec`
+        or a dict; ``None`` for the defaults). A full host budget raises
+        :class:`~tine.errors.Capacity` with ``retry_after``."""
+        return self._do(ops.create(spec))
+
+    def list(self) -> list[m.Sandbox]:
+        """Every sandbox the daemon knows, oldest first."""
+        return self._do(ops.list_sandboxes())
+
+    def get(self, sandbox_id: str) -> m.Sandbox:
+        """One sandbox, with its usage now."""
+        return self._do(ops.get(sandbox_id))
+
+    def delete(self, sandbox_id: str) -> None:
+        """Destroy a sandbox: every process in it is killed."""
+        self._do(ops.delete(sandbox_id))
+
+    def exec(self, sandbox_id: str, argv: Sequence[str], *, stdin: bytes | str | None = None,
+             env: Mapping[str, str] | Sequence[str] | None = None, workdir: str | None = None,
+             timeout: float | None = None, max_output_bytes: int | None = None) -> m.ExecResult:
+        """Run a command and wait for it, its output captured. A command that
+        fails is no error: see ``exit_code`` and ``reason`` of the result.
+        ``timeout`` is in seconds (exit code 124, reason ``timeout``)."""
+        req = ops.exec_request(argv, stdin=stdin, env=env, workdir=workdir, timeout=timeout,
+                               max_output_bytes=max_output_bytes)
+        return self._do(ops.exec_(sandbox_id, req))
+
+    def exec_stream(self, sandbox_id: str, argv: Sequence[str], *,
+                    env: Mapping[str, str] | Sequence[str] | None = None,
+                    workdir: str | None = None, timeout: float | None = None,
+                    tty: bool = False, cols: int | None = None,
+                    rows: int | None = None) -> ExecStream:
+        """Start a command with its stdio streamed over a WebSocket (see
+        :class:`ExecStream`); ``tty`` gives it a terminal of ``cols`` x
+        ``rows`` (everything then comes as stdout). An unknown sandbox
+        raises :class:`~tine.errors.NotFound` here."""
+        req = ops.exec_request(argv, env=env, workdir=workdir, timeout=timeout, tty=tty,
+                               cols=cols, rows=rows)
+        sock, early = self._websocket(ops.exec_ws_path(sandbox_id))
+        stream = ExecStream(sock, early)
+        try:
+            stream._send(_stream.request_frame(req))
+        except OSError as e:
+            stream.close()
+            raise TransportError(f"send the exec request: {e}") from e
+        return stream
+
+    # --- files ---
+
+    def read_file(self, sandbox_id: str, path: str, *, out: IO[bytes] | None = None) -> bytes:
+        """A file's content; with ``out``, streamed into it (and ``b""`` returned)."""
+        return self._do(ops.read_file(sandbox_id, path, out))
+
+    def write_file(self, sandbox_id: str, path: str, data: bytes | str | IO[bytes], *,
+                   mode: int | None = None, uid: int | None = None,
+                   gid: int | None = None) -> m.FileInfo:
+        """Create or replace a file atomically (``data``: bytes, text, or a
+        binary file object streamed); its parent directory must exist."""
+        return self._do(ops.write_file(sandbox_id, path, data, mode=mode, uid=uid, gid=gid))
+
+    def stat(self, sandbox_id: str, path: str) -> m.FileInfo:
+        """Describe a file, not following a final symlink."""
+        return self._do(ops.stat(sandbox_id, path))
+
+    def list_dir(self, sandbox_id: str, path: str) -> builtins.list[m.FileInfo]:
+        """A directory's entries."""
+        return self._do(ops.list_dir(sandbox_id, path))
+
+    def mkdir(self, sandbox_id: str, path: str, *, mode: int | None = None, parents: bool = False,
+              uid: int | None = None, gid: int | None = None) -> m.FileInfo:
+        """Make a directory (``parents``: and missing parents; an existing one is fine)."""
+        return self._do(ops.mkdir(sandbox_id, path, mode=mode, parents=parents, uid=uid, gid=gid))
+
+    def remove(self, sandbox_id: str, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, symlink or empty directory (``recursive``: any directory)."""
+        self._do(ops.remove(sandbox_id, path, recursive=recursive))
+
+    def download_archive(self, sandbox_id: str, path: str, *, out: IO[bytes] | None = None) -> bytes:
+        """A file or directory tree as a tar archive; with ``out``, streamed into it."""
+        return self._do(ops.download_archive(sandbox_id, path, out))
+
+    def upload_archive(self, sandbox_id: str, path: str, tar: bytes | IO[bytes]) -> None:
+        """Extract a tar archive into an existing directory."""
+        self._do(ops.upload_archive(sandbox_id, path, tar))
+
+    # --- functions and scripts ---
+
+    def put_function(self, spec: ops.FunctionSpecLike) -> m.Function:
+        """Register (or replace) a warm function and wait until it is warm. A
+        bad spec or an entry that fails to import raises
+        :class:`~tine.errors.InvalidArgument` with the traceback."""
+        return self._do(ops.put_function(spec))
+
+    def functions(self) -> builtins.list[m.Function]:
+        """The registered functions."""
+        return self._do(ops.functions())
+
+    def function(self, name: str) -> m.Function:
+        """One function."""
+        return self._do(ops.function(name))
+
+    def delete_function(self, name: str) -> None:
+        """Unregister a function and free its sandbox."""
+        self._do(ops.delete_function(name))
+
+    def invoke(self, name: str, payload: Any = None) -> m.Invocation:
+        """Call a function with a JSON payload. The handler's exception, a
+        timeout or an OOM is not raised: see the result's ``status``."""
+        return self._do(ops.invoke(name, payload))
+
+    def invoke_raw(self, name: str, data: bytes) -> m.Invocation:
+        """Call a function with raw bytes (the handler gets bytes)."""
+        return self._do(ops.invoke_raw(name, data))
+
+    def put_script(self, src: str | bytes) -> str:
+        """Register a Python script for the runtime pool; its sha256 digest."""
+        return self._do(ops.put_script(src))
+
+    def invoke_script(self, digest: str, payload: Any = None) -> m.Invocation:
+        """Call a registered script's ``handler`` through the pool."""
+        return self._do(ops.invoke_script(digest, payload))
+
+    # --- desktops (not yet) ---
+
+    def create_desktop(self, *args: Any, **kwargs: Any) -> Any:
+        """Not yet: see :mod:`tine.desktop`."""
+        return desktop.not_yet("create_desktop")

@@ -1,0 +1,120 @@
+"""Run many sandboxes or calls concurrently on one event loop.
+
+``fleet.map`` runs a coroutine function over items with at most ``limit``
+at once; ``fleet.sandboxes`` creates N sandboxes, runs a coroutine in each
+and deletes them; ``fleet.invoke`` calls a function with many payloads.
+Each returns a :class:`Results`: one :class:`Outcome` per item, in order,
+holding a value or the exception it raised (one failure does not stop the
+others)::
+
+    async with tine.AsyncClient() as c:
+        async def job(c, sb, i):
+            return (await c.exec(sb.id, ["sh", "-c", f"echo {i}"])).stdout
+        res = await fleet.sandboxes(c, 5, job, limit=5)
+        print(res.values())          # raises an ExceptionGroup if any failed
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Generic, Iterable, List, TypeVar
+
+from . import _ops as ops
+from . import models as m
+from .aio import AsyncClient
+from .errors import Capacity
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Outcome(Generic[T, R]):
+    """One item's result: ``value``, or the ``error`` it raised."""
+    index: int
+    item: T
+    value: R | None = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Results(List[Outcome[T, R]]):
+    """The outcomes, in the items' order."""
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """The exceptions raised, in order."""
+        return [o.error for o in self if o.error is not None]
+
+    def values(self) -> list[R]:
+        """Every value; an :class:`ExceptionGroup` of the failures if any failed."""
+        errs = [e for e in self.errors if isinstance(e, Exception)]
+        if errs:
+            raise ExceptionGroup(f"{len(errs)} of {len(self)} failed", errs)
+        return [o.value for o in self]  # type: ignore[misc]
+
+
+async def map(fn: Callable[[T], Awaitable[R]], items: Iterable[T], *, limit: int = 8) -> Results[T, R]:
+    """Await ``fn(item)`` for every item, at most ``limit`` at once."""
+    sem = asyncio.Semaphore(max(1, limit))
+    outcomes: Results[T, R] = Results(Outcome(i, it) for i, it in enumerate(items))
+
+    async def one(o: Outcome[T, R]) -> None:
+        async with sem:
+            try:
+                o.value = await fn(o.item)
+            except Exception as e:  # collected, not raised: the others go on
+                o.error = e
+
+    await asyncio.gather(*(one(o) for o in outcomes))
+    return outcomes
+
+
+async def create_with_retry(client: AsyncClient, spec: ops.SpecLike = None, *,
+                            attempts: int = 20) -> m.Sandbox:
+    """Create a sandbox, waiting out :class:`~tine.errors.Capacity` answers
+    (as ``retry_after`` says, at least 0.1 s) up to ``attempts`` times."""
+    for i in range(attempts):
+        try:
+            return await client.create(spec)
+        except Capacity as e:
+            if i == attempts - 1:
+                raise
+            await asyncio.sleep(max(0.1, min(e.retry_after or 1.0, 30.0)))
+    raise AssertionError("unreachable")
+
+
+async def sandboxes(client: AsyncClient, n: int,
+                    fn: Callable[[AsyncClient, m.Sandbox, int], Awaitable[R]], *,
+                    spec: ops.SpecLike = None, limit: int = 8,
+                    keep: bool = False) -> Results[int, R]:
+    """Create ``n`` sandboxes (at most ``limit`` alive at once, retrying on
+    capacity), await ``fn(client, sandbox, i)`` in each, and delete each
+    when its ``fn`` is done (unless ``keep``)."""
+
+    async def one(i: int) -> R:
+        sb = await create_with_retry(client, spec)
+        try:
+            return await fn(client, sb, i)
+        finally:
+            if not keep:
+                await asyncio.shield(_delete_quietly(client, sb.id))
+
+    return await map(one, range(n), limit=limit)
+
+
+async def _delete_quietly(client: AsyncClient, sid: str) -> None:
+    try:
+        await client.delete(sid)
+    except Exception:
+        pass  # already gone (expired, or the daemon went away)
+
+
+async def invoke(client: AsyncClient, name: str, payloads: Iterable[Any], *,
+                 limit: int = 8) -> Results[Any, m.Invocation]:
+    """Call function ``name`` once per payload, at most ``limit`` at once."""
+    return await map(lambda p: client.invoke(name, p), payloads, limit=limit)

@@ -1,0 +1,273 @@
+"""The API's objects as dataclasses (the Go package ``api``'s types).
+
+Answers are decoded leniently (unknown fields are ignored, so a newer daemon
+does not break an older SDK); requests are encoded strictly, without the
+fields left ``None`` (the daemon refuses unknown fields). Specs may be given
+as these dataclasses or as plain dicts.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping, TypeVar, Union
+
+T = TypeVar("T")
+
+
+def to_json(obj: Any) -> Any:
+    """Turn a dataclass (or a dict, list of them) into JSON values, dropping
+    fields and keys whose value is ``None``."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(v) for f in dataclasses.fields(obj)
+                if (v := getattr(obj, f.name)) is not None}
+    if isinstance(obj, Mapping):
+        return {k: to_json(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    return obj
+
+
+def from_json(cls: type[T], data: Any) -> T:
+    """Build dataclass ``cls`` from a decoded JSON object, recursing into
+    fields typed as dataclasses, lists of them and datetimes."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: _convert(hints[k], v) for k, v in (data or {}).items() if k in known}
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(args[0], value) if len(args) == 1 else value
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return [_convert(item, v) for v in value]
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return from_json(hint, value)
+    if hint is datetime.datetime and isinstance(value, str):
+        return datetime.datetime.fromisoformat(value)
+    if hint is bytes and isinstance(value, str):
+        return base64.b64decode(value)
+    return value
+
+
+# --- sandboxes -----------------------------------------------------------
+
+@dataclass
+class Limits:
+    """A sandbox's resource limits."""
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+
+
+@dataclass
+class Bind:
+    """A host directory mounted into a sandbox."""
+    source: str
+    target: str
+    read_only: bool | None = None
+
+
+@dataclass
+class SandboxSpec:
+    """The body of a create; every field is optional (docs/api.md)."""
+    rootfs: str | None = None
+    disk_bytes: int | None = None
+    env: list[str] | None = None
+    workdir: str | None = None
+    hostname: str | None = None
+    network: str | None = None
+    seccomp: str | None = None
+    binds: list[Bind] | None = None
+    limits: Limits | None = None
+    ttl_seconds: int | None = None
+    idle_timeout_seconds: int | None = None
+
+
+@dataclass
+class Usage:
+    """A sandbox's resource use, read from its cgroup."""
+    memory_bytes: int = 0
+    peak_memory_bytes: int = 0
+    pids: int = 0
+    cpu_time_ms: float = 0.0
+
+
+@dataclass
+class Sandbox:
+    """A live sandbox as the daemon describes it."""
+    id: str
+    state: str  # running, stopping, exited
+    pid: int = 0
+    created_at: datetime.datetime | None = None
+    expires_at: datetime.datetime | None = None
+    last_active_at: datetime.datetime | None = None
+    idle_expires_at: datetime.datetime | None = None
+    execs: int = 0
+    spec: SandboxSpec = field(default_factory=SandboxSpec)
+    usage: Usage = field(default_factory=Usage)
+
+
+# --- exec ----------------------------------------------------------------
+
+@dataclass
+class Timings:
+    """An exec's wall-clock phases in milliseconds."""
+    start: float = 0.0
+    run: float = 0.0
+    total: float = 0.0
+
+
+@dataclass
+class ExecExit:
+    """How a command ended: ``exit_code`` follows the shell (128+N on signal
+    N, 124 timeout, 137 oom, 127 not found, 126 not executable) and
+    ``reason`` says which (exit, signal, oom, timeout, not-found,
+    not-executable)."""
+    exit_code: int
+    reason: str
+    signal: int | None = None
+    timings_ms: Timings = field(default_factory=Timings)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited 0."""
+        return self.exit_code == 0
+
+
+@dataclass
+class ExecResult(ExecExit):
+    """The answer of a JSON-mode exec: the exit and the captured output."""
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+# --- files ---------------------------------------------------------------
+
+@dataclass
+class FileInfo:
+    """A file inside a sandbox; ``type`` is file, dir, symlink or other and
+    ``mode`` the permission bits (e.g. ``0o644``)."""
+    path: str
+    name: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mod_time: datetime.datetime | None = None
+    uid: int = 0
+    gid: int = 0
+    link: str | None = None
+
+
+# --- functions -----------------------------------------------------------
+
+@dataclass
+class FunctionLimits:
+    """Per-request limits of a function."""
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    timeout_seconds: float | None = None
+
+
+@dataclass
+class FunctionSpec:
+    """A warm function (docs/functions.md). ``entry`` is a host path (its
+    directory is visible read-only inside at /tine/fn)."""
+    name: str
+    runtime: str = "python"  # python, node or exec
+    entry: str | None = None
+    handler: str | None = None
+    command: list[str] | None = None
+    preload: list[str] | None = None
+    python: str | None = None
+    node: str | None = None
+    concurrency: int | None = None
+    cold_after_seconds: float | None = None
+    limits: FunctionLimits | None = None
+
+
+@dataclass
+class Function:
+    """A registered function; ``state`` is warm, warming or cold."""
+    spec: FunctionSpec
+    state: str
+    pid: int | None = None
+    calls: int = 0
+    warm_ms: float | None = None
+
+
+@dataclass
+class InvocationError:
+    """What a handler raised (type, message, traceback; line of a script's
+    syntax error), or why the request failed."""
+    type: str
+    message: str
+    traceback: str | None = None
+    line: int | None = None
+
+
+@dataclass
+class InvocationTimings:
+    """One request's phases in milliseconds (docs/functions.md)."""
+    cold: bool = False
+    warm_ms: float | None = None
+    queue: float = 0.0
+    dispatch: float = 0.0
+    fork: float = 0.0
+    admit: float = 0.0
+    isolate: float = 0.0
+    run: float = 0.0
+    reply: float = 0.0
+    total: float = 0.0
+    throttled: bool = False
+
+
+@dataclass
+class Invocation:
+    """The outcome of a function or script call. ``status`` is ok, error,
+    timeout, oom or crashed: a handler's exception is not a Python error
+    here but ``status == "error"`` with :attr:`error`. ``result`` is the
+    handler's JSON value; ``result_bytes`` the decoded ``result_base64``
+    (a handler that returned bytes; an exec function's stdout)."""
+    status: str
+    result: Any = None
+    result_bytes: bytes | None = None
+    error: InvocationError | None = None
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    exit_code: int | None = None
+    timings: InvocationTimings = field(default_factory=InvocationTimings)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the handler returned normally."""
+        return self.status == "ok"
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "Invocation":
+        """Decode the daemon's answer (``result_base64`` becomes bytes)."""
+        data = dict(data)
+        if "result_base64" in data:
+            data["result_bytes"] = data.pop("result_base64")
+        return from_json(cls, data)
+
+
+@dataclass
+class Script:
+    """A registered pool script: its sha256 ``digest`` names it."""
+    digest: str
+    size: int = 0
