@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tine-run/tine/api"
+)
+
+func newDesktopCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "desktop",
+		Short: "Desktops for computer-use agents: Xvfb, a window manager and apps in a sandbox, driven over the ACI (needs tine serve)",
+		Long: `A desktop is a sandbox running Xvfb, openbox and the apps asked for, and
+tine's guest, which serves the ACI (docs/aci.md) at
+/v1/desktops/{id}/aci. Its id works with the sandbox verbs too (tine exec,
+the files API).`,
+	}
+	cmd.AddCommand(newDesktopCreateCommand(), newDesktopLsCommand(), newDesktopRmCommand(), newDesktopScreenshotCommand())
+	return cmd
+}
+
+func newDesktopCreateCommand() *cobra.Command {
+	var size, memory string
+	var apps []string
+	cmd := &cobra.Command{
+		Use:   "create [--size WxH] [--app CMD]...",
+		Short: "Start a desktop; prints its id once every app has a window and the last one the focus",
+		Args:  noArgs,
+	}
+	cmd.Flags().StringVar(&size, "size", "1280x800", "screen size")
+	cmd.Flags().StringArrayVar(&apps, "app", nil, `an app to start: a command name, or a JSON argv like '["xterm","-bg","black"]'`)
+	cmd.Flags().StringVar(&memory, "memory", "", "memory limit of the desktop's sandbox (default 1g)")
+	dial := daemonFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		spec := &api.DesktopSpec{}
+		if _, err := fmt.Sscanf(size, "%dx%d", &spec.Width, &spec.Height); err != nil {
+			return usageError{fmt.Sprintf("invalid --size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
+		}
+		for _, a := range apps {
+			var argv []string
+			if json.Unmarshal([]byte(a), &argv) != nil || len(argv) == 0 {
+				argv = []string{a}
+			}
+			spec.Apps = append(spec.Apps, argv)
+		}
+		if memory != "" {
+			m, err := parseSize("memory", memory)
+			if err != nil {
+				return err
+			}
+			spec.Limits.MemoryBytes = m
+		}
+		c, err := dial()
+		if err != nil {
+			return err
+		}
+		d, err := c.CreateDesktop(cmd.Context(), spec)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), d.ID)
+		return nil
+	}
+	return cmd
+}
+
+func newDesktopLsCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "ls", Short: "List the desktops", Args: noArgs}
+	dial := daemonFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := dial()
+		if err != nil {
+			return err
+		}
+		ds, err := c.Desktops(cmd.Context())
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tSIZE\tREADY_MS\tMEMORY")
+		for _, d := range ds {
+			fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%.0f\t%d MiB\n", d.ID, d.State, d.Width, d.Height, d.ReadyMs, d.Usage.MemoryBytes>>20)
+		}
+		return tw.Flush()
+	}
+	return cmd
+}
+
+func newDesktopRmCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "rm ID...", Short: "Destroy desktops", Args: cobra.MinimumNArgs(1)}
+	dial := daemonFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
+		c, err := dial()
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := c.DeleteDesktop(cmd.Context(), id); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), id)
+		}
+		return nil
+	}
+	return cmd
+}
+
+func newDesktopScreenshotCommand() *cobra.Command {
+	var out, format string
+	var quality, maxEdge int
+	var cursor bool
+	cmd := &cobra.Command{Use: "screenshot ID -o FILE", Short: "Save a screenshot of a desktop (PNG, or JPEG with --format jpeg)", Args: cobra.ExactArgs(1)}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (- for stdout)")
+	cmd.Flags().StringVar(&format, "format", "png", "png or jpeg")
+	cmd.Flags().IntVar(&quality, "quality", 0, "JPEG quality 1-100 (default 80)")
+	cmd.Flags().IntVar(&maxEdge, "max-long-edge", 0, "downscale so the longer edge is at most this")
+	cmd.Flags().BoolVar(&cursor, "cursor", false, "draw the pointer in")
+	dial := daemonFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if out == "" {
+			return usageError{"screenshot needs -o FILE (or -o - for stdout)"}
+		}
+		c, err := dial()
+		if err != nil {
+			return err
+		}
+		a, err := c.DialACI(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		_, img, err := a.Screenshot(cmd.Context(), &api.ACIScreenshot{Format: format, Quality: quality, MaxLongEdge: maxEdge, Cursor: cursor})
+		if err != nil {
+			return err
+		}
+		if out == "-" {
+			_, err = cmd.OutOrStdout().Write(img)
+			return err
+		}
+		return os.WriteFile(out, img, 0o644)
+	}
+	return cmd
+}
