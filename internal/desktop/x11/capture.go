@@ -1,6 +1,7 @@
 package x11
 
 import (
+	"encoding/binary"
 	"fmt"
 	"image"
 
@@ -55,6 +56,7 @@ func (d *Display) grab(buf *frame.Frame, r image.Rectangle) (*frame.Frame, error
 		if len(reply.Data) < r.Dx()*r.Dy()*4 {
 			return nil, fmt.Errorf("GetImage returned %d bytes for %dx%d pixels", len(reply.Data), r.Dx(), r.Dy())
 		}
+		copyColour(reply.Data, reply.Data)
 		return &frame.Frame{Width: r.Dx(), Height: r.Dy(), Stride: r.Dx() * 4, Pix: reply.Data}, nil
 	}
 	if _, err := shm.GetImage(d.conn, xproto.Drawable(d.root), x, y, w, h, ^uint32(0), xproto.ImageFormatZPixmap, d.shm.seg, 0).Reply(); err != nil {
@@ -67,8 +69,22 @@ func (d *Display) grab(buf *frame.Frame, r image.Rectangle) (*frame.Frame, error
 	} else {
 		f.Pix = make([]byte, n)
 	}
-	copy(f.Pix, d.shm.mem) // the segment is reused by the next capture
+	copyColour(f.Pix, d.shm.mem) // the segment is reused by the next capture
 	return f, nil
+}
+
+// copyColour copies BGRX pixels and zeroes each X byte on the way. The X
+// server leaves whatever a client drew there (antialiased text carries
+// alpha): zeroed, a frame's hash depends on the colours alone, so equal
+// pictures hash equal and a client can hash what it decodes.
+func copyColour(dst, src []byte) {
+	n := min(len(dst), len(src)) &^ 7
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(src[i:])&0x00ffffff_00ffffff)
+	}
+	for i := n; i+4 <= min(len(dst), len(src)); i += 4 {
+		dst[i], dst[i+1], dst[i+2], dst[i+3] = src[i], src[i+1], src[i+2], 0
+	}
 }
 
 // drawCursor blends the cursor image (premultiplied ARGB) over f, whose
