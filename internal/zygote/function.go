@@ -426,14 +426,14 @@ func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *request
 	// Either ends the wait even if the request's process never joined its
 	// group (and so was not killed): the group is then removed, not
 	// recycled, so a late joiner finds no group and exits.
-	giveUp := func() { rg.Kill(); io.replyR.SetReadDeadline(time.Now()) }
+	giveUp := func() { rg.KillMembers(); io.replyR.SetReadDeadline(time.Now()) }
 	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); giveUp() })
 	stop := context.AfterFunc(ctx, giveUp)
 	rep, rerr := io.readReply()
 	got := monotonic()
 	timer.Stop()
 	stop()
-	rg.Kill() // the request is over: whatever it left running goes
+	rg.KillMembers() // the request is over: whatever it left running goes
 	inv.Stdout, inv.Stderr, inv.Truncated = io.output()
 	if rerr == nil {
 		inv.Timings.Throttled = rg.throttled()

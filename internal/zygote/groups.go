@@ -28,23 +28,26 @@ type requestGroup struct {
 
 // oomKilled reports whether the kernel killed a process of this request
 // for exceeding the memory limit.
-func (g *requestGroup) oomKilled() bool { return g.Stats().OOMKills > g.oomBase }
+func (g *requestGroup) oomKilled() bool { return g.OOMKills() > g.oomBase }
 
 // throttled reports whether this request hit its CPU quota.
 func (g *requestGroup) throttled() bool { return g.Throttled() > g.throttledBase }
 
 // release kills what is left in the group and, in the background, puts it
-// back in the pool once it is empty (or removes it).
+// back in the pool once it is empty (or removes it, and has the pool make
+// a new one).
 func (g *requestGroup) release() {
-	g.Kill()
+	g.KillMembers()
 	if g.spoiled {
-		go g.remove()
+		go func() { g.remove(); g.pool.kick() }()
 		return
 	}
 	go g.pool.recycle(g)
 }
 
-// groupPool keeps a few request groups ready in one sandbox.
+// groupPool keeps a few request groups ready in one sandbox: made ahead,
+// once, and then recycled; a group is made on the request path only when
+// more requests run at once than the pool holds.
 type groupPool struct {
 	sb    *sandbox.Sandbox
 	lim   cgroup.Limits
@@ -107,7 +110,7 @@ func (p *groupPool) fill() {
 // put makes g ready for a request, or removes it when the pool is full or
 // closed. It reports whether the pool is still open.
 func (p *groupPool) put(g *requestGroup) bool {
-	g.oomBase, g.throttledBase = g.Stats().OOMKills, g.Throttled()
+	g.oomBase, g.throttledBase = g.OOMKills(), g.Throttled()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.closed {
@@ -123,13 +126,14 @@ func (p *groupPool) put(g *requestGroup) bool {
 
 // recycle waits for a used group to empty and puts it back.
 func (p *groupPool) recycle(g *requestGroup) {
-	for delay := 100 * time.Microsecond; g.Stats().Pids > 0; delay *= 2 {
+	for delay := 100 * time.Microsecond; g.Pids() > 0; delay *= 2 {
 		if delay > 100*time.Millisecond {
 			g.remove() // kills what is still there, retrying
+			p.kick()
 			return
 		}
 		time.Sleep(delay)
-		g.Kill()
+		g.KillMembers()
 	}
 	g.ResetPeak()
 	p.put(g)
@@ -137,13 +141,11 @@ func (p *groupPool) recycle(g *requestGroup) {
 
 func (g *requestGroup) remove() {
 	closeAll(g.procs)
-	g.Kill()
-	g.Remove()
+	g.Remove() // kills what is left, retrying
 }
 
 // take returns a ready group, or makes one when none is.
 func (p *groupPool) take() (*requestGroup, error) {
-	defer p.kick()
 	select {
 	case g := <-p.ready:
 		return g, nil

@@ -26,7 +26,7 @@ type nodeWorker struct {
 
 func (w *nodeWorker) discard() {
 	w.stdin.Close()
-	w.rg.Kill()
+	w.rg.KillMembers()
 	w.io.output()
 	w.io.closeAll()
 	w.rg.release()

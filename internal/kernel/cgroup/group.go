@@ -241,17 +241,17 @@ func (g *Group) Stats() Stats {
 	if g.host.Version == V2 {
 		s.MemoryBytes = readInt(mem, "memory.current")
 		s.PeakMemoryBytes = readInt(mem, "memory.peak")
-		s.OOMKills = readKeyed(mem, "memory.events", "oom_kill")
+		s.OOMKills = g.OOMKills()
 		s.CPUTimeNs = readKeyed(mem, "cpu.stat", "usage_usec") * 1000
 	} else {
 		s.MemoryBytes = readInt(mem, "memory.usage_in_bytes")
 		s.PeakMemoryBytes = readInt(mem, "memory.max_usage_in_bytes")
-		s.OOMKills = readKeyed(mem, "memory.oom_control", "oom_kill")
+		s.OOMKills = g.OOMKills()
 		if dir, ok := g.dirs["cpuacct"]; ok {
 			s.CPUTimeNs = readInt(dir, "cpuacct.usage")
 		}
 	}
-	s.Pids = readInt(g.dirs["pids"], "pids.current")
+	s.Pids = g.Pids()
 	s.Throttled = g.Throttled()
 	return s
 }
@@ -264,6 +264,27 @@ func (g *Group) ResetPeak() {
 	} else {
 		writeOptional(g.dirs["memory"], "memory.peak", "reset")
 	}
+}
+
+// Pids is Stats().Pids alone: one file read.
+func (g *Group) Pids() int64 { return readInt(g.dirs["pids"], "pids.current") }
+
+// OOMKills is Stats().OOMKills alone: one file read.
+func (g *Group) OOMKills() int64 {
+	if g.host.Version == V2 {
+		return readKeyed(g.dirs["memory"], "memory.events", "oom_kill")
+	}
+	return readKeyed(g.dirs["memory"], "memory.oom_control", "oom_kill")
+}
+
+// KillMembers is Kill for a group whose processes are in every hierarchy
+// it spans (they joined all at once, as requests do): one listing, not one
+// per hierarchy.
+func (g *Group) KillMembers() {
+	if g.host.Version == V2 && writeFile(g.dirs["memory"], "cgroup.kill", "1") == nil {
+		return
+	}
+	killProcs(g.dirs["pids"])
 }
 
 // Throttled is Stats().Throttled alone: one file read.
