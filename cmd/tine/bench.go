@@ -86,7 +86,7 @@ from its scheduled start through the Go client, with the daemon's phase
 breakdown. In the same run, a python3 with the same imports times
 fork()+_exit()+waitpid() (the floor). Targets: p50 at most 4x the floor's,
 p99 at most 3x the p50 (NOT MEASURED when a request hit its CPU quota).`,
-			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.WarmReport, error) {
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Warm(ctx, d, o)
 			}),
 		newWarmSuiteCommand("pool", "Time the runtime pool and measure its memory per registered script",
@@ -95,14 +95,27 @@ once, reading the pool's PSS after an eighth of them and after all (the slope
 per script); then it sends -n requests at --rate per second, alternating the
 16-import warm function and a random script. Targets: pool p50 at most the
 warm p50 + 0.5 ms; a slope under 16 KiB per script.`,
-			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.WarmReport, error) {
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Pool(ctx, d, o)
+			}),
+		newWarmSuiteCommand("desktop", "Time desktops: create→ready, action round trips, screenshots, step, memory per desktop",
+			`desktop starts a tine serve for the run and measures through the Go client:
+create→ready of a desktop with an xterm (p50 of 10); the round trip of a
+click, a key and typing one character (-n/10 each, at least 50); PNG and JPEG
+q80 screenshots at 1280x800 and at a 1024 long edge of a desktop full of
+text; step with 3, 5 and 8 actions against the same as sequential calls;
+and the PSS of 1 to 8 desktops (the slope per desktop). Targets: create→ready
+at most 400 ms, action p50 at most 0.5 ms, screenshot PNG at most 8 ms and
+JPEG q80 at most 5 ms (the JPEG encoder is libjpeg-turbo only in a build
+with -tags turbojpeg), at most 40 MiB PSS per desktop.`,
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
+				return bench.Desktop(ctx, d, o)
 			}),
 		newWarmSuiteCommand("load", "Find the highest sustained request rate through one function with no failure",
 			`load drives the 16-import function with closed loops of 1, 2, 4, ... clients,
 3 s each, until the rate stops growing or a request fails, and reports the
 highest rate with none failed. The target: at least 1000 requests/s.`,
-			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.WarmReport, error) {
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Load(ctx, d, 3*time.Second)
 			}),
 	)
@@ -111,7 +124,7 @@ highest rate with none failed. The target: at least 1000 requests/s.`,
 
 // newWarmSuiteCommand makes a warm-path suite's command: it starts a daemon
 // (with the 16 imports preloaded in the runtime pool), runs, and prints.
-func newWarmSuiteCommand(name, short, long string, run func(context.Context, *bench.Daemon, bench.WarmOptions) (*bench.WarmReport, error)) *cobra.Command {
+func newWarmSuiteCommand(name, short, long string, run func(context.Context, *bench.Daemon, bench.WarmOptions) (*bench.SeriesReport, error)) *cobra.Command {
 	var (
 		opts     bench.WarmOptions
 		jsonPath string

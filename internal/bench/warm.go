@@ -63,8 +63,8 @@ type Series struct {
 	Samples   []int64 `json:"samples_ns"`
 }
 
-// WarmReport is what a warm-path suite measured.
-type WarmReport struct {
+// SeriesReport is what a warm-path suite measured.
+type SeriesReport struct {
 	Suite       string         `json:"suite"`
 	Fingerprint Fingerprint    `json:"fingerprint"`
 	Verdict     Verdict        `json:"verdict"`
@@ -75,7 +75,7 @@ type WarmReport struct {
 
 // ExitCode: 2 when the host was disturbed, 1 when a target was missed or a
 // request failed, else 0.
-func (r *WarmReport) ExitCode() int {
+func (r *SeriesReport) ExitCode() int {
 	if r.Verdict.Disturbed {
 		return 2
 	}
@@ -93,7 +93,7 @@ func (r *WarmReport) ExitCode() int {
 }
 
 // WriteTable prints the report for people.
-func (r *WarmReport) WriteTable(w io.Writer) {
+func (r *SeriesReport) WriteTable(w io.Writer) {
 	p := &printer{w: w}
 	p.printf("tine bench %s\n", r.Suite)
 	for _, s := range r.Series {
@@ -151,7 +151,7 @@ func phaseOrder(n string) int {
 }
 
 // WriteJSON writes the report with its raw samples.
-func (r *WarmReport) WriteJSON(path string) error {
+func (r *SeriesReport) WriteJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -314,12 +314,12 @@ func putWarmFunction(ctx context.Context, d *Daemon, name string, concurrency in
 	return err
 }
 
-func newWarmReport(suite string, g *Guard) (*WarmReport, HostState) {
-	r := &WarmReport{Suite: suite, Fingerprint: TakeFingerprint(), Figures: map[string]any{}}
+func newSeriesReport(suite string, g *Guard) (*SeriesReport, HostState) {
+	r := &SeriesReport{Suite: suite, Fingerprint: TakeFingerprint(), Figures: map[string]any{}}
 	return r, g.Read()
 }
 
-func (r *WarmReport) finish(g *Guard, before HostState, ownLoad bool) {
+func (r *SeriesReport) finish(g *Guard, before HostState, ownLoad bool) {
 	after := g.Read()
 	r.Fingerprint.Before, r.Fingerprint.After = before, after
 	if ownLoad {
@@ -338,7 +338,7 @@ func (r *WarmReport) finish(g *Guard, before HostState, ownLoad bool) {
 // Warm measures the warm path: opts.Requests calls at opts.Rate per second
 // to the 16-import function, next to the fork floor sampled in the same
 // run (one floor sample per four requests, interleaved).
-func Warm(ctx context.Context, d *Daemon, opts WarmOptions) (*WarmReport, error) {
+func Warm(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, error) {
 	if err := putWarmFunction(ctx, d, "bench-warm", 4); err != nil {
 		return nil, err
 	}
@@ -348,7 +348,7 @@ func Warm(ctx context.Context, d *Daemon, opts WarmOptions) (*WarmReport, error)
 	}
 	defer floor.close()
 	g := NewGuard(runtime.NumCPU())
-	r, before := newWarmReport("warm", g)
+	r, before := newSeriesReport("warm", g)
 	payload := json.RawMessage(`{"n": 1}`)
 	for range 50 { // warm-up: caches, the request-cgroup pool
 		d.Client.Invoke(ctx, "bench-warm", payload)

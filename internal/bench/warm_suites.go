@@ -21,12 +21,12 @@ import (
 // and each called once; the pool's PSS at an eighth of them and at all of
 // them (the slope per script); then requests to random scripts interleaved
 // with requests to the warm function, for the pool's extra cost per call.
-func Pool(ctx context.Context, d *Daemon, opts WarmOptions) (*WarmReport, error) {
+func Pool(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, error) {
 	if err := putWarmFunction(ctx, d, "bench-warm", 4); err != nil {
 		return nil, err
 	}
 	g := NewGuard(runtime.NumCPU())
-	r, before := newWarmReport("pool", g)
+	r, before := newSeriesReport("pool", g)
 	digests := make([]string, opts.Scripts)
 	for i := range digests {
 		src := fmt.Sprintf("import json\n\nSCRIPT = %d\n\ndef handler(event):\n    return {\"script\": SCRIPT, \"event\": event}\n", i)
@@ -90,12 +90,17 @@ func poolPSS(ctx context.Context, d *Daemon) int64 {
 	if err != nil || f.Pid == 0 {
 		return 0
 	}
+	return treePSS(f.Pid)
+}
+
+// treePSS sums the PSS of pid and all its descendants.
+func treePSS(pid int) int64 {
 	var total int64
-	pids := []int{f.Pid}
+	pids := []int{pid}
 	for len(pids) > 0 {
-		pid := pids[0]
-		pids = append(pids[1:], childPids(pid)...)
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		p := pids[0]
+		pids = append(pids[1:], childPids(p)...)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
 		if err != nil {
 			continue
 		}
@@ -127,13 +132,13 @@ func childPids(pid int) []int {
 // Load finds the highest sustained request rate through one function with
 // no failed request: closed loops of 1, 2, 4, ... clients, each for window,
 // until the rate stops growing or a request fails.
-func Load(ctx context.Context, d *Daemon, window time.Duration) (*WarmReport, error) {
+func Load(ctx context.Context, d *Daemon, window time.Duration) (*SeriesReport, error) {
 	const concurrency = 32
 	if err := putWarmFunction(ctx, d, "bench-load", concurrency); err != nil {
 		return nil, err
 	}
 	g := NewGuard(runtime.NumCPU())
-	r, before := newWarmReport("load", g)
+	r, before := newSeriesReport("load", g)
 	best := 0.0
 	for clients := 1; clients <= concurrency; clients *= 2 {
 		var ok, failed atomic.Int64

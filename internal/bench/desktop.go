@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/desktop/encode"
+)
+
+// DesktopTargets are the bars for desktops on this 2-core machine.
+var DesktopTargets = struct{ ReadyMs, ActionMs, PNGMs, JPEGMs, PSSMiB float64 }{400, 0.5, 8, 5, 40}
+
+// textApps fill a desktop with text, the hard case for encoders.
+var textApps = [][]string{
+	{"xterm", "-geometry", "100x50+0+0", "-e", "sh", "-c", "ls -la /usr/bin /usr/lib | head -400; exec cat"},
+	{"xterm", "-geometry", "80x50+640+0", "-e", "sh", "-c", "cat /etc/services; exec cat"},
+}
+
+// Desktop measures desktops through the daemon and the Go client:
+// create→ready, action round trips, screenshots, step against sequential
+// calls, and memory per added desktop.
+func Desktop(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, error) {
+	g := NewGuard(runtime.NumCPU())
+	r, before := newSeriesReport("desktop", g)
+	c := d.Client
+	n := max(opts.Requests/10, 50)
+
+	// create→ready, p50 of 10 (one xterm each).
+	var creates []sample
+	for range 10 {
+		t0 := time.Now()
+		dt, err := c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}})
+		s := sample{latency: time.Since(t0), err: err}
+		creates = append(creates, s)
+		if err == nil {
+			c.DeleteDesktop(ctx, dt.ID)
+		}
+	}
+	create := summarize("create→ready (1280x800, openbox, xterm)", creates)
+	r.Series = append(r.Series, create)
+
+	dt, err := c.CreateDesktop(ctx, &api.DesktopSpec{Width: 1280, Height: 800, Apps: textApps})
+	if err != nil {
+		return nil, fmt.Errorf("create the measured desktop: %w", err)
+	}
+	defer c.DeleteDesktop(ctx, dt.ID)
+	a, err := c.DialACI(ctx, dt.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	time.Sleep(500 * time.Millisecond) // let the xterms draw their text
+
+	x, y := 1200, 700
+	actions := []struct {
+		name string
+		req  api.ACIRequest
+	}{
+		{"click", api.ACIRequest{Op: "click", X: &x, Y: &y}},
+		{"key", api.ACIRequest{Op: "key", Keys: "shift"}},
+		{"type 1 char", api.ACIRequest{Op: "type", Text: "a"}},
+	}
+	var actionP50 []float64
+	for _, act := range actions {
+		ss := timed(n, func() error { req := act.req; _, _, err := a.Do(ctx, &req); return err })
+		s := summarize("action round trip: "+act.name+" (Go client)", ss)
+		actionP50 = append(actionP50, float64(s.Latency.P50Ns)/1e6)
+		r.Series = append(r.Series, s)
+	}
+	a.Key(ctx, "BackSpace") // the typed characters went to the focused xterm's cat
+
+	shots := []struct {
+		name string
+		o    api.ACIScreenshot
+	}{
+		{"screenshot PNG 1280x800", api.ACIScreenshot{Format: "png"}},
+		{"screenshot JPEG q80 1280x800", api.ACIScreenshot{Format: "jpeg", Quality: 80}},
+		{"screenshot PNG 1024 long edge", api.ACIScreenshot{Format: "png", MaxLongEdge: 1024}},
+		{"screenshot JPEG q80 1024 long edge", api.ACIScreenshot{Format: "jpeg", Quality: 80, MaxLongEdge: 1024}},
+	}
+	var pngMs, jpegMs float64
+	for i, sh := range shots {
+		ss := timed(n/2, func() error { o := sh.o; _, _, err := a.Screenshot(ctx, &o); return err })
+		s := summarize(sh.name, ss)
+		r.Series = append(r.Series, s)
+		switch i {
+		case 0:
+			pngMs = float64(s.Latency.P50Ns) / 1e6
+		case 1:
+			jpegMs = float64(s.Latency.P50Ns) / 1e6
+		}
+	}
+	r.Figures["JPEG encoder in this build"] = encode.JPEGBackend
+
+	for _, k := range []int{3, 5, 8} {
+		acts := make([]api.ACIRequest, k)
+		for i := range acts {
+			px, py := 100+i*10, 100+i*10
+			acts[i] = api.ACIRequest{Op: "move", X: &px, Y: &py}
+		}
+		step := summarize(fmt.Sprintf("step, %d moves + cursor", k), timed(n, func() error {
+			_, _, err := a.Step(ctx, acts, &api.ACIObserve{Cursor: true})
+			return err
+		}))
+		seq := summarize(fmt.Sprintf("%d moves + cursor, sequential", k), timed(n, func() error {
+			for i := range acts {
+				if _, _, err := a.Do(ctx, &acts[i]); err != nil {
+					return err
+				}
+			}
+			_, _, err := a.Do(ctx, &api.ACIRequest{Op: "cursor"})
+			return err
+		}))
+		r.Series = append(r.Series, step, seq)
+		r.Figures[fmt.Sprintf("step k=%d: sequential p50 / step p50", k)] = fmt.Sprintf("%.2f", ratioOf(seq.Latency.P50Ns, step.Latency.P50Ns))
+	}
+
+	slope, pss, err := desktopPSS(ctx, c, 8)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range pss {
+		r.Figures[fmt.Sprintf("PSS of %d desktops (MiB)", i+1)] = fmt.Sprintf("%.1f", float64(p)/(1<<20))
+	}
+	r.Figures["PSS per added desktop (MiB, least-squares slope over 1..8)"] = fmt.Sprintf("%.1f", slope/(1<<20))
+
+	r.Checks = append(r.Checks,
+		check("create→ready p50, ms (at most)", float64(create.Latency.P50Ns)/1e6, DesktopTargets.ReadyMs, true),
+		check("action round trip p50 (worst of click, key, type), ms (at most)", maxOf(actionP50), DesktopTargets.ActionMs, true),
+		check("screenshot PNG 1280x800 p50, ms (at most)", pngMs, DesktopTargets.PNGMs, true),
+		check("screenshot JPEG q80 1280x800 p50, ms (at most)", jpegMs, DesktopTargets.JPEGMs, true),
+		check("PSS per added desktop, MiB (at most)", slope/(1<<20), DesktopTargets.PSSMiB, true))
+	r.finish(g, before, false)
+	return r, nil
+}
+
+// timed runs fn n times, one after another, timing each.
+func timed(n int, fn func() error) []sample {
+	out := make([]sample, n)
+	for i := range out {
+		t0 := time.Now()
+		err := fn()
+		out[i] = sample{latency: time.Since(t0), err: err}
+	}
+	return out
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}
+
+// desktopPSS starts n desktops (one xterm each) one by one and sums the
+// PSS of every process of all of them after each; it returns the
+// least-squares slope per desktop and the sums.
+func desktopPSS(ctx context.Context, c *client.Client, n int) (float64, []int64, error) {
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			c.DeleteDesktop(ctx, id)
+		}
+	}()
+	var sums []int64
+	for range n {
+		dt, err := c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}})
+		if err != nil {
+			return 0, nil, fmt.Errorf("desktop %d of %d: %w", len(ids)+1, n, err)
+		}
+		ids = append(ids, dt.ID)
+		time.Sleep(300 * time.Millisecond)
+		var sum int64
+		for _, id := range ids {
+			d, err := c.Desktop(ctx, id)
+			if err != nil {
+				return 0, nil, err
+			}
+			sum += treePSS(d.Pid)
+		}
+		sums = append(sums, sum)
+	}
+	// Least squares over (i+1, sums[i]).
+	var sx, sy, sxx, sxy float64
+	for i, s := range sums {
+		x, y := float64(i+1), float64(s)
+		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	k := float64(len(sums))
+	return (k*sxy - sx*sy) / (k*sxx - sx*sx), sums, nil
+}
