@@ -143,6 +143,9 @@ type DesktopSpec struct {
 	// Apps are commands started once the window manager is up; create
 	// returns when each has mapped a window.
 	Apps [][]string `json:"apps,omitempty"`
+	// GLX gives the X server software OpenGL (about 54 MiB more per
+	// desktop); off by default.
+	GLX bool `json:"glx,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.

@@ -27,6 +27,7 @@ the files API).`,
 func newDesktopCreateCommand() *cobra.Command {
 	var size, memory string
 	var apps []string
+	spec := &api.DesktopSpec{}
 	cmd := &cobra.Command{
 		Use:   "create [--size WxH] [--app CMD]...",
 		Short: "Start a desktop; prints its id once every app has a window and the last one the focus",
@@ -35,9 +36,9 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().StringVar(&size, "size", "1280x800", "screen size")
 	cmd.Flags().StringArrayVar(&apps, "app", nil, `an app to start: a command name, or a JSON argv like '["xterm","-bg","black"]'`)
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit of the desktop's sandbox (default 1g)")
+	cmd.Flags().BoolVar(&spec.GLX, "glx", false, "give the X server software OpenGL (about 54 MiB more per desktop)")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		spec := &api.DesktopSpec{}
 		if _, err := fmt.Sscanf(size, "%dx%d", &spec.Width, &spec.Height); err != nil {
 			return usageError{fmt.Sprintf("invalid --size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
 		}

@@ -59,6 +59,7 @@ inside each desktop sandbox.`,
 	cmd.Flags().StringVar(&o.Display, "display", "", "attach to this X display instead of starting Xvfb")
 	cmd.Flags().StringVar(&size, "size", "1280x800", "screen size of the Xvfb started")
 	cmd.Flags().StringArrayVar(&apps, "app", nil, "an app to start: a command name, or a JSON argv")
+	cmd.Flags().BoolVar(&o.GLX, "glx", false, "keep Xvfb's GLX extension (software OpenGL; about 54 MiB more per desktop)")
 	cmd.Flags().StringVar(&wm, "wm", "", `window manager command (default openbox; "none" for none)`)
 	return cmd
 }

@@ -109,6 +109,9 @@ func (s *Server) guestBinary() (string, error) {
 // startGuest launches `tine guest` in b and waits for its ready line.
 func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	args := []string{guestBinary, "guest", "--listen", guestSocket, "--size", fmt.Sprintf("%dx%d", req.Width, req.Height)}
+	if req.GLX {
+		args = append(args, "--glx")
+	}
 	for _, app := range req.Apps {
 		j, _ := json.Marshal(app)
 		args = append(args, "--app", string(j))
