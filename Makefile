@@ -11,8 +11,13 @@ APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs x
 
 .PHONY: build demo test deps clean bench
 
+# TAGS=turbojpeg builds the JPEG encoder over libjpeg-turbo (cgo; needs
+# libturbojpeg0-dev): desktop screenshots in JPEG 4x faster, tine's own
+# start about 1 ms slower. The default build is pure Go.
+TAGS    ?=
+
 build:
-	$(GO) build -o $(BIN) ./cmd/tine
+	$(GO) build -tags "$(TAGS)" -o $(BIN) ./cmd/tine
 
 deps:
 	@$(GO) version >/dev/null 2>&1 || { echo "Go 1.26 is needed: put it on PATH or at /usr/local/go (https://go.dev/dl)"; exit 1; }
