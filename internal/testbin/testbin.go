@@ -32,6 +32,8 @@ func Build(dir string) (string, error) {
 	bin := filepath.Join(dir, "tine")
 	build := exec.Command(goTool, "build", "-o", bin, "./cmd/tine")
 	build.Dir = filepath.Dir(gomod)
+	// As make build does: static, pure Go (see the Makefile).
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/tine: %w\n%s", err, out)
 	}
