@@ -218,7 +218,8 @@ class Pending(Generic[W]):
         self._w[rid] = waiter
 
     def discard(self, rid: int) -> None:
-        self._w.pop(rid, None)
+        if rid in self._w:
+            del self._w[rid]
 
     def pop(self, rid: int) -> W | None:
         if rid == 0 and self._w:
