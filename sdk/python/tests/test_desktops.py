@@ -9,6 +9,7 @@ import shutil
 import struct
 import time
 import unittest
+from typing import Any, Awaitable
 
 from _daemon import Daemon, daemon
 
@@ -79,7 +80,7 @@ class DesktopTest(unittest.TestCase):
         with self.assertRaises(tine.InvalidArgument):
             self.c.create_desktop(width=10, height=10)
         with self.assertRaises(TypeError):
-            self.c.create_desktop(apps=["xterm"])  # type: ignore[list-item]
+            self.c.create_desktop(apps=["xterm"])
 
     def test_typing_runs_a_command(self) -> None:
         wins = self.s.windows()
@@ -171,7 +172,7 @@ class AsyncDesktopTest(unittest.IsolatedAsyncioTestCase):
                 async with await c.aci(d.id) as s:
                     self.assertEqual((s.welcome.width, s.welcome.height), (W, H))
                     # A wait first holds the guest, so all 20 are in flight at once.
-                    reqs = [s.wait(200)]
+                    reqs: list[Awaitable[Any]] = [s.wait(200)]
                     for i in range(1, 9):
                         reqs += [s.move(i * 10, i * 5), s.cursor()]
                     reqs += [s.key("nosuchkey"), s.screenshot(max_long_edge=64), s.screen()]
@@ -211,7 +212,7 @@ class AsyncDesktopTest(unittest.IsolatedAsyncioTestCase):
             res = await fleet.desktops(c, 3, job, spec={"width": W, "height": H, "apps": [["xterm"]]},
                                        limit=3)
             self.assertEqual(len(res), 3)
-            self.assertEqual(sorted(o.value for o in res if o.ok), [(W, H), (W, H)])  # type: ignore[type-var]
+            self.assertEqual(sorted(o.value for o in res if o.ok), [(W, H), (W, H)])
             self.assertEqual(len(res.errors), 1)
             self.assertIsInstance(res.errors[0], ValueError)
             self.assertEqual(len(set(seen)), 3)

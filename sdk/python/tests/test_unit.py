@@ -114,7 +114,7 @@ class ACIProtocolTest(unittest.TestCase):
                                                                 {"op": "move", "x": 1, "y": 2}],
                                       "observe": {"cursor": True}})
         with self.assertRaises(TypeError):
-            _aci.launch("xterm")  # type: ignore[arg-type]
+            _aci.launch("xterm")
         body = _ops.desktop_spec({"width": 800, "apps": [["a"]]}, height=600, limits=Limits(pids=9))
         self.assertEqual(body, {"width": 800, "height": 600, "apps": [["a"]], "limits": {"pids": 9}})
         self.assertEqual(_ops.desktop_spec(tine.DesktopSpec(ttl_seconds=5)), {"ttl_seconds": 5})
