@@ -312,6 +312,10 @@ class Protocol:
         """Why the session is over (for requests that can no longer be answered)."""
         return self.error or TransportError("the ACI session is closed")
 
+    def abort(self, why: str) -> bytes:
+        """End the session with ``why`` as its error; the close frame to send."""
+        return self._fail(why)
+
     def close(self) -> bytes:
         """Mark the session closed by the client; the close frame to send."""
         if self.done:

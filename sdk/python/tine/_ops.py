@@ -4,8 +4,9 @@ Each verb is a function returning a :class:`Call`: the HTTP request to send
 and how to turn a 2xx answer into a Python value. A transport (``client``'s
 or ``aio``'s) sends the call and hands the answer to :meth:`Call.parse`; a
 non-2xx answer becomes a :class:`~tine.errors.TineError` in
-:func:`~tine.errors.error_from_response`. Adding a verb (desktops, say) is a
-function here plus a one-line method on each client.
+:func:`~tine.errors.error_from_response`. Adding a verb is a function here
+plus a one-line method on each client (the desktops' ACI verbs, which go
+over a WebSocket instead, are built the same way in :mod:`tine._aci`).
 """
 
 from __future__ import annotations

@@ -401,6 +401,8 @@ class DesktopSession:
                     if fut is not None and not fut.done():
                         fut.set_result((rep, img))
         finally:
+            if not self._p.done:  # the reader itself failed: no later request may wait forever
+                self._p.abort("the ACI session's reader stopped")
             err = self._p.ended()
             for fut in self._pending.drain():
                 if not fut.done():
