@@ -192,6 +192,11 @@ class AsyncDesktopTest(unittest.IsolatedAsyncioTestCase):
                     self.assertEqual(s.in_flight, 0)
                     r = await s.step([{"op": "click", "x": 1, "y": 1}], {"cursor": True})
                     self.assertEqual((r.ok, r.cursor), (True, (1, 1)))
+                    # A cancelled wait: its late reply is dropped, the next request gets its own.
+                    with self.assertRaises(asyncio.TimeoutError):
+                        await asyncio.wait_for(s.wait(300), 0.05)
+                    self.assertEqual(await s.cursor(), (1, 1))
+                    self.assertEqual(s.in_flight, 0)
                 with self.assertRaises(tine.TransportError):
                     await s.screen()  # closed
             finally:
