@@ -1,8 +1,9 @@
 """Parts that need no daemon: endpoints, errors, models, WebSocket framing,
-the desktop placeholder."""
+the ACI protocol."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import unittest
@@ -11,9 +12,9 @@ from unittest import mock
 import _daemon  # noqa: F401  (puts the SDK's tree on sys.path)
 
 import tine
-from tine import _ops, _ws, desktop
+from tine import _aci, _ops, _ws
 from tine.errors import error_from_response
-from tine.models import Invocation, SandboxSpec, Limits, to_json
+from tine.models import Invocation, Limits, SandboxSpec, from_json, to_json
 
 
 class EndpointTest(unittest.TestCase):
@@ -95,12 +96,83 @@ class WebSocketTest(unittest.TestCase):
             _ws.check_accept("dGhlIHNhbXBsZSBub25jZQ==", {"Upgrade": "websocket"})
 
 
-class DesktopPlaceholderTest(unittest.TestCase):
-    def test_not_implemented(self) -> None:
-        with self.assertRaisesRegex(NotImplementedError, "desktop"):
-            tine.Client("/nonexistent.sock").create_desktop()
-        with self.assertRaises(NotImplementedError):
-            desktop.Desktop()
+def server_frame(op: int, p: bytes) -> bytes:
+    """An unmasked frame, as a server sends."""
+    if len(p) < 126:
+        return bytes([0x80 | op, len(p)]) + p
+    return bytes([0x80 | op, 126]) + struct.pack("!H", len(p)) + p
+
+
+class ACIProtocolTest(unittest.TestCase):
+    def test_requests(self) -> None:
+        self.assertEqual(_aci.click(0, 5).request, {"op": "click", "x": 0, "y": 5})
+        self.assertEqual(_aci.scroll(dy=3).request, {"op": "scroll", "dy": 3})
+        self.assertEqual(_aci.screenshot(format="jpeg", region=(1, 2, 3, 4), cursor=False).request,
+                         {"op": "screenshot", "screenshot": {"format": "jpeg", "region": [1, 2, 3, 4]}})
+        st = _aci.step([{"op": "key", "keys": "a", "id": 9}, _aci.move(1, 2)], {"cursor": True})
+        self.assertEqual(st.request, {"op": "step", "actions": [{"op": "key", "keys": "a"},
+                                                                {"op": "move", "x": 1, "y": 2}],
+                                      "observe": {"cursor": True}})
+        with self.assertRaises(TypeError):
+            _aci.launch("xterm")
+        body = _ops.desktop_spec({"width": 800, "apps": [["a"]]}, height=600, limits=Limits(pids=9))
+        self.assertEqual(body, {"width": 800, "height": 600, "apps": [["a"]], "limits": {"pids": 9}})
+        self.assertEqual(_ops.desktop_spec(tine.DesktopSpec(ttl_seconds=5)), {"ttl_seconds": 5})
+
+    def test_replies(self) -> None:
+        p = _aci.Protocol()
+        rid, frame = p.encode({"op": "screen"})
+        self.assertEqual(rid, 1)
+        dec = _ws.Decoder()
+        dec._buf += frame  # a masked client frame decodes as well
+        self.assertEqual(json.loads(dec.feed(b"")[0][1]), {"op": "screen", "id": 1})
+        welcome = b'{"type":"welcome","version":1,"capabilities":["step"],"width":8,"height":6}'
+        head = b'{"id":2,"ok":true,"frame_hash":"h","format":"png","width":8,"height":6}'
+        data = (server_frame(_ws.TEXT, welcome) + server_frame(_ws.TEXT, b'{"id":1,"ok":true,"width":8,"height":6}')
+                + server_frame(_ws.PING, b"x")
+                + server_frame(_ws.BINARY, struct.pack("!I", len(head)) + head + b"IMG"))
+        out, back = [], b""
+        for k in range(0, len(data), 5):  # arrives in pieces
+            o, b = p.receive(data[k:k + 5])
+            out += o
+            back += b
+        assert p.welcome is not None
+        self.assertEqual((p.welcome.version, p.welcome.capabilities, p.welcome.width), (1, ["step"], 8))
+        self.assertEqual([(i, img) for i, _, img in out], [(1, None), (2, b"IMG")])
+        self.assertEqual(_aci.finish(_aci.screen(), out[0][1], None), (8, 6))
+        shot = _aci.finish(_aci.screenshot(), out[1][1], out[1][2])
+        self.assertEqual((shot.frame_hash, shot.width, shot.data), ("h", 8, b"IMG"))
+        self.assertEqual(back[0] & 0x0F, _ws.PONG)
+        err = {"id": 3, "ok": False, "error": {"code": "unknown_key", "message": "no key"}}
+        with self.assertRaises(tine.ACIError) as cm:
+            _aci.finish(_aci.key("x"), err, None)
+        self.assertEqual((cm.exception.code, cm.exception.reply), ("unknown_key", err))
+        _, back = p.receive(server_frame(_ws.CLOSE, struct.pack("!H", 1001) + b"bye"))
+        self.assertTrue(p.done)
+        self.assertIn("1001: bye", str(p.ended()))
+        self.assertEqual(back[0] & 0x0F, _ws.CLOSE)
+
+    def test_not_a_welcome(self) -> None:
+        p = _aci.Protocol()
+        p.receive(server_frame(_ws.TEXT, b'{"id":1,"ok":true}'))
+        self.assertTrue(p.done)
+        self.assertIsInstance(p.ended(), tine.TransportError)
+
+    def test_pending_in_order(self) -> None:
+        q: _aci.Pending[str] = _aci.Pending()
+        for i in (1, 2, 3):
+            q.add(i, f"r{i}")
+        self.assertEqual(q.pop(2), "r2")
+        self.assertEqual(q.pop(0), "r1")  # id 0: the oldest waiting
+        self.assertIsNone(q.pop(7))
+        q.discard(3)
+        self.assertEqual(len(q), 0)
+
+    def test_models(self) -> None:
+        w = tine.Window.from_wire({"id": 5, "class": "XTerm", "title": "t", "new": 1})
+        self.assertEqual((w.id, w.class_, w.title), (5, "XTerm", "t"))
+        d = from_json(tine.Desktop, {"id": "x", "state": "running", "width": 3, "ready_ms": 1.5})
+        self.assertEqual((d.id, d.width, d.ready_ms), ("x", 3, 1.5))
 
 
 if __name__ == "__main__":

@@ -3,26 +3,31 @@
 :class:`Client` (sync) and :class:`AsyncClient` (asyncio) speak the daemon's
 HTTP API (api/openapi.yaml) over its unix socket or over TCP with a bearer
 token: sandboxes, exec (captured, or streamed over a WebSocket with
-``exec_stream``), files, warm functions and pool scripts.
-:mod:`tine.fleet` runs many at once. Every failure the daemon reports is a
+``exec_stream``), files, warm functions and pool scripts, and desktops
+driven over the ACI (:mod:`tine.desktop`). :mod:`tine.fleet` runs many at
+once. Every failure the daemon reports is a
 :class:`TineError` carrying the API's error code.
 """
 
-from . import fleet
+from . import desktop, fleet
 from ._ops import DEFAULT_SOCKET
 from .aio import AsyncClient
+from .aio import DesktopSession as AsyncDesktopSession
 from .aio import ExecStream as AsyncExecStream
-from .client import Client, ExecStream
-from .errors import (Capacity, Conflict, Forbidden, Internal, InvalidArgument, NotFound,
+from .client import Client, DesktopSession, ExecStream
+from .errors import (ACIError, Capacity, Conflict, Forbidden, Internal, InvalidArgument, NotFound,
                      TineError, TooLarge, TransportError, Unauthorized, Unavailable, Unsupported)
-from .models import (Bind, ExecExit, ExecResult, FileInfo, Function, FunctionLimits,
-                     FunctionSpec, Invocation, InvocationError, InvocationTimings, Limits,
-                     Sandbox, SandboxSpec, Script, Timings, Usage)
+from .models import (ActionError, ActionResult, Bind, Desktop, DesktopSpec, ExecExit,
+                     ExecResult, FileInfo, Function, FunctionLimits, FunctionSpec, Invocation, InvocationError, InvocationTimings, Limits,
+                     Sandbox, SandboxSpec, Screenshot, Script, StepResult, Timings, Usage,
+                     Welcome, Window)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "ExecStream", "AsyncExecStream", "fleet", "DEFAULT_SOCKET",
+    "desktop", "DesktopSession", "AsyncDesktopSession", "ACIError", "Desktop", "DesktopSpec",
+    "Welcome", "Window", "Screenshot", "StepResult", "ActionResult", "ActionError",
     "TineError", "TransportError", "InvalidArgument", "Unauthorized", "Forbidden", "NotFound",
     "Conflict", "TooLarge", "Capacity", "Internal", "Unsupported", "Unavailable",
     "Sandbox", "SandboxSpec", "Limits", "Bind", "Usage", "ExecResult", "ExecExit", "Timings",

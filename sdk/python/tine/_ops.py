@@ -4,8 +4,9 @@ Each verb is a function returning a :class:`Call`: the HTTP request to send
 and how to turn a 2xx answer into a Python value. A transport (``client``'s
 or ``aio``'s) sends the call and hands the answer to :meth:`Call.parse`; a
 non-2xx answer becomes a :class:`~tine.errors.TineError` in
-:func:`~tine.errors.error_from_response`. Adding a verb (desktops, say) is a
-function here plus a one-line method on each client.
+:func:`~tine.errors.error_from_response`. Adding a verb is a function here
+plus a one-line method on each client (the desktops' ACI verbs, which go
+over a WebSocket instead, are built the same way in :mod:`tine._aci`).
 """
 
 from __future__ import annotations
@@ -323,3 +324,56 @@ def put_script(src: str | bytes) -> Call[str]:
 def invoke_script(digest: str, payload: Any = None, *, raw: bool = False) -> Call[m.Invocation]:
     """POST /v1/scripts/{digest}/invoke (JSON payload, or bytes with ``raw``)."""
     return _invoke("/v1/scripts/" + urllib.parse.quote(digest, safe="") + "/invoke", payload, raw)
+
+
+# --- desktops ------------------------------------------------------------
+
+DesktopSpecLike = Union[m.DesktopSpec, Mapping[str, Any], None]
+
+
+def _desktop_path(did: str, rest: str = "") -> str:
+    return "/v1/desktops/" + urllib.parse.quote(did, safe="") + rest
+
+
+def desktop_spec(spec: DesktopSpecLike = None, *, width: int | None = None,
+                 height: int | None = None, apps: Sequence[Sequence[str]] | None = None,
+                 limits: m.Limits | Mapping[str, Any] | None = None,
+                 ttl_seconds: int | None = None,
+                 idle_timeout_seconds: int | None = None) -> dict[str, Any]:
+    """A desktop create's JSON: ``spec`` (a :class:`~tine.models.DesktopSpec`
+    or a dict) with the keyword arguments given laid over it."""
+    body: dict[str, Any] = dict(to_json(spec) or {})
+    if apps is not None:
+        if any(isinstance(a, str) for a in apps):
+            raise TypeError("apps is a list of argvs, e.g. [['xterm'], ['xclock', '-digital']]")
+        body["apps"] = [list(a) for a in apps]
+    for k, v in (("width", width), ("height", height), ("limits", limits),
+                 ("ttl_seconds", ttl_seconds), ("idle_timeout_seconds", idle_timeout_seconds)):
+        if v is not None:
+            body[k] = to_json(v)
+    return body
+
+
+def create_desktop(body: Mapping[str, Any]) -> Call[m.Desktop]:
+    """POST /v1/desktops (``body`` from :func:`desktop_spec`)."""
+    return _json_call("POST", "/v1/desktops", _decode(m.Desktop), body=body)
+
+
+def list_desktops() -> Call[list[m.Desktop]]:
+    """GET /v1/desktops."""
+    return Call("GET", "/v1/desktops", lambda b: [from_json(m.Desktop, d) for d in json.loads(b) or []])
+
+
+def get_desktop(did: str) -> Call[m.Desktop]:
+    """GET /v1/desktops/{id}."""
+    return Call("GET", _desktop_path(did), _decode(m.Desktop))
+
+
+def delete_desktop(did: str) -> Call[None]:
+    """DELETE /v1/desktops/{id}."""
+    return Call("DELETE", _desktop_path(did), _none)
+
+
+def aci_ws_path(did: str) -> str:
+    """The ACI session's WebSocket route (docs/aci.md)."""
+    return _desktop_path(did, "/aci")

@@ -16,10 +16,10 @@ import ssl
 from collections import deque
 from typing import IO, Any, AsyncIterator, Mapping, Sequence, TypeVar
 
+from . import _aci
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
-from . import desktop
 from . import models as m
 from .errors import TransportError, error_from_response
 
@@ -189,7 +189,7 @@ class _Transport:
             return call.parse(body)
         raise AssertionError("unreachable")
 
-    async def websocket(self, path: str) -> _Conn:
+    async def websocket(self, path: str, what: str = "exec stream") -> _Conn:
         """Open a connection and upgrade it to a WebSocket at ``path``; an
         answer other than 101 raises the daemon's error."""
         c = await self._connect()
@@ -204,7 +204,7 @@ class _Transport:
             ws.check_accept(key, a.headers)
         except (OSError, asyncio.IncompleteReadError, ws.ProtocolError) as e:
             c.close()
-            raise TransportError(f"exec stream at {self.where()}: {e}") from e
+            raise TransportError(f"{what} at {self.where()}: {e}") from e
         except BaseException:
             c.close()
             raise
@@ -330,6 +330,196 @@ class ExecStream:
             self._close_conn()
 
     async def __aenter__(self) -> "ExecStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class DesktopSession:
+    """An ACI session on a desktop (docs/aci.md), from
+    :meth:`AsyncClient.aci`: the verbs of :class:`tine.client.DesktopSession`,
+    awaited, with the protocol in :mod:`tine._aci`. Requests are pipelined:
+    many tasks may await verbs at once, each request is sent as soon as it
+    is made, the desktop runs them in the order sent, and a reader task
+    hands each reply to its request by id. A refused request raises
+    :class:`~tine.errors.ACIError` (the session goes on); a broken session
+    fails every waiting request with :class:`~tine.errors.TransportError`.
+    Cancelling a verb stops the wait, not the request."""
+
+    def __init__(self, conn: _Conn) -> None:
+        self._c = conn
+        self._p = _aci.Protocol()
+        self._pending: _aci.Pending[asyncio.Future[tuple[_aci.Reply, _aci.Image]]] = _aci.Pending()
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def _open(cls, conn: _Conn) -> "DesktopSession":
+        s = cls(conn)
+        try:
+            while s._p.welcome is None:
+                await s._pump()
+                if s._p.done:
+                    raise s._p.ended()
+        except BaseException:
+            s._close_conn()
+            raise
+        s._reader = asyncio.ensure_future(s._read())
+        return s
+
+    @property
+    def welcome(self) -> m.Welcome:
+        """The guest's welcome: ``version``, ``capabilities``, ``width``, ``height``."""
+        assert self._p.welcome is not None
+        return self._p.welcome
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    async def _pump(self) -> builtins.list[tuple[int, _aci.Reply, _aci.Image]]:
+        try:
+            data = await self._c.reader.read(_CHUNK)
+        except OSError:
+            data = b""
+        out, back = self._p.receive(data)
+        if back and not self._closed:
+            try:
+                self._c.writer.write(back)
+            except OSError:
+                pass
+        return out
+
+    async def _read(self) -> None:
+        """Hand each reply to its request until the session ends."""
+        try:
+            while not self._p.done:
+                for rid, rep, img in await self._pump():
+                    fut = self._pending.pop(rid)
+                    if fut is not None and not fut.done():
+                        fut.set_result((rep, img))
+        finally:
+            if not self._p.done:  # the reader itself failed: no later request may wait forever
+                self._p.abort("the ACI session's reader stopped")
+            err = self._p.ended()
+            for fut in self._pending.drain():
+                if not fut.done():
+                    fut.set_exception(err)
+            self._close_conn()
+
+    async def _run(self, op: _aci.Op[T]) -> T:
+        if self._p.done:
+            raise self._p.ended()
+        rid, frame = self._p.encode(op.request)
+        fut: asyncio.Future[tuple[_aci.Reply, _aci.Image]] = asyncio.get_running_loop().create_future()
+        self._pending.add(rid, fut)
+        try:
+            self._c.writer.write(frame)
+            await self._c.writer.drain()
+            rep, img = await fut
+        except OSError as e:
+            raise TransportError(f"aci: send: {e}") from e
+        finally:
+            self._pending.discard(rid)  # cancelled: its reply, when it comes, is dropped
+        return _aci.finish(op, rep, img)
+
+    # Each verb is built and parsed in tine._aci; see tine.client.DesktopSession
+    # for the docstrings.
+
+    async def do(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        """Send any request; its reply and image."""
+        return await self._run(_aci.do(request))
+
+    async def move(self, x: int, y: int) -> None:
+        await self._run(_aci.move(x, y))
+
+    async def click(self, x: int, y: int, *, button: str | None = None, count: int | None = None) -> None:
+        await self._run(_aci.click(x, y, button, count))
+
+    async def mouse_down(self, button: str | None = None, *, x: int | None = None,
+                         y: int | None = None) -> None:
+        await self._run(_aci.mouse_down(button, x, y))
+
+    async def mouse_up(self, button: str | None = None, *, x: int | None = None,
+                       y: int | None = None) -> None:
+        await self._run(_aci.mouse_up(button, x, y))
+
+    async def drag(self, path: Sequence[Sequence[int]], *, button: str | None = None) -> None:
+        await self._run(_aci.drag(path, button))
+
+    async def scroll(self, dx: int = 0, dy: int = 0, *, x: int | None = None, y: int | None = None) -> None:
+        await self._run(_aci.scroll(dx, dy, x, y))
+
+    async def key(self, keys: str) -> None:
+        await self._run(_aci.key(keys))
+
+    async def key_down(self, keys: str) -> None:
+        await self._run(_aci.key_down(keys))
+
+    async def key_up(self, keys: str) -> None:
+        await self._run(_aci.key_up(keys))
+
+    async def type(self, text: str, *, delay_ms: int | None = None) -> None:
+        await self._run(_aci.type_(text, delay_ms))
+
+    async def windows(self) -> builtins.list[m.Window]:
+        return await self._run(_aci.windows())
+
+    async def focus_window(self, window: int | m.Window) -> None:
+        await self._run(_aci.focus_window(window))
+
+    async def close_window(self, window: int | m.Window) -> None:
+        await self._run(_aci.close_window(window))
+
+    async def launch(self, argv: Sequence[str]) -> int:
+        return await self._run(_aci.launch(argv))
+
+    async def cursor(self) -> tuple[int, int]:
+        return await self._run(_aci.cursor())
+
+    async def screen(self) -> tuple[int, int]:
+        return await self._run(_aci.screen())
+
+    async def wait(self, ms: int) -> None:
+        await self._run(_aci.wait(ms))
+
+    async def screenshot(self, *, format: str | None = None, quality: int | None = None,
+                         max_long_edge: int | None = None, region: Sequence[int] | None = None,
+                         cursor: bool = False, if_none_match: str | None = None) -> m.Screenshot:
+        return await self._run(_aci.screenshot(format=format, quality=quality,
+                                               max_long_edge=max_long_edge, region=region,
+                                               cursor=cursor, if_none_match=if_none_match))
+
+    async def step(self, actions: Sequence[Mapping[str, Any]],
+                   observe: Mapping[str, Any] | None = None) -> m.StepResult:
+        return await self._run(_aci.step(actions, observe))
+
+    def _close_conn(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._c.close()
+
+    async def close(self) -> None:
+        """End the session (the desktop stays as it is); waiting requests
+        fail with :class:`~tine.errors.TransportError`."""
+        back = self._p.close()
+        if back and not self._closed:
+            try:
+                self._c.writer.write(back)
+                await asyncio.wait_for(self._c.writer.drain(), 1)
+            except (OSError, asyncio.TimeoutError):
+                pass
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+            try:
+                await self._reader
+            except asyncio.CancelledError:
+                pass
+        self._close_conn()
+
+    async def __aenter__(self) -> "DesktopSession":
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -481,6 +671,31 @@ class AsyncClient:
         """See :meth:`tine.Client.invoke_script`."""
         return await self._t.do(ops.invoke_script(digest, payload))
 
-    async def create_desktop(self, *args: Any, **kwargs: Any) -> Any:
-        """Not yet: see :mod:`tine.desktop`."""
-        desktop.not_yet("create_desktop")
+    async def create_desktop(self, spec: ops.DesktopSpecLike = None, *, width: int | None = None,
+                             height: int | None = None,
+                             apps: Sequence[Sequence[str]] | None = None,
+                             limits: m.Limits | Mapping[str, Any] | None = None,
+                             ttl_seconds: int | None = None,
+                             idle_timeout_seconds: int | None = None) -> m.Desktop:
+        """See :meth:`tine.Client.create_desktop`."""
+        return await self._t.do(ops.create_desktop(ops.desktop_spec(
+            spec, width=width, height=height, apps=apps, limits=limits, ttl_seconds=ttl_seconds,
+            idle_timeout_seconds=idle_timeout_seconds)))
+
+    async def desktops(self) -> builtins.list[m.Desktop]:
+        """See :meth:`tine.Client.desktops`."""
+        return await self._t.do(ops.list_desktops())
+
+    async def desktop(self, desktop_id: str) -> m.Desktop:
+        """See :meth:`tine.Client.desktop`."""
+        return await self._t.do(ops.get_desktop(desktop_id))
+
+    async def delete_desktop(self, desktop_id: str) -> None:
+        """See :meth:`tine.Client.delete_desktop`."""
+        await self._t.do(ops.delete_desktop(desktop_id))
+
+    async def aci(self, desktop_id: str) -> "DesktopSession":
+        """Open an ACI session on a desktop (see :class:`DesktopSession`); an
+        unknown desktop raises :class:`~tine.errors.NotFound` here."""
+        conn = await self._t.websocket(ops.aci_ws_path(desktop_id), "aci session")
+        return await DesktopSession._open(conn)

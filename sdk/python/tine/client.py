@@ -12,10 +12,10 @@ import threading
 from collections import deque
 from typing import IO, Any, Iterator, Mapping, Sequence, TypeVar
 
+from . import _aci
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
-from . import desktop
 from . import models as m
 from .errors import TransportError, error_from_response
 
@@ -202,6 +202,185 @@ class ExecStream:
         self.close()
 
 
+class DesktopSession:
+    """An ACI session on a desktop (docs/aci.md), from :meth:`Client.aci`:
+    the sync twin of :class:`tine.aio.DesktopSession` (same verbs, same
+    protocol, in :mod:`tine._aci`). Requests go one at a time (a lock
+    makes it safe across threads; the asyncio session pipelines). A
+    request the desktop refuses raises :class:`~tine.errors.ACIError` and
+    the session goes on; a broken session raises
+    :class:`~tine.errors.TransportError`. :attr:`welcome` has the protocol
+    version, capabilities and screen size."""
+
+    def __init__(self, sock: socket.socket, early: bytes) -> None:
+        self._sock = sock
+        self._p = _aci.Protocol()
+        self._lock = threading.Lock()
+        self._early = early
+        self._closed = False
+
+    @classmethod
+    def _open(cls, sock: socket.socket, early: bytes) -> "DesktopSession":
+        s = cls(sock, early)
+        try:
+            while s._p.welcome is None:
+                s._pump()
+                if s._p.done:
+                    raise s._p.ended()
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    @property
+    def welcome(self) -> m.Welcome:
+        """The guest's welcome: ``version``, ``capabilities``, ``width``, ``height``."""
+        assert self._p.welcome is not None
+        return self._p.welcome
+
+    def _pump(self) -> builtins.list[tuple[int, _aci.Reply, _aci.Image]]:
+        if self._early:
+            data, self._early = self._early, b""
+        else:
+            try:
+                data = self._sock.recv(_CHUNK)
+            except OSError:
+                data = b""
+        out, back = self._p.receive(data)
+        if back and not self._closed:
+            try:
+                self._sock.sendall(back)
+            except OSError:
+                pass
+        return out
+
+    def _run(self, op: _aci.Op[T]) -> T:
+        with self._lock:
+            if self._p.done:
+                raise self._p.ended()
+            rid, frame = self._p.encode(op.request)
+            try:
+                self._sock.sendall(frame)
+            except OSError as e:
+                raise TransportError(f"aci: send: {e}") from e
+            while True:
+                for got, rep, img in self._pump():
+                    if got in (rid, 0):  # others: answers to requests interrupted earlier
+                        return _aci.finish(op, rep, img)
+                if self._p.done:
+                    raise self._p.ended()
+
+    # Each verb is built and parsed in tine._aci; docs/aci.md has the fields.
+
+    def do(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        """Send any request (``{"op": ..., ...}``; the id is added); its
+        reply and image (``None`` without one)."""
+        return self._run(_aci.do(request))
+
+    def move(self, x: int, y: int) -> None:
+        """Move the pointer."""
+        self._run(_aci.move(x, y))
+
+    def click(self, x: int, y: int, *, button: str | None = None, count: int | None = None) -> None:
+        """Click (``button``: left, middle, right, back, forward; ``count`` 1-3)."""
+        self._run(_aci.click(x, y, button, count))
+
+    def mouse_down(self, button: str | None = None, *, x: int | None = None, y: int | None = None) -> None:
+        """Press a button (where the pointer is, or at x, y)."""
+        self._run(_aci.mouse_down(button, x, y))
+
+    def mouse_up(self, button: str | None = None, *, x: int | None = None, y: int | None = None) -> None:
+        """Release a button."""
+        self._run(_aci.mouse_up(button, x, y))
+
+    def drag(self, path: Sequence[Sequence[int]], *, button: str | None = None) -> None:
+        """Press at the first point, move through the others, release at the last."""
+        self._run(_aci.drag(path, button))
+
+    def scroll(self, dx: int = 0, dy: int = 0, *, x: int | None = None, y: int | None = None) -> None:
+        """Scroll by steps (positive: right, down), at x, y if given."""
+        self._run(_aci.scroll(dx, dy, x, y))
+
+    def key(self, keys: str) -> None:
+        """Press a combination: ``"ctrl+shift+t"``, ``"Return"``, ``"U+20AC"``."""
+        self._run(_aci.key(keys))
+
+    def key_down(self, keys: str) -> None:
+        """Hold keys down."""
+        self._run(_aci.key_down(keys))
+
+    def key_up(self, keys: str) -> None:
+        """Release keys."""
+        self._run(_aci.key_up(keys))
+
+    def type(self, text: str, *, delay_ms: int | None = None) -> None:
+        """Type text (any Unicode), ``delay_ms`` after each key."""
+        self._run(_aci.type_(text, delay_ms))
+
+    def windows(self) -> builtins.list[m.Window]:
+        """The top-level windows."""
+        return self._run(_aci.windows())
+
+    def focus_window(self, window: int | m.Window) -> None:
+        """Focus a window (a :class:`~tine.models.Window` or its id)."""
+        self._run(_aci.focus_window(window))
+
+    def close_window(self, window: int | m.Window) -> None:
+        """Ask a window to close."""
+        self._run(_aci.close_window(window))
+
+    def launch(self, argv: Sequence[str]) -> int:
+        """Start a command on the display, inside the sandbox; its pid."""
+        return self._run(_aci.launch(argv))
+
+    def cursor(self) -> tuple[int, int]:
+        """The pointer's position."""
+        return self._run(_aci.cursor())
+
+    def screen(self) -> tuple[int, int]:
+        """The screen's width and height."""
+        return self._run(_aci.screen())
+
+    def wait(self, ms: int) -> None:
+        """Sleep on the desktop's side (up to 60000 ms), in order with the other requests."""
+        self._run(_aci.wait(ms))
+
+    def screenshot(self, *, format: str | None = None, quality: int | None = None,
+                   max_long_edge: int | None = None, region: Sequence[int] | None = None,
+                   cursor: bool = False, if_none_match: str | None = None) -> m.Screenshot:
+        """The screen (or ``region`` [x, y, w, h]) as PNG (lossless, the
+        default) or JPEG (``quality``), downscaled so its longer edge is at
+        most ``max_long_edge``, with the pointer if ``cursor``; with
+        ``if_none_match`` equal to its frame hash, ``not_modified`` and no data."""
+        return self._run(_aci.screenshot(format=format, quality=quality, max_long_edge=max_long_edge,
+                                         region=region, cursor=cursor, if_none_match=if_none_match))
+
+    def step(self, actions: Sequence[Mapping[str, Any]],
+             observe: Mapping[str, Any] | None = None) -> m.StepResult:
+        """Run actions (request dicts) in order, each one's failure recorded
+        in its result, then observe once (``{"screenshot": {...},
+        "windows": True, "cursor": True, "settle_ms": 50}``): one round trip."""
+        return self._run(_aci.step(actions, observe))
+
+    def close(self) -> None:
+        """End the session (the desktop stays as it is)."""
+        if not self._closed:
+            back = self._p.close()
+            try:
+                if back:
+                    self._sock.sendall(back)
+            except OSError:
+                pass
+            self._closed = True
+            self._sock.close()
+
+    def __enter__(self) -> "DesktopSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Client:
     """A client of one daemon (``tine serve``); safe for use from many threads.
 
@@ -273,7 +452,7 @@ class Client:
             return call.parse(body)
         raise AssertionError("unreachable")
 
-    def _websocket(self, path: str) -> tuple[socket.socket, bytes]:
+    def _websocket(self, path: str, what: str = "exec stream") -> tuple[socket.socket, bytes]:
         """A socket upgraded to a WebSocket at ``path``, and the stream bytes
         that arrived with the answer; an answer other than 101 raises the
         daemon's error."""
@@ -307,7 +486,7 @@ class Client:
             ws.check_accept(key, headers)
         except (OSError, ws.ProtocolError) as e:
             sock.close()
-            raise TransportError(f"exec stream at {self._where()}: {e}") from e
+            raise TransportError(f"{what} at {self._where()}: {e}") from e
         except BaseException:
             sock.close()
             raise
@@ -452,8 +631,37 @@ class Client:
         """Call a registered script's ``handler`` through the pool."""
         return self._do(ops.invoke_script(digest, payload))
 
-    # --- desktops (not yet) ---
+    # --- desktops ---
 
-    def create_desktop(self, *args: Any, **kwargs: Any) -> Any:
-        """Not yet: see :mod:`tine.desktop`."""
-        return desktop.not_yet("create_desktop")
+    def create_desktop(self, spec: ops.DesktopSpecLike = None, *, width: int | None = None,
+                       height: int | None = None, apps: Sequence[Sequence[str]] | None = None,
+                       limits: m.Limits | Mapping[str, Any] | None = None,
+                       ttl_seconds: int | None = None,
+                       idle_timeout_seconds: int | None = None) -> m.Desktop:
+        """Start a desktop (Xvfb, a window manager, ``apps`` and tine's
+        guest, in a sandbox of its own) and return once it is ready: every
+        app mapped a window, the last holds the focus. ``apps`` are argvs
+        (``[["xterm"]]``); the keywords are laid over ``spec`` (a
+        :class:`~tine.models.DesktopSpec` or a dict). Its ``id`` works with
+        the sandbox verbs too (exec, files); drive it with :meth:`aci`."""
+        return self._do(ops.create_desktop(ops.desktop_spec(
+            spec, width=width, height=height, apps=apps, limits=limits, ttl_seconds=ttl_seconds,
+            idle_timeout_seconds=idle_timeout_seconds)))
+
+    def desktops(self) -> builtins.list[m.Desktop]:
+        """The live desktops, oldest first."""
+        return self._do(ops.list_desktops())
+
+    def desktop(self, desktop_id: str) -> m.Desktop:
+        """One desktop."""
+        return self._do(ops.get_desktop(desktop_id))
+
+    def delete_desktop(self, desktop_id: str) -> None:
+        """Destroy a desktop and its sandbox."""
+        self._do(ops.delete_desktop(desktop_id))
+
+    def aci(self, desktop_id: str) -> "DesktopSession":
+        """Open an ACI session on a desktop (see :class:`DesktopSession`); an
+        unknown desktop raises :class:`~tine.errors.NotFound` here."""
+        sock, early = self._websocket(ops.aci_ws_path(desktop_id), "aci session")
+        return DesktopSession._open(sock, early)

@@ -1,29 +1,33 @@
-"""Desktops: not in the SDK yet.
+"""Desktops: a sandbox running Xvfb, a window manager, apps and tine's
+guest, driven over the ACI, a WebSocket of JSON requests (docs/aci.md).
 
-The daemon's desktop protocol is still being designed. When it lands, its
-verbs go where every other verb goes: a function per route in
-:mod:`tine._ops` returning a :class:`~tine._ops.Call` (with its models in
-:mod:`tine.models`), a one-line method on :class:`tine.Client` and
-:class:`tine.AsyncClient`, and, for a streamed display or input channel, a
-stream class like :class:`tine.aio.ExecStream` over :mod:`tine._ws`.
-Until then every entry point here raises :class:`NotImplementedError`.
+:meth:`tine.Client.create_desktop` (and ``desktops``, ``desktop``,
+``delete_desktop``) manage them over HTTP like every verb (:mod:`tine._ops`);
+:meth:`tine.Client.aci` opens a :class:`DesktopSession`,
+:meth:`tine.AsyncClient.aci` an :class:`AsyncDesktopSession` (pipelined).
+Both sessions share the protocol in :mod:`tine._aci`: each verb's request
+and reply parsing is written once there; the sessions only move bytes.
+:func:`tine.fleet.desktops` drives many desktops at once::
+
+    with tine.Client() as c:
+        d = c.create_desktop(apps=[["xterm"]])
+        with c.aci(d.id) as s:
+            s.type("ls /\\n")
+            shot = s.screenshot()                 # shot.data: PNG bytes
+        c.delete_desktop(d.id)
+
+A request the desktop refuses raises :class:`ACIError` (``code``:
+bad_request, off_screen, unknown_key, invalid_text, no_window, too_large,
+timeout, internal); the session goes on.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from .aio import DesktopSession as AsyncDesktopSession
+from .client import DesktopSession
+from .errors import ACIError
+from .models import (ActionError, ActionResult, Desktop, DesktopSpec, Screenshot, StepResult,
+                     Welcome, Window)
 
-MESSAGE = ("tine desktops are not supported by this SDK version yet: the daemon's desktop "
-           "protocol is still being built; use sandboxes and exec for now")
-
-
-def not_yet(verb: str = "desktops") -> NoReturn:
-    """Raise the placeholder's :class:`NotImplementedError`."""
-    raise NotImplementedError(f"{verb}: {MESSAGE}")
-
-
-class Desktop:
-    """Placeholder for a desktop session; constructing one raises."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        not_yet("Desktop")
+__all__ = ["DesktopSession", "AsyncDesktopSession", "ACIError", "Desktop", "DesktopSpec",
+           "Welcome", "Window", "Screenshot", "StepResult", "ActionResult", "ActionError"]

@@ -5,7 +5,7 @@ the API's error ``code`` and ``message``; each code has its own subclass
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from typing import Any, Mapping
 
 
 class TineError(Exception):
@@ -128,3 +128,22 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
         if k.lower() == name.lower():
             return v
     return None
+
+
+class ACIError(Exception):
+    """A request a desktop's ACI session refused (docs/aci.md, "Errors"):
+    ``code`` is bad_request, off_screen, unknown_key, invalid_text,
+    no_window, too_large, timeout or internal, and ``message`` says why.
+    The session goes on. Not a :class:`TineError`: the daemon's HTTP API
+    did not fail, one request on the desktop did. ``reply`` is the whole
+    reply (a step's results are in it), ``image`` its image if any."""
+
+    def __init__(self, code: str, message: str, *, reply: dict[str, Any] | None = None,
+                 image: bytes | None = None) -> None:
+        super().__init__(code, message)
+        self.code, self.message = code, message
+        self.reply: dict[str, Any] = reply or {}
+        self.image = image
+
+    def __str__(self) -> str:
+        return f"aci: {self.message} ({self.code})"

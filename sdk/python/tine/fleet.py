@@ -2,7 +2,9 @@
 
 ``fleet.map`` runs a coroutine function over items with at most ``limit``
 at once; ``fleet.sandboxes`` creates N sandboxes, runs a coroutine in each
-and deletes them; ``fleet.invoke`` calls a function with many payloads.
+and deletes them; ``fleet.desktops`` does the same with desktops, each
+with its ACI session open; ``fleet.invoke`` calls a function with many
+payloads.
 Each returns a :class:`Results`: one :class:`Outcome` per item, in order,
 holding a value or the exception it raised (one failure does not stop the
 others)::
@@ -22,7 +24,7 @@ from typing import Any, Awaitable, Callable, Generic, Iterable, List, TypeVar
 
 from . import _ops as ops
 from . import models as m
-from .aio import AsyncClient
+from .aio import AsyncClient, DesktopSession
 from .errors import Capacity
 
 T = TypeVar("T")
@@ -78,9 +80,15 @@ async def create_with_retry(client: AsyncClient, spec: ops.SpecLike = None, *,
                             attempts: int = 20) -> m.Sandbox:
     """Create a sandbox, waiting out :class:`~tine.errors.Capacity` answers
     (as ``retry_after`` says, at least 0.1 s) up to ``attempts`` times."""
+    return await retry_capacity(lambda: client.create(spec), attempts=attempts)
+
+
+async def retry_capacity(create: Callable[[], Awaitable[R]], *, attempts: int = 20) -> R:
+    """Await ``create()``, again while it raises :class:`~tine.errors.Capacity`
+    (as ``retry_after`` says, at least 0.1 s), up to ``attempts`` times."""
     for i in range(attempts):
         try:
-            return await client.create(spec)
+            return await create()
         except Capacity as e:
             if i == attempts - 1:
                 raise
@@ -107,11 +115,36 @@ async def sandboxes(client: AsyncClient, n: int,
     return await map(one, range(n), limit=limit)
 
 
-async def _delete_quietly(client: AsyncClient, sid: str) -> None:
+async def _delete_quietly(client: AsyncClient, sid: str, desktop: bool = False) -> None:
     try:
-        await client.delete(sid)
+        await (client.delete_desktop(sid) if desktop else client.delete(sid))
     except Exception:
         pass  # already gone (expired, or the daemon went away)
+
+
+async def desktops(client: AsyncClient, n: int,
+                   fn: Callable[[DesktopSession, m.Desktop], Awaitable[R]], *,
+                   spec: ops.DesktopSpecLike = None, limit: int = 4,
+                   keep: bool = False) -> Results[int, R]:
+    """Create ``n`` desktops from ``spec`` (at most ``limit`` alive at once,
+    retrying on capacity), open an ACI session on each, await
+    ``fn(session, desktop)``, then close the session and delete the
+    desktop (unless ``keep``), also when ``fn`` raised. The outcomes'
+    items are the indexes 0..n-1."""
+
+    async def one(i: int) -> R:
+        d = await retry_capacity(lambda: client.create_desktop(spec))
+        try:
+            s = await client.aci(d.id)
+            try:
+                return await fn(s, d)
+            finally:
+                await asyncio.shield(s.close())
+        finally:
+            if not keep:
+                await asyncio.shield(_delete_quietly(client, d.id, desktop=True))
+
+    return await map(one, range(n), limit=limit)
 
 
 async def invoke(client: AsyncClient, name: str, payloads: Iterable[Any], *,

@@ -271,3 +271,118 @@ class Script:
     """A registered pool script: its sha256 ``digest`` names it."""
     digest: str
     size: int = 0
+
+
+# --- desktops ------------------------------------------------------------
+
+@dataclass
+class DesktopSpec:
+    """The body of a desktop's create (every field optional): the screen's
+    ``width`` and ``height`` (default 1280x800), ``apps`` (argvs started
+    once the window manager is up; the create answers when each has mapped
+    a window), the sandbox's ``limits`` (memory default 1 GiB), and
+    ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes."""
+    width: int | None = None
+    height: int | None = None
+    apps: list[list[str]] | None = None
+    limits: Limits | None = None
+    ttl_seconds: int | None = None
+    idle_timeout_seconds: int | None = None
+
+
+@dataclass
+class Desktop(Sandbox):
+    """A desktop: a sandbox (its ``id`` works with exec and the files
+    routes) running Xvfb, a window manager and tine's guest; its screen's
+    size, and how long it took to be ready."""
+    width: int = 0
+    height: int = 0
+    ready_ms: float = 0.0
+
+
+@dataclass
+class Welcome:
+    """An ACI session's first message: the protocol ``version``, the
+    guest's ``capabilities`` and the screen's size."""
+    version: int = 0
+    capabilities: list[str] = field(default_factory=list)
+    width: int = 0
+    height: int = 0
+    type: str = "welcome"
+
+
+@dataclass
+class Window:
+    """A top-level window of a desktop (``id`` for focus_window /
+    close_window)."""
+    id: int
+    title: str = ""
+    class_: str = ""  # the wire's "class"
+    x: int = 0
+    y: int = 0
+    width: int = 0
+    height: int = 0
+    focused: bool = False
+    instance: str = ""
+    pid: int = 0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "Window":
+        data = dict(data)
+        if "class" in data:
+            data["class_"] = data.pop("class")
+        return from_json(cls, data)
+
+
+@dataclass
+class Screenshot:
+    """A screenshot: ``data`` is the encoded image (PNG or JPEG, per
+    ``format``), empty when ``not_modified`` (the screen's ``frame_hash``
+    equalled ``if_none_match``). ``frame_hash`` is a hash of the pixels
+    after crop and scale: equal pictures have equal hashes."""
+    frame_hash: str = ""
+    width: int = 0
+    height: int = 0
+    format: str = ""
+    not_modified: bool = False
+    data: bytes = b""
+
+
+@dataclass
+class ActionError:
+    """Why one of a step's actions failed (an ACI error ``code``)."""
+    code: str
+    message: str = ""
+
+
+@dataclass
+class ActionResult:
+    """One step action's outcome: ``status`` ok, error or timeout."""
+    status: str
+    error: ActionError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class StepResult:
+    """A step's answer: each action's outcome in order, then the one
+    observation asked for (``windows``, ``cursor``, ``screenshot``, else
+    ``None``); :attr:`image` is the screenshot's bytes."""
+    results: list[ActionResult] = field(default_factory=list)
+    windows: list[Window] | None = None
+    cursor: tuple[int, int] | None = None
+    screenshot: Screenshot | None = None
+
+    @property
+    def image(self) -> bytes | None:
+        """The observed screenshot's encoded bytes (``None`` if none was
+        asked for; empty if not modified)."""
+        return self.screenshot.data if self.screenshot is not None else None
+
+    @property
+    def ok(self) -> bool:
+        """Whether every action succeeded."""
+        return all(r.ok for r in self.results)
