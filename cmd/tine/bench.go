@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -150,6 +151,11 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			opts.Progress = cmd.ErrOrStderr()
+			if _, err := os.Stat(filepath.Join(opts.PythonSDK, "tine", "__init__.py")); err != nil {
+				opts.PythonSDK = ""
+			} else if abs, err := filepath.Abs(opts.PythonSDK); err == nil {
+				opts.PythonSDK = abs
+			}
 			r, err := run(ctx, d, opts)
 			if err != nil {
 				return fmt.Errorf("bench %s: %w", name, err)
@@ -169,6 +175,7 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 	cmd.Flags().IntVarP(&opts.Requests, "requests", "n", 3000, "measured requests")
 	cmd.Flags().Float64Var(&opts.Rate, "rate", 250, "requests per second (open loop)")
 	cmd.Flags().IntVar(&opts.Scripts, "scripts", 1000, "distinct scripts registered (pool)")
+	cmd.Flags().StringVar(&opts.PythonSDK, "python-sdk", "sdk/python", "directory of the Python SDK, for the desktop suite's Python round trips (skipped when absent)")
 	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
 	return cmd
 }

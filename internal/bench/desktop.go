@@ -2,9 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tine-run/tine/api"
@@ -73,6 +78,18 @@ func Desktop(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		r.Series = append(r.Series, s)
 	}
 	a.Key(ctx, "BackSpace") // the typed characters went to the focused xterm's cat
+	if opts.PythonSDK != "" {
+		for _, act := range []string{"click", "key", "type 1 char"} {
+			ss, err := pythonRoundTrips(opts.PythonSDK, d.Socket, dt.ID, act, n)
+			name := "action round trip: " + act + " (Python SDK)"
+			if err != nil {
+				r.Series = append(r.Series, Series{Name: name, Errors: 1, FirstError: err.Error()})
+				continue
+			}
+			r.Series = append(r.Series, summarize(name, ss))
+		}
+		a.Key(ctx, "BackSpace")
+	}
 
 	shots := []struct {
 		name string
@@ -137,6 +154,44 @@ func Desktop(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		check("PSS per added desktop, MiB (at most)", slope/(1<<20), DesktopTargets.PSSMiB, true))
 	r.finish(g, before, false)
 	return r, nil
+}
+
+// pythonRoundTripScript times n actions through the Python SDK's sync
+// desktop session and prints the nanoseconds of each, one per line.
+const pythonRoundTripScript = `
+import sys, time, tine
+sock, desktop, act, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = tine.Client(sock)
+s = c.aci(desktop)
+do = {"click": lambda: s.click(1200, 700), "key": lambda: s.key("shift"), "type 1 char": lambda: s.type("a")}[act]
+for _ in range(10):
+    do()
+for _ in range(n):
+    t = time.perf_counter_ns(); do(); print(time.perf_counter_ns() - t)
+s.close()
+`
+
+// pythonRoundTrips runs pythonRoundTripScript with the SDK at sdk.
+func pythonRoundTrips(sdk, socket, desktop, act string, n int) ([]sample, error) {
+	cmd := exec.Command("/usr/bin/python3", "-c", pythonRoundTripScript, socket, desktop, act, strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk)
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("python SDK: %v: %s", err, ee.Stderr)
+		}
+		return nil, fmt.Errorf("python SDK: %w", err)
+	}
+	var ss []sample
+	for _, line := range strings.Fields(string(out)) {
+		ns, err := strconv.ParseInt(line, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("python SDK printed %q", line)
+		}
+		ss = append(ss, sample{latency: time.Duration(ns)})
+	}
+	return ss, nil
 }
 
 // timed runs fn n times, one after another, timing each.

@@ -297,7 +297,10 @@ type WarmOptions struct {
 	Requests int
 	Rate     float64
 	Scripts  int
-	Progress io.Writer
+	// PythonSDK is the directory of the Python SDK (sdk/python), for the
+	// desktop suite's Python round trips; empty skips them.
+	PythonSDK string
+	Progress  io.Writer
 }
 
 // putWarmFunction registers the 16-import function on d.
