@@ -25,7 +25,16 @@ type HostState struct {
 	Throttled    uint64 `json:"cpu_nr_throttled"`
 	CPUStatPath  string `json:"cpu_stat_path,omitempty"`
 	CPUStatError string `json:"cpu_stat_error,omitempty"`
+	// StealTicks and TotalTicks are /proc/stat's steal and all-fields
+	// CPU time: the share the hypervisor gave other guests. 0 when
+	// unreadable (not held against the run).
+	StealTicks uint64 `json:"steal_ticks"`
+	TotalTicks uint64 `json:"total_ticks"`
 }
+
+// MaxSteal is the share of CPU time stolen by the hypervisor, between
+// two host states, above which figures are about the neighbours.
+const MaxSteal = 0.05
 
 // Verdict says whether figures measured between two host states can be
 // trusted. A disturbed host's figures are reported as NOT MEASURED.
@@ -68,6 +77,7 @@ func (g *Guard) Read() HostState {
 	} else if s.Load1, s.Load5, s.Load15, err = parseLoadavg(string(b)); err != nil {
 		s.LoadError = err.Error()
 	}
+	s.StealTicks, s.TotalTicks = readSteal()
 	s.CPUStatPath = g.cpuStat
 	if g.statsErr != nil {
 		s.CPUStatError = g.statsErr.Error()
@@ -83,7 +93,8 @@ func (g *Guard) Read() HostState {
 
 // Judge decides whether the host was disturbed between before and after: a
 // 1-minute load average above cores at either end, an unreadable load
-// average, or any CPU throttling of this process's cgroup in between. An
+// average, any CPU throttling of this process's cgroup in between, or a
+// hypervisor that stole more than MaxSteal of the CPU time. An
 // unreadable throttling counter is recorded in the states, not held against
 // the run: many hosts do not expose it.
 func Judge(cores int, before, after HostState) Verdict {
@@ -103,8 +114,37 @@ func Judge(cores int, before, after HostState) Verdict {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("this process's cgroup was CPU-throttled %d times (nr_throttled in %s)",
 			after.Throttled-before.Throttled, after.CPUStatPath))
 	}
+	if total := after.TotalTicks - before.TotalTicks; after.TotalTicks > before.TotalTicks && after.StealTicks >= before.StealTicks {
+		if share := float64(after.StealTicks-before.StealTicks) / float64(total); share > MaxSteal {
+			v.Reasons = append(v.Reasons, fmt.Sprintf("the hypervisor stole %.0f%% of the CPU time (steal in /proc/stat; over %.0f%% the figures are about other guests)", share*100, MaxSteal*100))
+		}
+	}
 	v.Disturbed = len(v.Reasons) > 0
 	return v
+}
+
+// readSteal reads the steal and the total CPU time from /proc/stat's cpu
+// line (user nice system idle iowait irq softirq steal ...).
+func readSteal() (steal, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		if i < 8 {
+			total += n // guest time is already in user and nice
+		}
+		if i == 7 {
+			steal = n
+		}
+	}
+	return steal, total
 }
 
 // parseLoadavg reads the three load averages from /proc/loadavg.

@@ -106,3 +106,19 @@ func TestGuardReadsThisHost(t *testing.T) {
 		t.Logf("throttling counter unreadable here (allowed): %s", s.CPUStatError)
 	}
 }
+
+// CPU time stolen by the hypervisor disturbs a run past MaxSteal.
+func TestJudgeSteal(t *testing.T) {
+	before := HostState{StealTicks: 100, TotalTicks: 10000}
+	quiet := HostState{StealTicks: 110, TotalTicks: 11000}  // 1% of 1000
+	stolen := HostState{StealTicks: 200, TotalTicks: 11000} // 10% of 1000
+	if v := Judge(2, before, quiet); v.Disturbed {
+		t.Errorf("1%% steal judged disturbed: %v", v.Reasons)
+	}
+	if v := Judge(2, before, stolen); !v.Disturbed || !strings.Contains(strings.Join(v.Reasons, ";"), "stole 10%") {
+		t.Errorf("10%% steal: %+v", v)
+	}
+	if s := NewGuard(2).Read(); s.TotalTicks == 0 {
+		t.Error("no CPU time read from /proc/stat")
+	}
+}

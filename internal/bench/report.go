@@ -112,7 +112,11 @@ func throttling(before, after HostState) string {
 	if err := cmp.Or(before.CPUStatError, after.CPUStatError); err != "" {
 		return "unreadable: " + err
 	}
-	return fmt.Sprintf("nr_throttled %d → %d (%s)", before.Throttled, after.Throttled, after.CPUStatPath)
+	out := fmt.Sprintf("nr_throttled %d → %d (%s)", before.Throttled, after.Throttled, after.CPUStatPath)
+	if d := after.TotalTicks - before.TotalTicks; after.TotalTicks > before.TotalTicks {
+		out += fmt.Sprintf("; hypervisor steal %.1f%%", 100*float64(after.StealTicks-before.StealTicks)/float64(d))
+	}
+	return out
 }
 
 func millis(ns int64) string { return fmt.Sprintf("%.3f", float64(ns)/1e6) }

@@ -278,6 +278,14 @@ def handler(e):
 			_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "g", Entry: writeHandler(t, "x = 1\ndef handler(e)\n    pass\n")})
 			return err
 		}, api.CodeInvalidArgument, "line 2"},
+		{"a thread started at import", func() error {
+			_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "g", Entry: writeHandler(t, "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\ndef handler(e):\n    pass\n")})
+			return err
+		}, api.CodeInvalidArgument, "started 1 threads"},
+		{"a socket left open at import", func() error {
+			_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "g", Entry: writeHandler(t, "import socket\nS = socket.socket()\ndef handler(e):\n    pass\n")})
+			return err
+		}, api.CodeInvalidArgument, "left a socket open"},
 		{"unknown spec field", func() error {
 			return callRaw(d, "PUT", "/v1/functions/g", `{"name":"g","entry":"/x.py","colour":"red"}`)
 		}, api.CodeInvalidArgument, "colour"},

@@ -121,9 +121,10 @@ class Agent:
             self.handler = h
         # Fork only a single-threaded process with no sockets of its own:
         # a copied thread or connection breaks in the child.
-        import threading
-        if threading.active_count() != 1:
-            raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threading.active_count() - 1))
+        # Counted by the kernel: a C library's threads (BLAS pools) too.
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:
+            raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threads - 1))
         for fd in os.listdir("/proc/self/fd"):
             fd = int(fd)
             if fd > 2 and fd != ctl_fd and fd not in [f for f, _ in self.ll_open]:
