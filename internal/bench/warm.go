@@ -325,12 +325,13 @@ func newSeriesReport(suite string, g *Guard) (*SeriesReport, HostState) {
 func (r *SeriesReport) finish(g *Guard, before HostState, ownLoad bool) {
 	after := g.Read()
 	r.Fingerprint.Before, r.Fingerprint.After = before, after
+	judged := after
 	if ownLoad {
-		// The suite itself loads the host: only the start is judged.
-		r.Verdict = Judge(runtime.NumCPU(), before, before)
-	} else {
-		r.Verdict = Judge(runtime.NumCPU(), before, after)
+		// The suite itself loads the host: its load average is judged at
+		// the start only (throttling and steal over the whole run).
+		judged.Load1, judged.LoadError = before.Load1, before.LoadError
 	}
+	r.Verdict = Judge(runtime.NumCPU(), before, judged)
 	if r.Verdict.Disturbed {
 		for i := range r.Checks {
 			r.Checks[i].Outcome, r.Checks[i].Why = NotMeasured, "host disturbed"

@@ -390,11 +390,25 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 	if io.err != nil {
 		return io.err
 	}
-	hdr, _ := json.Marshal(map[string]any{"script": req.script, "raw": req.raw})
-	fds := append([]int{io.replyW, io.payload, io.outW, io.errW}, rg.procs...)
+	h := map[string]any{"script": req.script, "raw": req.raw}
+	fds := []int{io.replyW, io.payload, io.outW, io.errW}
+	var cache *codeCache
+	if req.script != "" {
+		if cache = f.scriptCache(req.script); cache.cached {
+			h["pyc"] = true
+		} else if cache.w != nil {
+			h["cache"] = true
+			fds = append(fds, int(cache.w.Fd()))
+		}
+	}
+	fds = append(fds, rg.procs...)
+	hdr, _ := json.Marshal(h)
 	sent := monotonic()
 	err = z.send(hdr, fds)
 	io.closeChildEnds()
+	if cache != nil {
+		cache.sent()
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errZygoteGone, err)
 	}
@@ -466,6 +480,56 @@ func (f *function) timeoutError() *api.InvocationError {
 
 func (f *function) oomError() *api.InvocationError {
 	return &api.InvocationError{Type: "OutOfMemory", Message: fmt.Sprintf("the request exceeded its %d-byte memory limit and was killed", f.spec.Limits.MemoryBytes)}
+}
+
+// codeCache is a pool script's compiled code on the daemon's side: either
+// already stored next to the script, or a pipe the request's process
+// writes it into (before any of the script runs) for the daemon to store.
+type codeCache struct {
+	cached bool
+	w      *os.File // the child's end, until sent
+}
+
+// maxCompiled bounds a script's compiled code.
+const maxCompiled = 16 << 20
+
+func (f *function) scriptCache(digest string) *codeCache {
+	path := filepath.Join(f.scripts, digest+".pyc")
+	c := &codeCache{}
+	if _, err := os.Stat(path); err == nil {
+		c.cached = true
+		return c
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return c // compiled again next time
+	}
+	c.w = w
+	go func() {
+		defer r.Close()
+		b, err := io.ReadAll(io.LimitReader(r, maxCompiled+1))
+		if err != nil || len(b) == 0 || len(b) > maxCompiled {
+			return
+		}
+		tmp, err := os.CreateTemp(f.scripts, ".pyc-*")
+		if err != nil {
+			return
+		}
+		_, werr := tmp.Write(b)
+		if cerr := tmp.Close(); werr == nil && cerr == nil && os.Chmod(tmp.Name(), 0o644) == nil && os.Rename(tmp.Name(), path) == nil {
+			return
+		}
+		os.Remove(tmp.Name())
+	}()
+	return c
+}
+
+// sent closes the daemon's copy of the child's end.
+func (c *codeCache) sent() {
+	if c.w != nil {
+		c.w.Close()
+		c.w = nil
+	}
 }
 
 func (f *function) requestLimits() cgroup.Limits {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -378,6 +379,29 @@ func TestScriptPool(t *testing.T) {
 			t.Errorf("script %d: %s, want %s", i, got, want)
 		}
 	}
+	// Compiled code is cached next to the script, handed over before any of
+	// the script ran: the script finds the cache's descriptor closed.
+	forger, err := d.c.PutScript(ctx, []byte("import os\ntry:\n    os.write(5, b'forged')\n    WROTE = True\nexcept OSError:\n    WROTE = False\ndef handler(e):\n    return WROTE\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		inv, err := d.c.InvokeScript(ctx, forger.Digest, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wrote := resultOf[bool](t, inv); wrote {
+			t.Errorf("call %d: the script wrote to the code cache's descriptor", i)
+		}
+		pyc := filepath.Join(d.dir, "data", "scripts", forger.Digest+".pyc")
+		if !eventually(patience, func() bool { _, err := os.Stat(pyc); return err == nil }) {
+			t.Fatalf("no compiled code cached at %s: the check proves nothing", pyc)
+		}
+		if b, _ := os.ReadFile(pyc); bytes.HasPrefix(b, []byte("forged")) || len(b) < 16 {
+			t.Errorf("the cache holds %q, not compiled code", b)
+		}
+	}
+
 	s, err := d.c.PutScript(ctx, []byte("x = 1\n\ndef handler(e)\n    return 1\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -189,6 +189,9 @@ class Agent:
     def child(self, hdr, fds, t_fork):
         t_start = time.monotonic_ns()
         reply, payload, out, err, cgroups = fds[0], fds[1], fds[2], fds[3], fds[4:]
+        cache = None
+        if hdr.get("cache"):  # a pipe for the script's compiled code
+            cache, cgroups = cgroups[0], cgroups[1:]
         try:
             for fd in cgroups:
                 os.write(fd, b"0")
@@ -205,7 +208,10 @@ class Agent:
             os.dup2(err, 2)
             os.dup2(reply, 3)
             os.dup2(payload, 4, inheritable=False)
-            os.closerange(5, 1 << 20)
+            if cache is not None:
+                os.dup2(cache, 5, inheritable=False)
+                cache = 5
+            os.closerange(6 if cache else 5, 1 << 20)
             reply, payload = 3, 4
             if hdr.get("exec"):
                 # A pre-started worker of another runtime (node): walled in
@@ -232,7 +238,7 @@ class Agent:
             rep["t"]["isolated"] = time.monotonic_ns()
             handler = self.handler
             if hdr.get("script"):
-                handler = self.load_script(hdr["script"])
+                handler = self.load_script(hdr["script"], hdr.get("pyc"), cache)
             event = body if hdr.get("raw") else json.loads(body or b"null")
             result = handler(event)
             if hasattr(result, "__await__"):
@@ -270,11 +276,35 @@ class Agent:
             view = view[os.write(reply, view):]
         os._exit(0)
 
-    def load_script(self, digest):
-        path = os.path.join(self.cfg.get("scripts_dir", "/tine/scripts"), digest + ".py")
-        with open(path, "rb") as f:
-            src = f.read()
-        code = compile(src, "script " + digest[:12], "exec")
+    def load_script(self, digest, pyc, cache):
+        # Compiled code is cached by the daemon: this child compiles once
+        # and hands the code over on the cache pipe *before* any of the
+        # script runs, so no script can forge another's cached code.
+        import importlib.util
+        import marshal
+        base = os.path.join(self.cfg.get("scripts_dir", "/tine/scripts"), digest)
+        code = None
+        if pyc:
+            try:
+                with open(base + ".pyc", "rb") as f:
+                    data = f.read()
+                if data[:len(importlib.util.MAGIC_NUMBER)] == importlib.util.MAGIC_NUMBER:
+                    code = marshal.loads(data[len(importlib.util.MAGIC_NUMBER):])
+            except (OSError, ValueError, EOFError, TypeError):
+                code = None
+        if code is None:
+            with open(base + ".py", "rb") as f:
+                src = f.read()
+            code = compile(src, "script " + digest[:12], "exec")
+            if cache is not None:
+                try:
+                    view = memoryview(importlib.util.MAGIC_NUMBER + marshal.dumps(code))
+                    while view:
+                        view = view[os.write(cache, view):]
+                except OSError:
+                    pass
+        if cache is not None:
+            os.close(cache)
         ns = {"__name__": "__tine_script__"}
         exec(code, ns)
         name = self.cfg.get("handler") or "handler"
