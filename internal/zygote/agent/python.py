@@ -10,7 +10,9 @@
 #     writes its reply (8-byte length, JSON) to its reply pipe.
 # Standard library only: this runs on whatever Python the root has.
 import ctypes
+import importlib.util
 import json
+import marshal
 import os
 import signal
 import socket
@@ -104,7 +106,6 @@ class Agent:
             __import__(m)
         entry = self.cfg.get("entry")
         if entry:
-            import importlib.util
             d = os.path.dirname(entry)
             if d not in sys.path:
                 sys.path.insert(0, d)
@@ -280,8 +281,6 @@ class Agent:
         # Compiled code is cached by the daemon: this child compiles once
         # and hands the code over on the cache pipe *before* any of the
         # script runs, so no script can forge another's cached code.
-        import importlib.util
-        import marshal
         base = os.path.join(self.cfg.get("scripts_dir", "/tine/scripts"), digest)
         code = None
         if pyc:
