@@ -20,7 +20,10 @@ tine's guest, which serves the ACI (docs/aci.md) at
 /v1/desktops/{id}/aci. Its id works with the sandbox verbs too (tine exec,
 the files API).`,
 	}
-	cmd.AddCommand(newDesktopCreateCommand(), newDesktopLsCommand(), newDesktopRmCommand(), newDesktopScreenshotCommand())
+	exec := newExecCommand()
+	exec.Use = "exec [flags] ID -- CMD [ARGS...]"
+	exec.Short = "Run a command in a desktop's sandbox, on its display (as tine exec)"
+	cmd.AddCommand(newDesktopCreateCommand(), newDesktopLsCommand(), newDesktopRmCommand(), newDesktopScreenshotCommand(), exec)
 	return cmd
 }
 

@@ -33,13 +33,23 @@ const (
 
 // desktop is what a box that is a desktop adds.
 type desktop struct {
+	display       string // the X display inside the sandbox, ":0"
 	width, height int
 	readyMs       float64
 	guest         Process
 }
 
+// desktopNow returns b's desktop, nil for a plain sandbox (or a desktop
+// whose guest is not ready yet).
+func (b *box) desktopNow() *desktop {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.desktop
+}
+
 func (s *Server) desktopInfo(b *box) api.Desktop {
-	return api.Desktop{Sandbox: b.info(), Width: b.desktop.width, Height: b.desktop.height, ReadyMs: b.desktop.readyMs}
+	d := b.desktopNow()
+	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs}
 }
 
 func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
@@ -144,13 +154,14 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 		line <- l
 	}()
 	var ready struct {
+		Display       string
 		Width, Height int
 	}
 	select {
 	case l := <-line:
 		if json.Unmarshal([]byte(l), &ready) == nil && ready.Width > 0 {
 			go func() { io.Copy(io.Discard, outR) }()
-			return &desktop{width: ready.Width, height: ready.Height, guest: p}, nil
+			return &desktop{display: ready.Display, width: ready.Width, height: ready.Height, guest: p}, nil
 		}
 		p.Wait()
 		msg := <-stderr
@@ -167,7 +178,7 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 // lookupDesktop finds the running desktop a request names.
 func (s *Server) lookupDesktop(r *http.Request) (*box, error) {
 	b, err := s.lookup(r)
-	if err == nil && b.desktop == nil {
+	if err == nil && b.desktopNow() == nil {
 		err = fmt.Errorf("%w %q is a sandbox, not a desktop", ErrNoSandbox, b.id)
 	}
 	if err != nil {
@@ -180,7 +191,7 @@ func (s *Server) listDesktops(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Lock()
 	var boxes []*box
 	for _, b := range s.boxes {
-		if b.desktop != nil {
+		if b.desktopNow() != nil {
 			boxes = append(boxes, b)
 		}
 	}

@@ -68,6 +68,10 @@ func (s *Server) start(b *box, req *api.ExecRequest, stdio [3]*os.File) (ex *exe
 		Args: req.Argv, Env: req.Env, Workdir: req.Workdir, TTY: req.TTY,
 		Timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
 	}
+	if d := b.desktopNow(); d != nil {
+		// A command in a desktop sees its display unless it names one.
+		spec.Env = append([]string{"DISPLAY=" + d.display}, spec.Env...)
+	}
 	if !req.TTY {
 		spec.Stdio = stdio
 	}

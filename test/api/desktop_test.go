@@ -218,6 +218,17 @@ func TestDesktopIsolation(t *testing.T) {
 	if ia, ib := sockets(da.ID), sockets(db.ID); ia == "" || ia == ib {
 		t.Errorf("X socket inodes: a %q, b %q: want two different sockets", ia, ib)
 	}
+	// An exec in a desktop runs on its display: xterm started by exec maps
+	// a window there.
+	if res, err := d.c.Exec(ctx, db.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo $DISPLAY; (xterm -title from-exec &)"}}); err != nil || strings.TrimSpace(string(res.Stdout)) != ":0" {
+		t.Fatalf("exec in desktop b: %v %+v", err, res)
+	}
+	if !eventually(patience, func() bool {
+		ws, _ := b.Windows(ctx)
+		return len(ws) == 1 && ws[0].Title == "from-exec"
+	}) {
+		t.Error("an xterm started by exec never showed up on the desktop's display")
+	}
 	if err := d.c.DeleteDesktop(ctx, db.ID); err != nil {
 		t.Fatal(err)
 	}
