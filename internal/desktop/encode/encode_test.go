@@ -211,3 +211,22 @@ func BenchmarkPNGChoices(b *testing.B) {
 		}
 	}
 }
+
+// The banded writer round-trips for any number of bands, uneven ones
+// included: the joined deflate stream and the combined Adler-32 are valid
+// (image/png checks both).
+func TestParallelPNGBands(t *testing.T) {
+	for _, f := range []*frame.Frame{screenFrame(t), noiseFrame(333, 1031)} {
+		for _, bands := range []int{2, 3, 7} {
+			var buf bytes.Buffer
+			if err := parallelPNG(&buf, f, bands); err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(&buf)
+			if err != nil {
+				t.Fatalf("%dx%d in %d bands: image/png cannot read it: %v", f.Width, f.Height, bands, err)
+			}
+			samePixels(t, f, img)
+		}
+	}
+}

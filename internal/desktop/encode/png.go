@@ -3,11 +3,14 @@ package encode
 import (
 	"bytes"
 	"encoding/binary"
+	"hash/adler32"
 	"hash/crc32"
 	"io"
 	"math/bits"
+	"runtime"
 	"sync"
 
+	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zlib"
 
 	"github.com/tine-run/tine/internal/desktop/frame"
@@ -39,11 +42,109 @@ var zlibPool = sync.Pool{New: func() any {
 var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
 // PNG writes f as an 8-bit RGB PNG (the unused fourth byte is dropped).
-// Decoding it gives back exactly the frame's pixels.
+// Decoding it gives back exactly the frame's pixels. A large frame is
+// compressed in bands on all CPUs (parallelPNG).
 func PNG(w io.Writer, f *frame.Frame) error {
+	if bands := min(runtime.GOMAXPROCS(0), maxBands, f.Height/minBandRows); bands > 1 {
+		return parallelPNG(w, f, bands)
+	}
 	zw := zlibPool.Get().(*zlib.Writer)
 	defer zlibPool.Put(zw)
 	return writePNG(w, f, pngFilter, zw)
+}
+
+// Bands of a parallel PNG: deflate is most of a screenshot's time, and
+// one band per CPU is what pigz does for gzip.
+const (
+	maxBands    = 8
+	minBandRows = 128
+)
+
+var flatePool = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(nil, pngLevel)
+	return w
+}}
+
+// parallelPNG filters and deflates horizontal bands concurrently and
+// joins them into one zlib stream: every band but the last ends with a
+// sync flush (a byte-aligned, non-final block), so their concatenation is
+// a valid deflate stream, and the bands' Adler-32 sums combine into the
+// stream's (as zlib's adler32_combine does).
+func parallelPNG(w io.Writer, f *frame.Frame, bands int) error {
+	type band struct {
+		data  bytes.Buffer
+		adler uint32
+		size  int64
+		err   error
+	}
+	out := make([]band, bands)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			b := &out[i]
+			y0, y1 := f.Height*i/bands, f.Height*(i+1)/bands
+			fw := flatePool.Get().(*flate.Writer)
+			defer flatePool.Put(fw)
+			fw.Reset(&b.data)
+			sum := adler32.New()
+			row := make([]byte, 1+f.Width*3+2)
+			var prev []byte
+			if y0 > 0 {
+				prev = f.Pix[(y0-1)*f.Stride : (y0-1)*f.Stride+f.Width*4]
+			}
+			for y := y0; y < y1 && b.err == nil; y++ {
+				cur := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
+				filterRow(row, cur, prev, pngFilter)
+				sum.Write(row[:len(row)-2])
+				_, b.err = fw.Write(row[:len(row)-2])
+				prev = cur
+			}
+			if b.err == nil {
+				if i == bands-1 {
+					b.err = fw.Close()
+				} else {
+					b.err = fw.Flush()
+				}
+			}
+			b.adler, b.size = sum.Sum32(), int64(y1-y0)*int64(len(row)-2)
+		})
+	}
+	wg.Wait()
+	idat := []byte{0x78, 0x01} // zlib header: deflate, 32 KiB window, fastest
+	var sum uint32 = 1
+	for i := range out {
+		if out[i].err != nil {
+			return out[i].err
+		}
+		idat = append(idat, out[i].data.Bytes()...)
+		sum = adler32Combine(sum, out[i].adler, out[i].size)
+	}
+	idat = binary.BigEndian.AppendUint32(idat, sum)
+	return writeChunks(w, f, idat)
+}
+
+// adler32Combine returns the Adler-32 of A followed by B from the sums of
+// A and B and the length of B (zlib's adler32_combine).
+func adler32Combine(a, b uint32, lenB int64) uint32 {
+	const base = 65521
+	rem := uint32(lenB % base)
+	sum1 := a & 0xffff
+	sum2 := rem * sum1 % base
+	sum1 += (b & 0xffff) + base - 1
+	sum2 += (a >> 16) + (b >> 16) + base - rem
+	if sum1 >= base {
+		sum1 -= base
+	}
+	if sum1 >= base {
+		sum1 -= base
+	}
+	if sum2 >= base<<1 {
+		sum2 -= base << 1
+	}
+	if sum2 >= base {
+		sum2 -= base
+	}
+	return sum2<<16 | sum1
 }
 
 // writePNG is PNG with the filter and the compressor as parameters, for
@@ -66,16 +167,20 @@ func writePNG(w io.Writer, f *frame.Frame, filter byte, zw *zlib.Writer) error {
 	if err := zw.Close(); err != nil {
 		return err
 	}
+	return writeChunks(w, f, idat.Bytes())
+}
 
+// writeChunks writes the PNG file: signature, IHDR, the one IDAT, IEND.
+func writeChunks(w io.Writer, f *frame.Frame, idat []byte) error {
 	var ihdr [13]byte
 	binary.BigEndian.PutUint32(ihdr[0:], uint32(f.Width))
 	binary.BigEndian.PutUint32(ihdr[4:], uint32(f.Height))
 	ihdr[8], ihdr[9] = 8, 2 // bit depth 8, colour type RGB; compression, filter, interlace 0
 
-	buf := make([]byte, 0, len(pngSignature)+3*12+len(ihdr)+idat.Len())
+	buf := make([]byte, 0, len(pngSignature)+3*12+len(ihdr)+len(idat))
 	buf = append(buf, pngSignature...)
 	buf = appendChunk(buf, "IHDR", ihdr[:])
-	buf = appendChunk(buf, "IDAT", idat.Bytes())
+	buf = appendChunk(buf, "IDAT", idat)
 	buf = appendChunk(buf, "IEND", nil)
 	_, err := w.Write(buf)
 	return err
