@@ -109,6 +109,14 @@ func (s *Server) readPayload(w http.ResponseWriter, r *http.Request) (payload []
 }
 
 func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) error {
+	return s.invokeWith(w, r, func(fns Functions, payload []byte, raw bool) (*api.Invocation, error) {
+		return fns.Invoke(r.Context(), r.PathValue("name"), payload, raw)
+	})
+}
+
+// invokeWith reads an invocation's payload, makes the call and answers
+// with its outcome (a function's or a pool script's).
+func (s *Server) invokeWith(w http.ResponseWriter, r *http.Request, call func(fns Functions, payload []byte, raw bool) (*api.Invocation, error)) error {
 	fns, err := s.functions()
 	if err != nil {
 		return err
@@ -117,7 +125,7 @@ func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	inv, err := fns.Invoke(r.Context(), r.PathValue("name"), payload, raw)
+	inv, err := call(fns, payload, raw)
 	if err != nil {
 		return err
 	}
@@ -143,18 +151,7 @@ func (s *Server) putScript(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) invokeScript(w http.ResponseWriter, r *http.Request) error {
-	fns, err := s.functions()
-	if err != nil {
-		return err
-	}
-	payload, raw, err := s.readPayload(w, r)
-	if err != nil {
-		return err
-	}
-	inv, err := fns.InvokeScript(r.Context(), r.PathValue("digest"), payload, raw)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, inv)
-	return nil
+	return s.invokeWith(w, r, func(fns Functions, payload []byte, raw bool) (*api.Invocation, error) {
+		return fns.InvokeScript(r.Context(), r.PathValue("digest"), payload, raw)
+	})
 }
