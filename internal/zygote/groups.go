@@ -2,7 +2,6 @@ package zygote
 
 import (
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,19 +51,12 @@ type groupPool struct {
 	sb    *sandbox.Sandbox
 	lim   cgroup.Limits
 	seq   *atomic.Uint64
-	ready chan *requestGroup
-	need  chan struct{}
-	stop  chan struct{}
-	done  sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
+	stock *stock[*requestGroup]
 }
 
 func newGroupPool(sb *sandbox.Sandbox, lim cgroup.Limits, size int, seq *atomic.Uint64) *groupPool {
-	p := &groupPool{sb: sb, lim: lim, seq: seq, ready: make(chan *requestGroup, size+2), need: make(chan struct{}, 1), stop: make(chan struct{})}
-	p.done.Go(p.fill)
-	p.kick()
+	p := &groupPool{sb: sb, lim: lim, seq: seq}
+	p.stock = newStock(size+2, p.make, (*requestGroup).remove)
 	return p
 }
 
@@ -81,50 +73,10 @@ func (p *groupPool) make() (*requestGroup, error) {
 	return &requestGroup{Group: g, procs: fds, pool: p}, nil
 }
 
-func (p *groupPool) kick() {
-	select {
-	case p.need <- struct{}{}:
-	default:
-	}
-}
+func (p *groupPool) kick() { p.stock.kick() }
 
-func (p *groupPool) fill() {
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-p.need:
-		}
-		for len(p.ready) < cap(p.ready) {
-			g, err := p.make()
-			if err != nil {
-				break // the next take makes its own, and reports why
-			}
-			if !p.put(g) {
-				return
-			}
-		}
-	}
-}
-
-// put makes g ready for a request, or removes it when the pool is full or
-// closed. It reports whether the pool is still open.
-func (p *groupPool) put(g *requestGroup) bool {
-	g.oomBase, g.throttledBase = g.OOMKills(), g.Throttled()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		select {
-		case p.ready <- g:
-			return true
-		default:
-		}
-	}
-	g.remove()
-	return !p.closed
-}
-
-// recycle waits for a used group to empty and puts it back.
+// recycle waits for a used group to empty and puts it back, counters
+// re-based and peak reset.
 func (p *groupPool) recycle(g *requestGroup) {
 	for delay := 100 * time.Microsecond; g.Pids() > 0; delay *= 2 {
 		if delay > 100*time.Millisecond {
@@ -136,7 +88,8 @@ func (p *groupPool) recycle(g *requestGroup) {
 		g.KillMembers()
 	}
 	g.ResetPeak()
-	p.put(g)
+	g.oomBase, g.throttledBase = g.OOMKills(), g.Throttled()
+	p.stock.put(g)
 }
 
 func (g *requestGroup) remove() {
@@ -146,28 +99,12 @@ func (g *requestGroup) remove() {
 
 // take returns a ready group, or makes one when none is.
 func (p *groupPool) take() (*requestGroup, error) {
-	select {
-	case g := <-p.ready:
+	if g, ok := p.stock.tryTake(); ok {
 		return g, nil
-	default:
-		return p.make()
 	}
+	return p.make()
 }
 
-// close stops refilling and removes the groups still ready; groups in use
-// are removed when released.
-func (p *groupPool) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	close(p.stop)
-	p.done.Wait()
-	for {
-		select {
-		case g := <-p.ready:
-			g.remove()
-		default:
-			return
-		}
-	}
-}
+// close removes the groups still ready; groups in use are removed when
+// released.
+func (p *groupPool) close() { p.stock.close() }

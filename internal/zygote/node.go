@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/tine-run/tine/api"
@@ -40,96 +39,41 @@ type nodePool struct {
 	f      *function
 	z      *zygoteProc
 	groups *groupPool
-	ready  chan *nodeWorker
-	need   chan struct{}
-	stop   chan struct{}
-	done   sync.WaitGroup
-
-	mu      sync.Mutex
-	lastErr error
+	stock  *stock[*nodeWorker]
 }
 
 func newNodePool(f *function, z *zygoteProc, groups *groupPool) (*nodePool, error) {
-	p := &nodePool{f: f, z: z, groups: groups, ready: make(chan *nodeWorker, f.spec.Concurrency), need: make(chan struct{}, 1), stop: make(chan struct{})}
+	p := &nodePool{f: f, z: z, groups: groups}
 	// The first worker is started here, so a broken entry fails fn up.
 	w, err := p.spawn()
 	if err != nil {
 		return nil, err
 	}
-	p.ready <- w
-	p.done.Go(p.fill)
-	p.kick()
+	p.stock = newStock(f.spec.Concurrency, p.spawn, (*nodeWorker).discard)
+	p.stock.put(w)
 	return p, nil
 }
 
-func (p *nodePool) kick() {
-	select {
-	case p.need <- struct{}{}:
-	default:
-	}
-}
-
-func (p *nodePool) fill() {
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-p.need:
-		}
-		for len(p.ready) < cap(p.ready) {
-			w, err := p.spawn()
-			p.mu.Lock()
-			p.lastErr = err
-			p.mu.Unlock()
-			if err != nil {
-				break
-			}
-			select {
-			case p.ready <- w:
-			case <-p.stop:
-				w.discard()
-				return
-			}
-		}
-	}
-}
-
-// take returns a ready worker, waiting for one (and starting one when the
-// pool is empty).
+// take returns a ready worker, waiting for one (the refill is kicked).
 func (p *nodePool) take(ctx context.Context) (*nodeWorker, error) {
-	defer p.kick()
-	select {
-	case w := <-p.ready:
+	defer p.stock.kick()
+	if w, ok := p.stock.tryTake(); ok {
 		return w, nil
-	default:
 	}
-	p.kick()
+	p.stock.kick()
 	t := time.NewTimer(p.f.timeout() + 30*time.Second)
 	defer t.Stop()
 	select {
-	case w := <-p.ready:
+	case w := <-p.stock.ready:
 		return w, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-t.C:
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return nil, fmt.Errorf("%w: no Node worker became ready: %v", ErrWarm, p.lastErr)
+		return nil, fmt.Errorf("%w: no Node worker became ready: %v", ErrWarm, p.stock.err())
 	}
 }
 
-func (p *nodePool) close() {
-	close(p.stop)
-	p.done.Wait()
-	for {
-		select {
-		case w := <-p.ready:
-			w.discard()
-		default:
-			return
-		}
-	}
-}
+func (p *nodePool) close() { p.stock.close() }
 
 // nodeConfig is the worker's last argument.
 type nodeConfig struct {
