@@ -54,6 +54,26 @@ func (r *Root) Close() error {
 	return nil
 }
 
+// OpenSocket returns an O_PATH descriptor of the unix socket at p, resolved
+// inside the root; connecting to /proc/self/fd/N then reaches that socket
+// and no other. Anything but a socket is refused.
+func (r *Root) OpenSocket(p string) (int, error) {
+	rel, err := clean(p)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := r.open(rel, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", display(rel), mapErrno(err))
+	}
+	st, err := fstat(fd)
+	if err != nil || !isType(&st, unix.S_IFSOCK) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: %w: not a socket", display(rel), ErrNotRegular)
+	}
+	return fd, nil
+}
+
 // open resolves a cleaned path inside the root.
 func (r *Root) open(rel string, flags int) (int, error) {
 	return openat2(r.fd, orDot(rel), flags, 0, 0)

@@ -16,7 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
@@ -130,28 +133,36 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer outR.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		outR.Close()
 		outW.Close()
 		return nil, err
 	}
-	defer errR.Close()
 	p, err := b.inst.Exec(&sandbox.ExecSpec{Args: args, Stdio: [3]*os.File{nil, outW, errW}})
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		outR.Close()
+		errR.Close()
 		return nil, fmt.Errorf("start the desktop's guest: %w", err)
 	}
+	// The read ends stay open, drained, for the guest's whole life: a
+	// write to a closed pipe would kill it (SIGPIPE on fd 1 or 2).
 	stderr := make(chan string, 1)
 	go func() {
+		defer errR.Close()
 		b, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
 		stderr <- strings.TrimSpace(string(b))
+		io.Copy(io.Discard, errR)
 	}()
 	line := make(chan string, 1)
 	go func() {
-		l, _ := bufio.NewReader(outR).ReadString('\n')
+		defer outR.Close()
+		br := bufio.NewReader(outR)
+		l, _ := br.ReadString('\n')
 		line <- l
+		io.Copy(io.Discard, br)
 	}()
 	var ready struct {
 		Display       string
@@ -160,7 +171,6 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	select {
 	case l := <-line:
 		if json.Unmarshal([]byte(l), &ready) == nil && ready.Width > 0 {
-			go func() { io.Copy(io.Discard, outR) }()
 			return &desktop{display: ready.Display, width: ready.Width, height: ready.Height, guest: p}, nil
 		}
 		p.Wait()
@@ -236,7 +246,7 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer done()
-	sock := b.inst.Root() + guestSocket
+	root := b.inst.Root()
 	var failed error
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -245,7 +255,7 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 			pr.Out.Header.Del("Authorization") // the guest needs none
 		},
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			return dialInRoot(ctx, root, guestSocket)
 		}},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { failed = err },
 	}
@@ -254,4 +264,22 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: the desktop's guest does not answer: %v", ErrNotRunning, failed)
 	}
 	return nil
+}
+
+// dialInRoot connects to the unix socket at path inside a sandbox's root.
+// The path is resolved inside the root (openat2 RESOLVE_IN_ROOT): the
+// sandbox can replace its socket with a symlink, which must not make the
+// daemon, as host root, connect to a socket of the host.
+func dialInRoot(ctx context.Context, root, path string) (net.Conn, error) {
+	r, err := inroot.Open(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	fd, err := r.OpenSocket(path)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return (&net.Dialer{}).DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }

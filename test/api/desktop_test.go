@@ -6,8 +6,11 @@ import (
 	"image"
 	"image/png"
 	"io"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -243,3 +246,43 @@ func rgbAt(img image.Image, x, y int) [3]uint8 {
 }
 
 func ptrInt(v int) *int { return &v }
+
+// The ACI proxy resolves the guest's socket inside the desktop's root: a
+// sandbox that swaps it for a symlink to a host socket reaches nothing.
+func TestDesktopSocketSymlink(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	dt, _ := startDesktop(t, d)
+	host := filepath.Join(t.TempDir(), "host.sock")
+	l, err := net.Listen("unix", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reached := make(chan struct{}, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			reached <- struct{}{}
+			c.Close()
+		}
+	}()
+	res, err := d.c.Exec(ctx, dt.ID, &api.ExecRequest{Argv: []string{"ln", "-sf", host, "/run/tine-aci.sock"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("replace the socket with a symlink: %v %+v", err, res)
+	}
+	if _, err := d.c.DialACI(ctx, dt.ID); err == nil {
+		t.Error("the ACI connected through a symlink to a host socket")
+	}
+	select {
+	case <-reached:
+		t.Fatal("the daemon connected to the host socket the sandbox's symlink named")
+	case <-time.After(200 * time.Millisecond):
+	}
+	// The check was armed: the host socket does take connections.
+	c, err := net.Dial("unix", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	<-reached
+}
