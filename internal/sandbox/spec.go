@@ -91,6 +91,7 @@ var (
 	ErrInvalidSpec  = errors.New("invalid sandbox spec")
 	ErrSetup        = errors.New("sandbox setup failed")
 	ErrRootlessOnly = errors.New("not available without root")
+	ErrUnsupported  = errors.New("not supported on this host")
 )
 
 // reservedTargets are trees tine builds itself; binds may not cover them.

@@ -24,6 +24,9 @@ type RequestWalls struct {
 	KeepCaps uint64 `json:"keep_caps"`
 	// DropCaps are the capabilities to drop from the bounding set.
 	DropCaps []int `json:"drop_caps"`
+	// Syscalls are this architecture's numbers of the calls the request
+	// makes through libc's syscall().
+	Syscalls map[string]uintptr `json:"syscalls"`
 }
 
 // LandlockRuleset describes a ruleset in the kernel's terms.
@@ -57,12 +60,26 @@ func (sb *Sandbox) RequestWalls() (*RequestWalls, error) {
 	if len(filter) > 0 {
 		w.Seccomp = unsafe.Slice((*byte)(unsafe.Pointer(&filter[0])), len(filter)*int(unsafe.Sizeof(unix.SockFilter{})))
 	}
-	if abi := sb.h.landlockABI; abi > 0 {
-		rs := &LandlockRuleset{Attr: landlock.RulesetAttr(abi)}
-		for _, r := range sb.plan.Landlock {
-			rs.Rules = append(rs.Rules, LandlockRule{Path: r.Path, Rights: landlock.Supported(r.Rights, abi)})
-		}
-		w.Landlock = rs
+	// Requests of one function share the sandbox for its whole life: what
+	// one wrote to the root (a module, a .pyc) another would run. So a
+	// request writes nowhere but its own /tmp and /dev/shm (fresh tmpfs
+	// mounts of its mount namespace) and the device nodes; and Landlock's
+	// signal and abstract-socket scoping (ABI 6) is what keeps it from the
+	// zygote and its siblings, all uid 0 in one user namespace.
+	abi := sb.h.landlockABI
+	if abi < 6 {
+		return nil, fmt.Errorf("%w: warm functions need Landlock ABI 6 or later (Linux 6.12) so that a request cannot signal the zygote or another request; this kernel has ABI %d", ErrUnsupported, abi)
+	}
+	w.Landlock = &LandlockRuleset{Attr: landlock.RulesetAttr(abi), Rules: []LandlockRule{
+		{Path: "/tmp", Rights: landlock.Supported(landlock.Writable, abi)},
+		{Path: "/dev/shm", Rights: landlock.Supported(landlock.Writable, abi)},
+		{Path: "/dev", Rights: landlock.Supported(landlock.FileWrite, abi)},
+	}}
+	w.Syscalls = map[string]uintptr{
+		"capset": unix.SYS_CAPSET, "seccomp": unix.SYS_SECCOMP,
+		"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
+		"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
+		"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
 	}
 	return w, nil
 }

@@ -73,7 +73,7 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, ErrCapacity):
 		return http.StatusTooManyRequests, api.CodeCapacity
-	case errors.Is(err, sandbox.ErrRootlessOnly), errors.Is(err, cgroup.ErrUnavailable):
+	case errors.Is(err, sandbox.ErrRootlessOnly), errors.Is(err, cgroup.ErrUnavailable), errors.Is(err, sandbox.ErrUnsupported):
 		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable, api.CodeUnavailable

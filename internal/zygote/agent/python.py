@@ -24,13 +24,9 @@ import traceback
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_NOSUID, MS_NODEV = 2, 4
+PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 CAP_SYS_ADMIN = 21
-SYS_CAPSET = 126
-SYS_SECCOMP = 317
-SYS_LANDLOCK_CREATE_RULESET = 444
-SYS_LANDLOCK_ADD_RULE = 445
-SYS_LANDLOCK_RESTRICT_SELF = 446
 MAX_HEADER = 1 << 16
 MAX_FDS = 16
 
@@ -90,6 +86,13 @@ class Agent:
             self.ll_attr = ctypes.create_string_buffer(a, len(a))
             self.ll_rules = [(r["path"], r["rights"]) for r in ll.get("rules") or []]
         self.keep = walls.get("keep_caps", 0)
+        # This architecture's numbers, from the daemon.
+        nr = walls.get("syscalls") or {}
+        self.sys_capset = nr.get("capset")
+        self.sys_seccomp = nr.get("seccomp")
+        self.sys_ll_create = nr.get("landlock_create_ruleset")
+        self.sys_ll_add = nr.get("landlock_add_rule")
+        self.sys_ll_restrict = nr.get("landlock_restrict_self")
         self.drop = walls.get("drop_caps") or []
         self.tmp_opts = ("mode=1777,size=%d" % cfg.get("tmp_bytes", 64 << 20)).encode()
         self.cap_hdr = CapHeader(0x20080522, 0)
@@ -138,6 +141,10 @@ class Agent:
     # --- the child ---
 
     def enter_userns(self):
+        # Not dumpable (inherited by every request): no process of the
+        # sandbox without CAP_SYS_PTRACE can ptrace the zygote or a
+        # request, or read their memory through /proc.
+        check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "make the zygote undumpable")
         # The zygote's own user namespace, made once: a request then needs
         # only a mount namespace of its own (CAP_SYS_ADMIN here covers that
         # and nothing owned by the host), and every mount it inherits is
@@ -152,7 +159,7 @@ class Agent:
         self.ll_open = []
         self.ll_late = []
         for path, rights in getattr(self, "ll_rules", []):
-            if path == "/tmp" or path.startswith("/tmp/"):
+            if path in ("/tmp", "/dev/shm") or path.startswith("/tmp/"):
                 self.ll_late.append((path, rights))
                 continue
             try:
@@ -169,23 +176,25 @@ class Agent:
     def wall_in(self):
         check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
         check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), self.tmp_opts), "mount private /tmp")
+        if os.path.isdir("/dev/shm"):
+            check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), self.tmp_opts), "mount private /dev/shm")
         if self.ll_attr is not None:
-            rs = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, self.ll_attr, ctypes.c_size_t(len(self.ll_attr)), 0), "landlock ruleset")
+            rs = check(libc.syscall(self.sys_ll_create, self.ll_attr, ctypes.c_size_t(len(self.ll_attr)), 0), "landlock ruleset")
             add = libc.syscall
             for _, attr in self.ll_open:
-                check(add(SYS_LANDLOCK_ADD_RULE, rs, 1, attr, 0), "landlock rule")
+                check(add(self.sys_ll_add, rs, 1, attr, 0), "landlock rule")
             for path, rights in self.ll_late:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 except FileNotFoundError:
                     continue
-                check(add(SYS_LANDLOCK_ADD_RULE, rs, 1, struct.pack("=Qi", rights, fd), 0), "landlock rule " + path)
-            check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, rs, 0), "landlock restrict")
+                check(add(self.sys_ll_add, rs, 1, struct.pack("=Qi", rights, fd), 0), "landlock rule " + path)
+            check(libc.syscall(self.sys_ll_restrict, rs, 0), "landlock restrict")
         if CAP_SYS_ADMIN in self.drop:
             check(libc.prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0), "drop CAP_SYS_ADMIN")
-        check(libc.syscall(SYS_CAPSET, ctypes.byref(self.cap_hdr), self.cap_data), "set capabilities")
+        check(libc.syscall(self.sys_capset, ctypes.byref(self.cap_hdr), self.cap_data), "set capabilities")
         if self.filter_buf is not None:
-            check(libc.syscall(SYS_SECCOMP, 1, 0, ctypes.byref(self.fprog)), "load seccomp filter")
+            check(libc.syscall(self.sys_seccomp, 1, 0, ctypes.byref(self.fprog)), "load seccomp filter")
 
     def child(self, hdr, fds, t_fork):
         t_start = time.monotonic_ns()
@@ -201,6 +210,9 @@ class Agent:
         t_admit = time.monotonic_ns()
         rep = {"t": {"fork": t_fork, "start": t_start, "admitted": t_admit}}
         try:
+            # A session of its own: the zygote's group kill and a sibling's
+            # kill(0) are not for it, nor its for them.
+            os.setsid()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             self.wall_in()
             null = os.open("/dev/null", os.O_RDONLY)
