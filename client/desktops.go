@@ -149,8 +149,18 @@ func (a *ACI) read() {
 			return
 		}
 		a.mu.Lock()
-		ch := a.pending[ans.rep.ID]
-		delete(a.pending, ans.rep.ID)
+		id := ans.rep.ID
+		if _, ok := a.pending[id]; !ok && id == 0 {
+			// A request the guest could not read an id from: it answers
+			// in order, so this is the oldest one waiting.
+			for p := range a.pending {
+				if id == 0 || p < id {
+					id = p
+				}
+			}
+		}
+		ch := a.pending[id]
+		delete(a.pending, id)
 		a.mu.Unlock()
 		if ch != nil {
 			ch <- ans
@@ -191,6 +201,9 @@ func (a *ACI) Do(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byt
 	}
 	a.wmu.Unlock()
 	if err != nil {
+		a.mu.Lock()
+		delete(a.pending, req.ID)
+		a.mu.Unlock()
 		return nil, nil, fmt.Errorf("aci: send: %w", err)
 	}
 	select {
@@ -205,6 +218,9 @@ func (a *ACI) Do(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byt
 		}
 		return ans.rep, ans.image, nil
 	case <-ctx.Done():
+		a.mu.Lock()
+		delete(a.pending, req.ID)
+		a.mu.Unlock()
 		return nil, nil, ctx.Err()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"net"
 	"net/http"
@@ -124,8 +125,12 @@ func TestSessionBasics(t *testing.T) {
 		{[]byte(`{"id":9,"op":"click","x":1,"y":1,"colour":"red"}`), api.ACIBadRequest},
 		{[]byte(`{"id":10,"op":`), api.ACIBadRequest},
 	} {
-		if got := raw(c.msg); got.Error == nil || got.Error.Code != c.code {
+		got := raw(c.msg)
+		if got.Error == nil || got.Error.Code != c.code {
 			t.Errorf("%.40q: reply %+v, want %s", c.msg, got, c.code)
+		}
+		if got.ID != leadingIDOf(c.msg) {
+			t.Errorf("%.40q: reply id %d, want the request's", c.msg, got.ID)
 		}
 	}
 	if err := a.Move(ctx, 5, 5); err != nil {
@@ -145,6 +150,14 @@ func TestSessionBasics(t *testing.T) {
 }
 
 func ptr(v int) *int { return &v }
+
+// leadingIDOf is the id the test messages start with, 0 for one cut off
+// before it can be read.
+func leadingIDOf(msg []byte) uint64 {
+	var id uint64
+	fmt.Sscanf(string(msg), `{"id":%d`, &id)
+	return id
+}
 
 // rawSession opens a second session on a's guest that sends bytes as they
 // are and returns the text reply.

@@ -106,26 +106,26 @@ func (ss *session) write(ctx context.Context, rep *api.ACIReply, img []byte) err
 // handle decodes and runs one request.
 func (ss *session) handle(ctx context.Context, data []byte) (*api.ACIReply, []byte) {
 	if len(data) > MaxMessage {
-		return fail(0, api.ACITooLarge, fmt.Sprintf("message of %d bytes is over the %d-byte limit", len(data), MaxMessage)), nil
+		return fail(leadingID(data), api.ACITooLarge, fmt.Sprintf("message of %d bytes is over the %d-byte limit", len(data), MaxMessage)), nil
 	}
 	if !utf8.Valid(data) {
 		// JSON decoding would quietly turn it into U+FFFD.
-		var idOnly struct {
-			ID uint64 `json:"id"`
-		}
-		json.Unmarshal(data, &idOnly)
-		return fail(idOnly.ID, api.ACIBadText, "the request is not valid UTF-8"), nil
+		return fail(leadingID(data), api.ACIBadText, "the request is not valid UTF-8"), nil
 	}
 	var req api.ACIRequest
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		// Still answer the request's id when it can be read.
-		var idOnly struct {
-			ID uint64 `json:"id"`
+		id := leadingID(data)
+		if id == 0 {
+			var idOnly struct {
+				ID uint64 `json:"id"`
+			}
+			json.Unmarshal(data, &idOnly)
+			id = idOnly.ID
 		}
-		json.Unmarshal(data, &idOnly)
-		return fail(idOnly.ID, api.ACIBadRequest, "malformed request: "+err.Error()), nil
+		return fail(id, api.ACIBadRequest, "malformed request: "+err.Error()), nil
 	}
 	rep := &api.ACIReply{ID: req.ID, OK: true}
 	switch req.Op {
@@ -142,6 +142,23 @@ func (ss *session) handle(ctx context.Context, data []byte) (*api.ACIReply, []by
 		return failErr(req.ID, err), nil
 	}
 	return rep, nil
+}
+
+// leadingID reads the id of a request too large to decode whole, when it
+// comes first ({"id":N,...}, as clients write it); 0 otherwise.
+func leadingID(data []byte) uint64 {
+	dec := json.NewDecoder(strings.NewReader(string(data[:min(len(data), 64)])))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0
+	}
+	if k, err := dec.Token(); err != nil || k != "id" {
+		return 0
+	}
+	var id uint64
+	if dec.Decode(&id) != nil {
+		return 0
+	}
+	return id
 }
 
 // badRequest is a request the protocol refuses (code bad_request).

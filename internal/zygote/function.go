@@ -100,6 +100,7 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 		}
 		if z := f.zyg; z != nil && z.gone() {
 			f.zyg = nil
+			go z.close() // its socket
 		}
 		if f.sb != nil && (f.spec.Runtime == RuntimeExec || f.zyg != nil) {
 			select {
@@ -238,7 +239,10 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		return nil, fmt.Errorf("%w: control socket: %v", ErrWarm, err)
 	}
 	agentEnd := os.NewFile(uintptr(pair[1]), "zygote control")
-	defer agentEnd.Close()
+	// A blocked send (a wedged zygote, its queue full) fails instead of
+	// holding every request of the function.
+	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+	unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		unix.Close(pair[0])
@@ -253,6 +257,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		Args:  []string{python, "-I", "-c", pythonAgent},
 		Stdio: [3]*os.File{agentEnd, logW, logW},
 	})
+	agentEnd.Close() // only the agent holds it now: its death is EOF here
 	if err != nil {
 		unix.Close(pair[0])
 		logR.Close()
@@ -334,11 +339,19 @@ func (z *zygoteProc) send(msg []byte, fds []int) error {
 	if z.ctl < 0 {
 		return errZygoteGone
 	}
-	return unix.Sendmsg(z.ctl, msg, oob, nil, unix.MSG_NOSIGNAL)
+	err := unix.Sendmsg(z.ctl, msg, oob, nil, unix.MSG_NOSIGNAL)
+	if errors.Is(err, unix.EAGAIN) {
+		// Not reading for SO_SNDTIMEO: wedged. It goes; the request is
+		// retried on a new one.
+		go z.close()
+		return fmt.Errorf("%w: it took no request for 5 s and was killed", errZygoteGone)
+	}
+	return err
 }
 
-// close kills the agent (its running requests are in cgroups of their own
-// and finish or time out on their own).
+// close kills the agent and closes its socket. Its running requests are
+// in sessions and cgroups of their own, so they finish or time out on
+// their own.
 func (z *zygoteProc) close() {
 	z.l.Signal(unix.SIGKILL)
 	<-z.dead
@@ -440,7 +453,11 @@ func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *request
 	// Either ends the wait even if the request's process never joined its
 	// group (and so was not killed): the group is then removed, not
 	// recycled, so a late joiner finds no group and exits.
-	giveUp := func() { rg.KillMembers(); io.replyR.SetReadDeadline(time.Now()) }
+	giveUp := func() {
+		rg.spoil()
+		rg.KillMembers()
+		io.replyR.SetReadDeadline(time.Now())
+	}
 	timer := time.AfterFunc(f.timeout(), func() { timedOut.Store(true); giveUp() })
 	stop := context.AfterFunc(ctx, giveUp)
 	rep, rerr := io.readReply()
@@ -455,7 +472,7 @@ func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *request
 		return rep, got, nil
 	}
 	inv.Timings.Throttled = rg.throttled()
-	rg.spoiled = true
+	rg.spoil()
 	switch {
 	case timedOut.Load():
 		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
@@ -542,7 +559,8 @@ func (f *function) requestLimits() cgroup.Limits {
 type requestIO struct {
 	payload                        int
 	replyR                         *os.File
-	replyW, outW, errW             int // the child's ends, as numbers
+	outR, errR                     *os.File // the daemon's ends of stdout, stderr
+	replyW, outW, errW             int      // the child's ends, as numbers
 	replyWFile, outWFile, errWFile *os.File
 	out, errb                      *capped
 	outDone, errDone               chan struct{}
@@ -576,19 +594,19 @@ func newRequestIO(payload []byte) *requestIO {
 	r.out, r.errb = &capped{max: maxOutput}, &capped{max: maxOutput}
 	r.outDone, r.errDone = make(chan struct{}), make(chan struct{})
 	for _, p := range []struct {
-		w    **os.File
+		r, w **os.File
 		fd   *int
 		c    *capped
 		done chan struct{}
-	}{{&r.outWFile, &r.outW, r.out, r.outDone}, {&r.errWFile, &r.errW, r.errb, r.errDone}} {
+	}{{&r.outR, &r.outWFile, &r.outW, r.out, r.outDone}, {&r.errR, &r.errWFile, &r.errW, r.errb, r.errDone}} {
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			r.err = err
 			close(p.done)
 			continue
 		}
-		*p.w, *p.fd = pw, int(pw.Fd())
-		go func() { io.Copy(p.c, pr); pr.Close(); close(p.done) }()
+		*p.r, *p.w, *p.fd = pr, pw, int(pw.Fd())
+		go func() { io.Copy(p.c, pr); close(p.done) }()
 	}
 	return r
 }
@@ -611,8 +629,10 @@ func (r *requestIO) closeChildEnds() {
 
 func (r *requestIO) closeAll() {
 	r.closeChildEnds()
-	if r.replyR != nil {
-		r.replyR.Close()
+	for _, f := range []*os.File{r.replyR, r.outR, r.errR} {
+		if f != nil {
+			f.Close()
+		}
 	}
 }
 
@@ -637,12 +657,30 @@ func (r *requestIO) readReply() (*childReply, error) {
 	return &rep, nil
 }
 
+// outputGrace bounds the wait for a request's output to end once the
+// request is over: a process that escaped the kill (or the zygote still
+// holding a request it never forked) keeps the pipes open.
+const outputGrace = time.Second
+
 // output waits for stdout and stderr to end (every writer gone: the
-// request's cgroup was killed) and returns them.
+// request's cgroup was killed), at most outputGrace, and returns them.
 func (r *requestIO) output() (stdout, stderr string, truncated bool) {
-	<-r.outDone
-	<-r.errDone
-	return r.out.String(), r.errb.String(), r.out.dropped || r.errb.dropped
+	t := time.NewTimer(outputGrace)
+	defer t.Stop()
+	for _, done := range []chan struct{}{r.outDone, r.errDone} {
+		select {
+		case <-done:
+		case <-t.C:
+			truncated = true
+			for _, f := range []*os.File{r.outR, r.errR} {
+				if f != nil {
+					f.SetReadDeadline(time.Now())
+				}
+			}
+			<-done
+		}
+	}
+	return r.out.String(), r.errb.String(), truncated || r.out.dropped || r.errb.dropped
 }
 
 func closeAll(fds []int) {

@@ -2,6 +2,7 @@ package zygote
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +23,17 @@ type requestGroup struct {
 	oomBase, throttledBase int64
 	// spoiled: the request did not answer, and its process may not have
 	// joined yet; the group must go, not be reused.
-	spoiled bool
+	spoiled    atomic.Bool
+	removeOnce sync.Once
+}
+
+// spoil marks the group for removal and starts it at once: a process
+// that joins late (the zygote forked after the request was given up)
+// then finds no group and exits without running anything.
+func (g *requestGroup) spoil() {
+	if !g.spoiled.Swap(true) {
+		go g.remove()
+	}
 }
 
 // oomKilled reports whether the kernel killed a process of this request
@@ -37,7 +48,7 @@ func (g *requestGroup) throttled() bool { return g.Throttled() > g.throttledBase
 // a new one).
 func (g *requestGroup) release() {
 	g.KillMembers()
-	if g.spoiled {
+	if g.spoiled.Load() {
 		go func() { g.remove(); g.pool.kick() }()
 		return
 	}
@@ -93,8 +104,10 @@ func (p *groupPool) recycle(g *requestGroup) {
 }
 
 func (g *requestGroup) remove() {
-	closeAll(g.procs)
-	g.Remove() // kills what is left, retrying
+	g.removeOnce.Do(func() {
+		closeAll(g.procs)
+		g.Remove() // kills what is left, retrying
+	})
 }
 
 // take returns a ready group, or makes one when none is.

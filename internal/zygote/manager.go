@@ -278,6 +278,12 @@ func (f *function) info() api.Function {
 // cool drops f's sandbox (and zygote); the next call warms it again.
 func (f *function) cool() {
 	f.mu.Lock()
+	for f.warming != nil { // a warm-up in flight owns the pools until it ends
+		w := f.warming
+		f.mu.Unlock()
+		<-w
+		f.mu.Lock()
+	}
 	sb, z, groups, nodes := f.sb, f.zyg, f.groups, f.nodes
 	f.sb, f.zyg, f.groups, f.nodes = nil, nil, nil, nil
 	f.mu.Unlock()
@@ -320,6 +326,7 @@ func (m *Manager) sweep() {
 				select {
 				case <-z.dead:
 					f.zyg = nil // warmed again on the next call
+					go z.close()
 				default:
 				}
 			}

@@ -24,8 +24,8 @@ type nodeWorker struct {
 }
 
 func (w *nodeWorker) discard() {
+	w.rg.KillMembers() // first: on stdin's EOF it would serve an empty request
 	w.stdin.Close()
-	w.rg.KillMembers()
 	w.io.output()
 	w.io.closeAll()
 	w.rg.release()
@@ -113,7 +113,10 @@ func (p *nodePool) spawn() (*nodeWorker, error) {
 		return nil, fmt.Errorf("%w: %v", errZygoteGone, err)
 	}
 	var tag [1]byte
-	if _, err := io.ReadFull(rio.replyR, tag[:]); err != nil || tag[0] != 'R' {
+	rio.replyR.SetReadDeadline(time.Now().Add(p.f.timeout() + 30*time.Second))
+	_, rerr := io.ReadFull(rio.replyR, tag[:])
+	rio.replyR.SetReadDeadline(time.Time{})
+	if err := rerr; err != nil || tag[0] != 'R' {
 		why := "it exited"
 		if err == nil && tag[0] == 'E' {
 			if rep, rerr := rio.readReply(); rerr == nil && rep.Error != nil {
@@ -143,6 +146,7 @@ func (f *function) invokeNode(ctx context.Context, pool *nodePool, payload []byt
 	}
 	sent := monotonic()
 	inv.Timings.Queue = ms(time.Since(arrived))
+	w.stdin.SetWriteDeadline(time.Now().Add(f.timeout()))
 	_, werr := w.stdin.Write(append([]byte{flag}, payload...))
 	w.stdin.Close()
 	rep, got, err := f.awaitReply(ctx, w.rg, w.io, inv, nil)

@@ -13,9 +13,10 @@ type stock[T any] struct {
 	stop    chan struct{}
 	done    sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	lastErr error // of the last make in the background
+	mu        sync.Mutex
+	closed    bool
+	lastErr   error // of the last make in the background
+	closeOnce sync.Once
 }
 
 func newStock[T any](size int, produce func() (T, error), discard func(T)) *stock[T] {
@@ -89,7 +90,13 @@ func (s *stock[T]) err() error {
 	return s.lastErr
 }
 
+// close stops the refill and discards what is left; later calls do
+// nothing.
 func (s *stock[T]) close() {
+	s.closeOnce.Do(s.closeNow)
+}
+
+func (s *stock[T]) closeNow() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()

@@ -52,6 +52,7 @@ try {
 } catch (e) {
   process.exit(70);
 }
+if (body.length === 0) process.exit(70); // discarded before any request came
 t.isolated = now();
 (async () => {
   const rep = { t };

@@ -333,11 +333,19 @@ class Agent:
                 continue
             if not msg:
                 os._exit(0)  # the daemon closed the socket
-            hdr = json.loads(msg)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            t_fork = time.monotonic_ns()
-            pid = os.fork()
+            try:
+                hdr = json.loads(msg)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                t_fork = time.monotonic_ns()
+                pid = os.fork()
+            except Exception as e:
+                # One request lost (pids.max reached, a bad message), not
+                # the zygote: the daemon sees the request's pipes close.
+                sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
+                for fd in fds:
+                    os.close(fd)
+                continue
             if pid == 0:
                 try:
                     ctl.close()
