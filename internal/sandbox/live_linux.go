@@ -55,8 +55,10 @@ type ExecSpec struct {
 	// Workdir defaults to the sandbox's.
 	Workdir string
 	TTY     bool
-	Stdio   [3]*os.File
-	Timeout time.Duration
+	// Cols and Rows size the terminal before the command starts (TTY).
+	Cols, Rows uint16
+	Stdio      [3]*os.File
+	Timeout    time.Duration
 	// CgroupProcs are open cgroup.procs files (cgroup.Group.ProcsFiles)
 	// the command joins before its execve (Launch only; at most 4).
 	CgroupProcs []int
@@ -155,7 +157,8 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	t0 := time.Now()
 	p, h := sb.plan, sb.h
 	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...), TTY: e.TTY}, p.Hostname)
-	cmd := &command{argv: e.Args, env: env, candidates: candidates(e.Args[0], env), workdir: e.Workdir, tty: e.TTY}
+	cmd := &command{argv: e.Args, env: env, candidates: candidates(e.Args[0], env), workdir: e.Workdir, tty: e.TTY,
+		size: unix.Winsize{Col: e.Cols, Row: e.Rows}}
 	if cmd.workdir == "" {
 		cmd.workdir = p.Workdir
 	}

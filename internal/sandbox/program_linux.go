@@ -123,6 +123,9 @@ type command struct {
 	argv, env, candidates []string
 	workdir               string
 	tty                   bool
+	// size is the terminal's size, set before the command starts (zero:
+	// the kernel's 0x0, for the caller to set).
+	size unix.Winsize
 }
 
 func (p *Plan) command() *command {
@@ -176,7 +179,7 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
 	}
 	if c := p.command(); c != nil && c.tty {
-		pg.addPTY()
+		pg.addPTY(c.size)
 	}
 	if !in.userns {
 		pg.addOOMScore("-1000") // before the capabilities (CAP_SYS_RESOURCE) go
@@ -210,7 +213,7 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
 	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
 	if cmd.tty {
-		pg.addPTY()
+		pg.addPTY(cmd.size)
 	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(cmd, true, !in.userns)
@@ -236,11 +239,17 @@ func (pg *program) addOOMScore(value string) {
 // command's terminal has a name there (tty, ssh and sudo look it up): the
 // slave becomes the command's stdio, and the master goes to the parent
 // over the release socket.
-func (pg *program) addPTY() {
+func (pg *program) addPTY(size unix.Winsize) {
 	zero := new(int32)
 	pg.addSetup("open /dev/ptmx", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/dev/ptmx"), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC).saving(1))
 	pg.addSetup("unlock the pseudo-terminal", sys(unix.SYS_IOCTL, 0, unix.TIOCSPTLCK, pg.ptr(zero, unsafe.Pointer(zero))).using(1, 0))
 	pg.addSetup("open the pseudo-terminal's peer", sys(unix.SYS_IOCTL, 0, unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC).using(1, 0).saving(2))
+	if size.Col > 0 && size.Row > 0 {
+		// Sized before the command runs: a program that asks at once
+		// (stty size, a full-screen editor) sees the caller's size.
+		ws := &size
+		pg.addSetup("size the pseudo-terminal", sys(unix.SYS_IOCTL, 0, unix.TIOCSWINSZ, pg.ptr(ws, unsafe.Pointer(ws))).using(2, 0))
+	}
 	for i := 0; i < 3; i++ {
 		pg.addSetup("attach the pseudo-terminal", sys(unix.SYS_DUP3, 0, uintptr(slotStdio+i), unix.O_CLOEXEC).using(2, 0))
 	}

@@ -65,7 +65,7 @@ type execution struct {
 func (s *Server) start(b *box, req *api.ExecRequest, stdio [3]*os.File) (ex *execution, early *api.ExecExit, msg string, err error) {
 	ex = &execution{s: s, b: b, t0: time.Now()}
 	spec := &sandbox.ExecSpec{
-		Args: req.Argv, Env: req.Env, Workdir: req.Workdir, TTY: req.TTY,
+		Args: req.Argv, Env: req.Env, Workdir: req.Workdir, TTY: req.TTY, Cols: req.Cols, Rows: req.Rows,
 		Timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
 	}
 	if d := b.desktopNow(); d != nil {

@@ -156,17 +156,19 @@ func TestExecStreamTTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := d.c.ExecStream(ctx, sb.ID, &api.ExecRequest{
-		Argv: []string{"sh", "-c", "tty; stty size; read x; stty size"}, TTY: true, Cols: 100, Rows: 30,
+		// The size is asked first thing: it must be set before the
+		// command starts, not after.
+		Argv: []string{"sh", "-c", "stty size; tty; read x; stty size"}, TTY: true, Cols: 100, Rows: 30,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := &lineReader{r: st.Stdout}
-	if got := out.line(t); !strings.HasPrefix(got, "/dev/pts/") {
-		t.Fatalf("tty: %q, want a /dev/pts name", got)
-	}
 	if got := out.line(t); got != "30 100" {
 		t.Fatalf("initial size: %q, want 30 100", got)
+	}
+	if got := out.line(t); !strings.HasPrefix(got, "/dev/pts/") {
+		t.Fatalf("tty: %q, want a /dev/pts name", got)
 	}
 	if err := st.Resize(132, 43); err != nil {
 		t.Fatal(err)
