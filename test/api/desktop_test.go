@@ -71,7 +71,19 @@ func TestDesktopInput(t *testing.T) {
 	}
 
 	const text = "naïve – 東京 ✓"
-	if err := a.Type(ctx, "cat > /tmp/unicode\n"+text+"\n"); err != nil {
+	if err := a.Type(ctx, "cat > /tmp/unicode\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Typed ahead of the shell, the text would reach the terminal while
+	// the shell's line editor holds it raw (Return stays \r, ctrl+d a
+	// byte): wait until cat has the file open.
+	if !eventually(patience, func() bool {
+		_, err := d.c.Stat(ctx, dt.ID, "/tmp/unicode")
+		return err == nil
+	}) {
+		t.Fatal("cat never started")
+	}
+	if err := a.Type(ctx, text+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Key(ctx, "ctrl+d"); err != nil {

@@ -20,7 +20,13 @@ func xterm(t *testing.T, d *x11.Display, title, script string) x11.Window {
 	require.Binary(t, "xterm")
 	t.Setenv("LC_ALL", "C.UTF-8")
 	xvfbtest.Run(t, d.Name(), "xterm", "-u8", "-T", title, "-class", "TineTest", "-geometry", "80x24+40+40", "-e", "sh", "-c", script)
-	return waitWindow(t, d, func(w x11.Window) bool { return w.Title == title })
+	w := waitWindow(t, d, func(w x11.Window) bool { return w.Title == title })
+	// Mapped is not ready: on a loaded host xterm drew (and read input)
+	// seconds after its window appeared. It is once it has drawn.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d.WaitScreenIdle(ctx, 300*time.Millisecond)
+	return w
 }
 
 func waitWindow(t *testing.T, d *x11.Display, match func(x11.Window) bool) x11.Window {

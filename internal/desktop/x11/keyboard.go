@@ -1,6 +1,7 @@
 package x11
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,7 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 		if err := d.sync(); err != nil {
 			return keyPos{}, err
 		}
-		time.Sleep(50 * time.Millisecond)
+		d.settle()
 		d.restoreKeys()
 		if len(k.spare) == 0 {
 			return keyPos{}, fmt.Errorf("keysym 0x%x is not on the keyboard and no keycode is free to map it", ks)
@@ -147,6 +148,22 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 	k.borrowed[free] = ks
 	d.keepBorrowed()
 	return keyPos{code: free}, nil
+}
+
+// settle waits until clients have likely processed the keys sent so far,
+// before a borrowed keycode is remapped: a client reads a key with the
+// mapping it fetches when it gets to it, so one that lags would read the
+// new character. They draw what they receive: wait for the screen to stay
+// unchanged for 100 ms (at most 2 s); without DAMAGE, 250 ms. A fixed
+// 50 ms lost characters in CI, on a loaded host.
+func (d *Display) settle() {
+	if !d.Damage() {
+		time.Sleep(250 * time.Millisecond)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	d.WaitScreenIdle(ctx, 100*time.Millisecond)
 }
 
 // keepBorrowed (re)starts the countdown to restoring borrowed keycodes:
