@@ -132,6 +132,13 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 			return fmt.Errorf("%s's window never took the focus: %w", app[0], err)
 		}
 	}
+	if len(o.Apps) > 0 && d.Damage() {
+		// Mapped and focused is not drawn: the first screenshot an agent
+		// takes should show the apps. Quiet for 50 ms, at most a second.
+		idle, cancel := context.WithTimeout(start, time.Second)
+		d.WaitScreenIdle(idle, 50*time.Millisecond)
+		cancel()
+	}
 	os.Remove(o.Listen)
 	l, err := net.Listen("unix", o.Listen)
 	if err != nil {
