@@ -43,11 +43,11 @@ func (g *requestGroup) oomKilled() bool { return g.OOMKills() > g.oomBase }
 // throttled reports whether this request hit its CPU quota.
 func (g *requestGroup) throttled() bool { return g.Throttled() > g.throttledBase }
 
-// release kills what is left in the group and, in the background, puts it
-// back in the pool once it is empty (or removes it, and has the pool make
-// a new one).
+// release puts the group back in the pool once it is empty (recycle kills
+// what is left), or removes it and has the pool make a new one; both in the
+// background. Callers killed the request's processes already: its answer
+// does not wait for cgroupfs a second time.
 func (g *requestGroup) release() {
-	g.KillMembers()
 	if g.spoiled.Load() {
 		go func() { g.remove(); g.pool.kick() }()
 		return
