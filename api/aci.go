@@ -14,6 +14,9 @@ type ACIWelcome struct {
 	Capabilities []string `json:"capabilities"`
 	Width        int      `json:"width"`
 	Height       int      `json:"height"`
+	// Capture says how screenshots read the screen: "framebuffer" (Xvfb's
+	// memory, mapped), "shm" (MIT-SHM) or "getimage". Informational.
+	Capture string `json:"capture,omitempty"`
 }
 
 // ACIRequest is one request: an action, an observation or a step. Which

@@ -58,7 +58,7 @@ func startGuest(t *testing.T, apps ...[]string) *client.ACI {
 func TestSessionBasics(t *testing.T) {
 	a := startGuest(t, []string{"xterm", "-bg", "#ff0000", "-geometry", "40x10+0+0"})
 	ctx := context.Background()
-	if a.Welcome.Version != api.ACIVersion || a.Welcome.Width != 800 || a.Welcome.Height != 600 {
+	if a.Welcome.Version != api.ACIVersion || a.Welcome.Width != 800 || a.Welcome.Height != 600 || a.Welcome.Capture != "framebuffer" {
 		t.Fatalf("welcome %+v", a.Welcome)
 	}
 	ws, err := a.Windows(ctx)

@@ -65,7 +65,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 	c.SetReadLimit(readLimit)
 	w, h := s.D.Size()
-	welcome, _ := json.Marshal(api.ACIWelcome{Type: "welcome", Version: api.ACIVersion, Capabilities: Capabilities, Width: w, Height: h})
+	welcome, _ := json.Marshal(api.ACIWelcome{Type: "welcome", Version: api.ACIVersion, Capabilities: Capabilities, Width: w, Height: h,
+		Capture: s.D.CaptureMethod()})
 	if err := c.Write(ctx, websocket.MessageText, welcome); err != nil {
 		return err
 	}

@@ -35,6 +35,11 @@ func startDesktop(t *testing.T, d *daemon, apps ...[]string) (*api.Desktop, *cli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	// A desktop's own Xvfb keeps its screen in shared memory, and every
+	// screenshot the tests below check reads it from there.
+	if a.Welcome.Capture != "framebuffer" {
+		t.Fatalf("the guest captures with %q, want framebuffer", a.Welcome.Capture)
+	}
 	return dt, a
 }
 

@@ -7,7 +7,6 @@
 package guest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +14,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tine-run/tine/internal/aci"
 	"github.com/tine-run/tine/internal/desktop/x11"
+	"github.com/tine-run/tine/internal/desktop/xvfb"
 )
 
 // Backdrop is the root window's colour: a known pixel for tests and a
@@ -52,7 +51,7 @@ type Ready struct {
 	Width   int     `json:"width"`
 	Height  int     `json:"height"`
 	ReadyMs float64 `json:"ready_ms"`
-	SHM     bool    `json:"shm"`
+	Capture string  `json:"capture"` // x11.CaptureFramebuffer, CaptureSHM or CaptureGetImage
 }
 
 // Run starts the desktop and serves the ACI until ctx ends; ready is
@@ -73,19 +72,27 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		}
 	}()
 	display := o.Display
+	framebuffer := -1
 	if display == "" {
-		x, name, err := startXvfb(start, o.Width, o.Height, o.GLX)
+		x, err := xvfb.Start(start, xvfb.Config{Width: o.Width, Height: o.Height, GLX: o.GLX})
 		if err != nil {
 			return err
 		}
-		children = append(children, x)
-		display = name
+		children = append(children, x.Cmd)
+		display, framebuffer = x.Display, x.Framebuffer
 	}
 	d, err := x11.Connect(display, x11.Options{})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if framebuffer >= 0 {
+		// Captures then skip the X server's copy; when it fails they go
+		// through MIT-SHM as before, so the error only costs speed.
+		if err := d.UseFramebuffer(framebuffer); err != nil {
+			fmt.Fprintf(os.Stderr, "tine guest: captures go through the X server: %v\n", err)
+		}
+	}
 	if o.Display == "" {
 		if err := d.PaintRoot(Backdrop); err != nil {
 			return err
@@ -146,7 +153,8 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	}
 	srv := &http.Server{Handler: &aci.Server{D: d}}
 	w, h := d.Size()
-	ready(Ready{Display: display, Width: w, Height: h, ReadyMs: float64(time.Since(t0).Microseconds()) / 1000, SHM: d.SHM()})
+	ready(Ready{Display: display, Width: w, Height: h, ReadyMs: float64(time.Since(t0).Microseconds()) / 1000,
+		Capture: d.CaptureMethod()})
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -166,46 +174,4 @@ func launch(display string, argv []string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	return c, nil
-}
-
-// startXvfb starts Xvfb on a display number it picks itself (-displayfd)
-// and returns once it accepts connections. No TCP: the display's socket
-// is in this sandbox's own /tmp.
-func startXvfb(ctx context.Context, width, height int, glx bool) (*exec.Cmd, string, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, "", err
-	}
-	defer r.Close()
-	args := []string{"-displayfd", "3", "-nolisten", "tcp", "-noreset", "-screen", "0", fmt.Sprintf("%dx%dx24", width, height)}
-	if !glx {
-		args = append(args, "-extension", "GLX")
-	}
-	c := exec.Command("Xvfb", args...)
-	c.ExtraFiles = []*os.File{w}
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
-		w.Close()
-		return nil, "", fmt.Errorf("start Xvfb: %w", err)
-	}
-	w.Close()
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(r).ReadString('\n')
-		line <- strings.TrimSpace(s)
-	}()
-	select {
-	case n := <-line:
-		if n == "" {
-			c.Wait()
-			return nil, "", fmt.Errorf("Xvfb exited before it was ready: %s", stderr.String())
-		}
-		return c, ":" + n, nil
-	case <-ctx.Done():
-		c.Process.Kill()
-		c.Wait()
-		return nil, "", fmt.Errorf("Xvfb not ready: %w: %s", ctx.Err(), stderr.String())
-	}
 }

@@ -67,6 +67,18 @@ func BenchmarkCaptureSHMReuse(b *testing.B) {
 	}
 }
 
+func BenchmarkCaptureFramebuffer(b *testing.B) {
+	d, display := newFramebufferDisplay(b)
+	showFixture(b, display)
+	var f *frame.Frame
+	for b.Loop() {
+		var err error
+		if f, err = d.CaptureInto(f, image.Rectangle{}, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkCaptureGetImage(b *testing.B) {
 	d := benchDisplay(b, x11.Options{NoSHM: true})
 	for b.Loop() {

@@ -49,16 +49,23 @@ func wantPattern(t *testing.T, f *frame.Frame, origin image.Point) {
 	}
 }
 
-// Both capture paths pass the same checks (and must agree to the bit).
+// The ways to capture, each on a fresh Xvfb.
+var captureModes = []struct {
+	name    string
+	connect func(testing.TB) (*x11.Display, string)
+	shm     bool
+}{
+	{"shm", func(t testing.TB) (*x11.Display, string) { return newDisplay(t, false, x11.Options{}) }, true},
+	{"getimage", func(t testing.TB) (*x11.Display, string) { return newDisplay(t, false, x11.Options{NoSHM: true}) }, false},
+	{"framebuffer", newFramebufferDisplay, true},
+}
+
+// Every capture path passes the same checks (and they agree to the bit).
 func TestCapture(t *testing.T) {
 	var hashes []frame.Hash
-	for _, c := range []struct {
-		name string
-		opts x11.Options
-		shm  bool
-	}{{"shm", x11.Options{}, true}, {"getimage", x11.Options{NoSHM: true}, false}} {
+	for _, c := range captureModes {
 		t.Run(c.name, func(t *testing.T) {
-			d, display := newDisplay(t, false, c.opts)
+			d, display := c.connect(t)
 			if d.SHM() != c.shm {
 				t.Fatalf("SHM() = %v, want %v", d.SHM(), c.shm)
 			}
@@ -103,8 +110,10 @@ func TestCapture(t *testing.T) {
 			}
 		})
 	}
-	if len(hashes) == 2 && hashes[0] != hashes[1] {
-		t.Fatal("SHM and GetImage captures of the same region hash differently")
+	for i := range hashes {
+		if hashes[i] != hashes[0] {
+			t.Fatalf("%s and %s captures of the same region hash differently", captureModes[0].name, captureModes[i].name)
+		}
 	}
 }
 
@@ -121,8 +130,16 @@ func zeroPad(f *frame.Frame) *frame.Frame {
 	return g
 }
 
+// The cursor is in a capture when asked for, and only then: Xvfb draws its
+// software cursor into the framebuffer, which the framebuffer path hides.
 func TestCaptureWithCursor(t *testing.T) {
-	d, display := newDisplay(t, false, x11.Options{})
+	for _, c := range captureModes {
+		t.Run(c.name, func(t *testing.T) { testCaptureWithCursor(t, c.connect) })
+	}
+}
+
+func testCaptureWithCursor(t *testing.T, connect func(testing.TB) (*x11.Display, string)) {
+	d, display := connect(t)
 	if !d.CursorImages() {
 		t.Fatal("Xvfb has XFixes, but the display found no cursor images")
 	}

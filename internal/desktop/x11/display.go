@@ -61,7 +61,8 @@ type Display struct {
 	kb      keyboard
 
 	capMu sync.Mutex
-	shm   *shmSegment // nil: plain GetImage
+	fb    *framebuffer // Xvfb's screen itself; nil: shm or GetImage
+	shm   *shmSegment  // nil: plain GetImage
 
 	atomMu sync.Mutex
 	atoms  map[string]xproto.Atom
@@ -151,6 +152,26 @@ func (d *Display) Size() (width, height int) { return d.width, d.height }
 // SHM says whether captures go through MIT-SHM.
 func (d *Display) SHM() bool { return d.shm != nil }
 
+// How captures read the screen, fastest first (CaptureMethod).
+const (
+	CaptureFramebuffer = "framebuffer" // Xvfb's screen memory, mapped (UseFramebuffer)
+	CaptureSHM         = "shm"         // MIT-SHM GetImage into a shared segment
+	CaptureGetImage    = "getimage"    // GetImage through the socket
+)
+
+// CaptureMethod says how captures read the screen.
+func (d *Display) CaptureMethod() string {
+	d.capMu.Lock()
+	defer d.capMu.Unlock()
+	switch {
+	case d.fb != nil:
+		return CaptureFramebuffer
+	case d.shm != nil:
+		return CaptureSHM
+	}
+	return CaptureGetImage
+}
+
 // Close restores the keyboard mapping if typing changed it, releases the
 // shared memory and closes the connection. Later calls do nothing.
 func (d *Display) Close() error {
@@ -163,6 +184,10 @@ func (d *Display) close() {
 	d.closeKeys()
 	d.inputMu.Unlock()
 	d.capMu.Lock()
+	if d.fb != nil {
+		d.fb.detach()
+		d.fb = nil
+	}
 	if d.shm != nil {
 		d.shm.detach(d.conn)
 		d.shm = nil

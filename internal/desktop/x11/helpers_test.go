@@ -29,6 +29,28 @@ func newDisplay(t testing.TB, wm bool, o x11.Options) (*x11.Display, string) {
 	return d, name
 }
 
+// newFramebufferDisplay is newDisplay (without a window manager) with
+// captures read from Xvfb's shared-memory framebuffer.
+func newFramebufferDisplay(t testing.TB) (*x11.Display, string) {
+	t.Helper()
+	s := xvfbtest.StartServer(t, screenW, screenH)
+	if s.Framebuffer < 0 {
+		t.Fatalf("Xvfb -shmem printed no framebuffer segment id: %s", s.Stderr())
+	}
+	d, err := x11.Connect(s.Display, x11.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.UseFramebuffer(s.Framebuffer); err != nil {
+		t.Fatal(err)
+	}
+	if d.CaptureMethod() != x11.CaptureFramebuffer {
+		t.Fatal("UseFramebuffer succeeded but captures do not use it")
+	}
+	return d, s.Display
+}
+
 // client is a second X connection playing an application: it owns test
 // windows and records the input events they receive.
 type client struct {

@@ -5,17 +5,15 @@
 package xvfbtest
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tine-run/tine/internal/desktop/x11"
+	"github.com/tine-run/tine/internal/desktop/xvfb"
 	"github.com/tine-run/tine/internal/require"
 )
 
@@ -28,40 +26,22 @@ const startTimeout = 15 * time.Second
 // is skipped (or fails under TINE_STRICT=xvfb).
 func Start(tb testing.TB, width, height int, wrap ...string) string {
 	tb.Helper()
+	return StartServer(tb, width, height, wrap...).Display
+}
+
+// StartServer is Start returning the whole server (its framebuffer's
+// segment id too).
+func StartServer(tb testing.TB, width, height int, wrap ...string) *xvfb.Server {
+	tb.Helper()
 	require.Binary(tb, "Xvfb")
-	r, w, err := os.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	s, err := xvfb.Start(ctx, xvfb.Config{Width: width, Height: height, Wrap: wrap})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer r.Close()
-	argv := append(wrap, "Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset",
-		"-screen", "0", fmt.Sprintf("%dx%dx24", width, height))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.ExtraFiles = []*os.File{w}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	w.Close()
-	stop(tb, cmd)
-
-	// Xvfb writes the display number once it listens.
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(r).ReadString('\n')
-		line <- strings.TrimSpace(s)
-	}()
-	select {
-	case n := <-line:
-		if n == "" {
-			tb.Fatalf("Xvfb exited before it was ready: %s", stderr.String())
-		}
-		return ":" + n
-	case <-time.After(startTimeout):
-		tb.Fatalf("Xvfb not ready after %v: %s", startTimeout, stderr.String())
-	}
-	return ""
+	stop(tb, s.Cmd)
+	return s
 }
 
 // Run starts a program on display, killed (with its process group) in
