@@ -15,7 +15,9 @@ import (
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
-// Build compiles ./cmd/tine into dir and returns the binary's path.
+// Build compiles tine into dir the way `make build` does (the Makefile
+// owns the build flags: static, libjpeg-turbo linked in) and returns the
+// binary's path.
 func Build(dir string) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -30,12 +32,10 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("go env GOMOD: not inside the tine module (got %q)", gomod)
 	}
 	bin := filepath.Join(dir, "tine")
-	build := exec.Command(goTool, "build", "-o", bin, "./cmd/tine")
+	build := exec.Command("make", "-s", "build", "BIN="+bin, "GO="+goTool)
 	build.Dir = filepath.Dir(gomod)
-	// As make build does: static, pure Go (see the Makefile).
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/tine: %w\n%s", err, out)
+		return "", fmt.Errorf("make build: %w\n%s", err, out)
 	}
 	return bin, nil
 }

@@ -8,6 +8,7 @@ package encode
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 
 	"github.com/tine-run/tine/internal/desktop/frame"
 )
@@ -88,3 +89,17 @@ func Encode(f *frame.Frame, format Format, quality int) ([]byte, error) {
 }
 
 func clampQuality(q int) int { return min(max(q, 1), 100) }
+
+// Bands: deflate and JPEG coding are most of a screenshot's time, so a
+// large frame is cut into horizontal bands coded in parallel, one per CPU
+// (what pigz does for gzip), each large enough that joining them is worth
+// it.
+const (
+	maxBands    = 8
+	minBandRows = 128
+)
+
+// bandCount is how many bands f is coded in (1: no parallel coding).
+func bandCount(f *frame.Frame) int {
+	return max(1, min(runtime.GOMAXPROCS(0), maxBands, f.Height/minBandRows))
+}

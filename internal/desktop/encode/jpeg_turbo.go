@@ -2,15 +2,73 @@
 
 package encode
 
-// #cgo LDFLAGS: -lturbojpeg
-// #include <stdlib.h>
-// #include <turbojpeg.h>
+/*
+#cgo LDFLAGS: -ljpeg
+#include <stdio.h>
+#include <stdlib.h>
+#include <setjmp.h>
+#include <jpeglib.h>
+
+struct tine_jpeg_error {
+	struct jpeg_error_mgr mgr;
+	jmp_buf jump;
+	char message[JMSG_LENGTH_MAX];
+};
+
+// libjpeg's default error handler exits the process; this one returns to
+// tine_jpeg with the message.
+static void tine_jpeg_error_exit(j_common_ptr c) {
+	struct tine_jpeg_error *e = (struct tine_jpeg_error *)c->err;
+	(*c->err->format_message)(c, e->message);
+	longjmp(e->jump, 1);
+}
+
+static void tine_jpeg_quiet(j_common_ptr c, int level) {}
+
+// tine_jpeg encodes height rows of BGRX pixels (stride bytes apart) as a
+// baseline 4:2:0 JPEG with the standard Huffman tables, into a buffer it
+// mallocs (*out, *size; the caller frees it). 0 on success; otherwise -1
+// and the message in message.
+static int tine_jpeg(unsigned char *pix, int width, int height, int stride, int quality,
+                     unsigned char **out, unsigned long *size, char *message) {
+	struct jpeg_compress_struct c;
+	struct tine_jpeg_error e;
+	c.err = jpeg_std_error(&e.mgr);
+	e.mgr.error_exit = tine_jpeg_error_exit;
+	e.mgr.emit_message = tine_jpeg_quiet;
+	*out = NULL;
+	*size = 0;
+	if (setjmp(e.jump)) {
+		jpeg_destroy_compress(&c);
+		free(*out);
+		*out = NULL;
+		snprintf(message, JMSG_LENGTH_MAX, "%s", e.message);
+		return -1;
+	}
+	jpeg_create_compress(&c);
+	jpeg_mem_dest(&c, out, size);
+	c.image_width = width;
+	c.image_height = height;
+	c.input_components = 4;
+	c.in_color_space = JCS_EXT_BGRX;
+	jpeg_set_defaults(&c);
+	jpeg_set_quality(&c, quality, TRUE);
+	c.dct_method = JDCT_IFAST;
+	c.optimize_coding = FALSE; // the bands of one picture must share tables
+	jpeg_start_compress(&c, TRUE);
+	while (c.next_scanline < c.image_height) {
+		JSAMPROW row = pix + (size_t)c.next_scanline * stride;
+		jpeg_write_scanlines(&c, &row, 1);
+	}
+	jpeg_finish_compress(&c);
+	jpeg_destroy_compress(&c);
+	return 0;
+}
+*/
 import "C"
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"unsafe"
 
 	"github.com/tine-run/tine/internal/desktop/frame"
@@ -19,30 +77,17 @@ import (
 // JPEGBackend names the JPEG encoder this build carries.
 const JPEGBackend = "libjpeg-turbo"
 
-// JPEG writes f as a 4:2:0 JPEG of the given quality (1–100) through
-// libjpeg-turbo, which reads the BGRX pixels as they are.
-func JPEG(w io.Writer, f *frame.Frame, quality int) error {
-	if f.Width == 0 || f.Height == 0 {
-		return errors.New("jpeg: empty frame")
-	}
-	// A handle per call: tjInitCompress costs microseconds, and a shared
-	// one would need a lock (handles are not safe for concurrent use).
-	h := C.tjInitCompress()
-	if h == nil {
-		return fmt.Errorf("jpeg: tjInitCompress: %s", C.GoString(C.tjGetErrorStr()))
-	}
-	defer C.tjDestroy(h)
+// encodeJPEG encodes f as one baseline 4:2:0 JPEG with the standard
+// Huffman tables through libjpeg-turbo, which reads the BGRX pixels as
+// they are.
+func encodeJPEG(f *frame.Frame, quality int) ([]byte, error) {
 	var out *C.uchar
 	var size C.ulong
-	defer func() {
-		if out != nil {
-			C.tjFree(out)
-		}
-	}()
-	if C.tjCompress2(h, (*C.uchar)(unsafe.Pointer(&f.Pix[0])), C.int(f.Width), C.int(f.Stride), C.int(f.Height),
-		C.TJPF_BGRX, &out, &size, C.TJSAMP_420, C.int(clampQuality(quality)), C.TJFLAG_FASTDCT) != 0 {
-		return fmt.Errorf("jpeg: tjCompress2: %s", C.GoString(C.tjGetErrorStr2(h)))
+	var msg [C.JMSG_LENGTH_MAX]C.char
+	if C.tine_jpeg((*C.uchar)(unsafe.Pointer(&f.Pix[0])), C.int(f.Width), C.int(f.Height), C.int(f.Stride), C.int(quality),
+		&out, &size, &msg[0]) != 0 {
+		return nil, fmt.Errorf("libjpeg: %s", C.GoString(&msg[0]))
 	}
-	_, err := w.Write(unsafe.Slice((*byte)(unsafe.Pointer(out)), int(size)))
-	return err
+	defer C.free(unsafe.Pointer(out))
+	return C.GoBytes(unsafe.Pointer(out), C.int(size)), nil
 }

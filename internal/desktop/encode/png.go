@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math/bits"
-	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/flate"
@@ -45,20 +44,13 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 // Decoding it gives back exactly the frame's pixels. A large frame is
 // compressed in bands on all CPUs (parallelPNG).
 func PNG(w io.Writer, f *frame.Frame) error {
-	if bands := min(runtime.GOMAXPROCS(0), maxBands, f.Height/minBandRows); bands > 1 {
+	if bands := bandCount(f); bands > 1 {
 		return parallelPNG(w, f, bands)
 	}
 	zw := zlibPool.Get().(*zlib.Writer)
 	defer zlibPool.Put(zw)
 	return writePNG(w, f, pngFilter, zw)
 }
-
-// Bands of a parallel PNG: deflate is most of a screenshot's time, and
-// one band per CPU is what pigz does for gzip.
-const (
-	maxBands    = 8
-	minBandRows = 128
-)
 
 var flatePool = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(nil, pngLevel)
