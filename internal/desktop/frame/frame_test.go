@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"bytes"
 	"image"
 	"image/color"
 	"math/rand/v2"
@@ -106,6 +107,23 @@ func TestDownscaleAveragesArea(t *testing.T) {
 	for i := 0; i < len(s.Pix); i += 4 {
 		if s.Pix[i] != 10 || s.Pix[i+1] != 200 || s.Pix[i+2] != 255 {
 			t.Fatalf("pixel %d = %v, want [10 200 255]", i/4, s.Pix[i:i+3])
+		}
+	}
+}
+
+// Downscale in bands of rows gives what one pass over all rows gives.
+func TestDownscaleBandsAgree(t *testing.T) {
+	for _, c := range []struct{ w, h, max int }{{1280, 800, 1024}, {300, 700, 257}, {1920, 1080, 640}} {
+		f := randomFrame(c.w, c.h, 5)
+		got := f.Downscale(c.max)
+		if got.Height < 128 {
+			t.Fatalf("%dx%d → %d: %d rows, too few for bands", c.w, c.h, c.max, got.Height)
+		}
+		w, h := got.Width, got.Height
+		want := New(w, h)
+		f.downscaleRows(want, boxWeights(f.Width, w), boxWeights(f.Height, h), 0, h)
+		if !bytes.Equal(got.Pix, want.Pix) {
+			t.Fatalf("%dx%d → %dx%d: banded and one-pass results differ", c.w, c.h, w, h)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package frame
 import (
 	"encoding/binary"
 	"math"
+	"runtime"
+	"sync"
 )
 
 // Downscale returns f shrunk so that its longer edge is at most maxLongEdge
@@ -26,7 +28,21 @@ func (f *Frame) Downscale(maxLongEdge int) *Frame {
 	w := max(1, int(math.Round(float64(f.Width)*float64(maxLongEdge)/float64(long))))
 	h := max(1, int(math.Round(float64(f.Height)*float64(maxLongEdge)/float64(long))))
 	xs, ys := boxWeights(f.Width, w), boxWeights(f.Height, h)
+	out := New(w, h)
+	// Output rows are independent: bands of them scale on all CPUs.
+	bands := max(1, min(runtime.GOMAXPROCS(0), 8, h/64))
+	var wg sync.WaitGroup
+	for i := range bands {
+		wg.Go(func() { f.downscaleRows(out, xs, ys, h*i/bands, h*(i+1)/bands) })
+	}
+	wg.Wait()
+	return out
+}
 
+// downscaleRows computes rows y0 to y1 of out, f scaled by the weights xs
+// and ys.
+func (f *Frame) downscaleRows(out *Frame, xs, ys weights, y0, y1 int) {
+	w := out.Width
 	// Horizontal pass, on demand: source row sy scaled to w pixels, kept
 	// spread for the vertical pass. Output rows need windows of ys.n
 	// consecutive source rows, so a ring of ys.n rows computes each once.
@@ -58,9 +74,8 @@ func (f *Frame) Downscale(maxLongEdge int) *Frame {
 		return dst
 	}
 
-	out := New(w, h)
 	acc := make([]uint64, w)
-	for y := range h {
+	for y := y0; y < y1; y++ {
 		clear(acc)
 		for k, wt := range ys.w[y*ys.n : (y+1)*ys.n] {
 			if wt == 0 {
@@ -77,7 +92,6 @@ func (f *Frame) Downscale(maxLongEdge int) *Frame {
 			binary.LittleEndian.PutUint32(dst[x*4:], pack(v))
 		}
 	}
-	return out
 }
 
 // spread puts the four bytes of a pixel into the four 16-bit lanes of a
