@@ -107,8 +107,9 @@ q80 screenshots at 1280x800 and at a 1024 long edge of a desktop full of
 text; step with 3, 5 and 8 actions against the same as sequential calls;
 and the PSS of 1 to 8 desktops (the slope per desktop). Targets: create→ready
 at most 400 ms, action p50 at most 0.5 ms, screenshot PNG at most 8 ms and
-JPEG q80 at most 5 ms (the JPEG encoder is libjpeg-turbo only in a build
-with -tags turbojpeg), at most 40 MiB PSS per desktop.`,
+JPEG q80 at most 5 ms (the JPEG encoder is libjpeg-turbo in the default
+make build, image/jpeg in a pure-Go one: make build TAGS=), at most 40 MiB
+PSS per desktop.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Desktop(ctx, d, o)
 			}),
