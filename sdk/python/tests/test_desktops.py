@@ -115,6 +115,17 @@ class DesktopTest(unittest.TestCase):
         part = self.s.screenshot(region=[10, 20, 100, 50])
         self.assertEqual(png_size(part.data), (100, 50))
 
+    def test_timeout_then_the_session_goes_on(self) -> None:
+        with tine.Client(self.d.socket, timeout=0.3) as c, c.aci(self.desk.id) as s:
+            s.wait(10)  # well within the timeout: the session works
+            with self.assertRaises(tine.TransportError) as cm:
+                s.wait(1500)
+            self.assertIn("within 0.3 s", str(cm.exception))
+            # The late reply to the wait is dropped; the next request gets its own.
+            time.sleep(1.3)
+            s.move(11, 12)
+            self.assertEqual(s.cursor(), (11, 12))
+
     def test_typed_error_then_the_session_goes_on(self) -> None:
         with self.assertRaises(tine.ACIError) as cm:
             self.s.key("ctrl+nosuchkey")

@@ -9,6 +9,7 @@ import http.client
 import socket
 import ssl
 import threading
+import time
 from collections import deque
 from typing import IO, Any, Iterator, Mapping, Sequence, TypeVar
 
@@ -210,21 +211,26 @@ class DesktopSession:
     request the desktop refuses raises :class:`~tine.errors.ACIError` and
     the session goes on; a broken session raises
     :class:`~tine.errors.TransportError`. :attr:`welcome` has the protocol
-    version, capabilities and screen size."""
+    version, capabilities and screen size. With the client's ``timeout``,
+    a request whose reply takes longer raises
+    :class:`~tine.errors.TransportError` and the session goes on (its late
+    reply is dropped)."""
 
-    def __init__(self, sock: socket.socket, early: bytes) -> None:
+    def __init__(self, sock: socket.socket, early: bytes, timeout: float | None = None) -> None:
         self._sock = sock
         self._p = _aci.Protocol()
         self._lock = threading.Lock()
         self._early = early
         self._closed = False
+        self._timeout = timeout
 
     @classmethod
-    def _open(cls, sock: socket.socket, early: bytes) -> "DesktopSession":
-        s = cls(sock, early)
+    def _open(cls, sock: socket.socket, early: bytes, timeout: float | None = None) -> "DesktopSession":
+        s = cls(sock, early, timeout)
         try:
+            deadline = s._deadline()
             while s._p.welcome is None:
-                s._pump()
+                s._pump(deadline, "the welcome")
                 if s._p.done:
                     raise s._p.ended()
         except BaseException:
@@ -238,12 +244,19 @@ class DesktopSession:
         assert self._p.welcome is not None
         return self._p.welcome
 
-    def _pump(self) -> builtins.list[tuple[int, _aci.Reply, _aci.Image]]:
+    def _deadline(self) -> float | None:
+        return None if self._timeout is None else time.monotonic() + self._timeout
+
+    def _pump(self, deadline: float | None, waiting_for: str) -> builtins.list[tuple[int, _aci.Reply, _aci.Image]]:
         if self._early:
             data, self._early = self._early, b""
         else:
             try:
+                if deadline is not None:
+                    self._sock.settimeout(max(0.0, deadline - time.monotonic()))
                 data = self._sock.recv(_CHUNK)
+            except socket.timeout:
+                raise TransportError(f"aci: no reply to {waiting_for} within {self._timeout} s (the session goes on)") from None
             except OSError:
                 data = b""
         out, back = self._p.receive(data)
@@ -259,12 +272,15 @@ class DesktopSession:
             if self._p.done:
                 raise self._p.ended()
             rid, frame = self._p.encode(op.request)
+            deadline = self._deadline()
             try:
+                if deadline is not None:
+                    self._sock.settimeout(self._timeout)
                 self._sock.sendall(frame)
             except OSError as e:
                 raise TransportError(f"aci: send: {e}") from e
             while True:
-                for got, rep, img in self._pump():
+                for got, rep, img in self._pump(deadline, f"{op.request.get('op')} request {rid}"):
                     if got in (rid, 0):  # others: answers to requests interrupted earlier
                         return _aci.finish(op, rep, img)
                 if self._p.done:
@@ -460,9 +476,10 @@ class Client:
         try:
             if ep.socket:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self._pool._timeout)
                 sock.connect(ep.socket)
             else:
-                sock = socket.create_connection((ep.host or "", ep.port))
+                sock = socket.create_connection((ep.host or "", ep.port), timeout=self._pool._timeout)
                 if ep.tls:
                     sock = ssl.create_default_context().wrap_socket(sock, server_hostname=ep.host)
         except OSError as e:
@@ -484,6 +501,7 @@ class Client:
                     rest += chunk
                 raise error_from_response(status, reason, headers, rest)
             ws.check_accept(key, headers)
+            sock.settimeout(None)  # the handshake is bounded; a stream's reads are not
         except (OSError, ws.ProtocolError) as e:
             sock.close()
             raise TransportError(f"{what} at {self._where()}: {e}") from e
@@ -664,4 +682,4 @@ class Client:
         """Open an ACI session on a desktop (see :class:`DesktopSession`); an
         unknown desktop raises :class:`~tine.errors.NotFound` here."""
         sock, early = self._websocket(ops.aci_ws_path(desktop_id), "aci session")
-        return DesktopSession._open(sock, early)
+        return DesktopSession._open(sock, early, self._pool._timeout)
