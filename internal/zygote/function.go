@@ -472,11 +472,12 @@ func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *request
 		return rep, got, nil
 	}
 	inv.Timings.Throttled = rg.throttled()
+	oom := rg.oomKilled() // before the group goes
 	rg.spoil()
 	switch {
 	case timedOut.Load():
 		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
-	case rg.oomKilled():
+	case oom:
 		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	case ctx.Err() != nil:
 		return nil, got, ctx.Err()
