@@ -33,7 +33,7 @@ func (f *function) invokeExec(ctx context.Context, sb *sandbox.Sandbox, groups *
 	t0 := time.Now()
 	l, err := sb.Launch(&sandbox.ExecSpec{
 		Args:        f.spec.Command,
-		Stdio:       [3]*os.File{stdin, rio.outWFile, rio.errWFile},
+		Stdio:       [3]*os.File{stdin, rio.childFile(&rio.outW, "stdout"), rio.childFile(&rio.errW, "stderr")},
 		CgroupProcs: rg.procs,
 	})
 	rio.closeChildEnds()

@@ -472,11 +472,12 @@ func (f *function) awaitReply(ctx context.Context, rg *requestGroup, io *request
 		return rep, got, nil
 	}
 	inv.Timings.Throttled = rg.throttled()
+	oom := rg.oomKilled() // before the group goes
 	rg.spoil()
 	switch {
 	case timedOut.Load():
 		inv.Status, inv.Error = api.StatusTimeout, f.timeoutError()
-	case rg.oomKilled():
+	case oom:
 		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	case ctx.Err() != nil:
 		return nil, got, ctx.Err()
@@ -555,17 +556,19 @@ func (f *function) requestLimits() cgroup.Limits {
 }
 
 // requestIO are one request's descriptors: the payload as a memfd, pipes
-// for the reply, stdout and stderr.
+// for the reply, stdout and stderr. The child's ends stay plain
+// descriptors (an *os.File would register them with the poller, and Fd
+// would set them blocking again: syscalls on every request for nothing).
 type requestIO struct {
-	payload                        int
-	replyR                         *os.File
-	outR, errR                     *os.File // the daemon's ends of stdout, stderr
-	replyW, outW, errW             int      // the child's ends, as numbers
-	replyWFile, outWFile, errWFile *os.File
-	out, errb                      *capped
-	outDone, errDone               chan struct{}
-	err                            error
-	childEndsClosed                bool
+	payload            int
+	replyR             *os.File
+	outR, errR         *os.File // the daemon's ends of stdout, stderr
+	replyW, outW, errW int      // the child's ends
+	childFiles         []*os.File
+	out, errb          *capped
+	outDone, errDone   chan struct{}
+	err                error
+	childEndsClosed    bool
 }
 
 func newRequestIO(payload []byte) *requestIO {
@@ -576,39 +579,62 @@ func newRequestIO(payload []byte) *requestIO {
 		return r
 	}
 	r.payload = fd
-	for len(payload) > 0 {
-		n, err := unix.Write(fd, payload)
+	// At explicit offsets: the file's own offset stays at 0, where the
+	// child starts reading.
+	for off := 0; off < len(payload); {
+		n, err := unix.Pwrite(fd, payload[off:], int64(off))
 		if err != nil {
 			r.err = fmt.Errorf("payload memfd: %w", err)
 			return r
 		}
-		payload = payload[n:]
+		off += n
 	}
-	unix.Seek(fd, 0, io.SeekStart)
-	var w *os.File
-	if r.replyR, w, err = os.Pipe(); err != nil {
+	if r.replyR, r.replyW, err = daemonPipe("reply"); err != nil {
 		r.err = err
 		return r
 	}
-	r.replyWFile, r.replyW = w, int(w.Fd())
 	r.out, r.errb = &capped{max: maxOutput}, &capped{max: maxOutput}
 	r.outDone, r.errDone = make(chan struct{}), make(chan struct{})
 	for _, p := range []struct {
-		r, w **os.File
+		r    **os.File
 		fd   *int
 		c    *capped
 		done chan struct{}
-	}{{&r.outR, &r.outWFile, &r.outW, r.out, r.outDone}, {&r.errR, &r.errWFile, &r.errW, r.errb, r.errDone}} {
-		pr, pw, err := os.Pipe()
+	}{{&r.outR, &r.outW, r.out, r.outDone}, {&r.errR, &r.errW, r.errb, r.errDone}} {
+		pr, pw, err := daemonPipe("output")
 		if err != nil {
 			r.err = err
 			close(p.done)
 			continue
 		}
-		*p.r, *p.w, *p.fd = pr, pw, int(pw.Fd())
+		*p.r, *p.fd = pr, pw
 		go func() { io.Copy(p.c, pr); close(p.done) }()
 	}
 	return r
+}
+
+// daemonPipe makes a pipe whose read end the daemon reads through the
+// poller and whose write end, blocking, goes to a request.
+func daemonPipe(name string) (*os.File, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, fmt.Errorf("%s pipe: %w", name, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("%s pipe: %w", name, err)
+	}
+	return os.NewFile(uintptr(p[0]), name), p[1], nil
+}
+
+// childFile hands the child's end *fd over to an *os.File (for a launch's
+// Stdio), which then owns it.
+func (r *requestIO) childFile(fd *int, name string) *os.File {
+	f := os.NewFile(uintptr(*fd), name)
+	*fd = -1
+	r.childFiles = append(r.childFiles, f)
+	return f
 }
 
 func (r *requestIO) closeChildEnds() {
@@ -616,14 +642,14 @@ func (r *requestIO) closeChildEnds() {
 		return
 	}
 	r.childEndsClosed = true
-	for _, f := range []*os.File{r.replyWFile, r.outWFile, r.errWFile} {
-		if f != nil {
-			f.Close()
+	for _, fd := range []*int{&r.replyW, &r.outW, &r.errW, &r.payload} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
 		}
 	}
-	if r.payload >= 0 {
-		unix.Close(r.payload)
-		r.payload = -1
+	for _, f := range r.childFiles {
+		f.Close()
 	}
 }
 
@@ -689,11 +715,16 @@ func closeAll(fds []int) {
 	}
 }
 
-func monotonic() int64 {
+// monotonic is CLOCK_MONOTONIC in nanoseconds, the clock of the agents'
+// timings, without a system call: Go's monotonic clock is the same clock,
+// read through the vDSO.
+func monotonic() int64 { return monoBase + int64(time.Since(monoStart)) }
+
+var monoBase, monoStart = func() (int64, time.Time) {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
+	return ts.Nano(), time.Now()
+}()
 
 func msSince(t int64) float64    { return nsMs(monotonic() - t) }
 func nsMs(ns int64) float64      { return float64(ns) / 1e6 }

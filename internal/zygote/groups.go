@@ -17,6 +17,7 @@ import (
 type requestGroup struct {
 	*cgroup.Group
 	procs []int
+	watch *cgroup.Watch // its counters, read on every request
 	pool  *groupPool
 	// What the group had counted before this request: OOM kills and
 	// throttled periods since then are this request's.
@@ -38,10 +39,14 @@ func (g *requestGroup) spoil() {
 
 // oomKilled reports whether the kernel killed a process of this request
 // for exceeding the memory limit.
-func (g *requestGroup) oomKilled() bool { return g.OOMKills() > g.oomBase }
+func (g *requestGroup) oomKilled() bool { return g.watch.OOMKills() > g.oomBase }
 
 // throttled reports whether this request hit its CPU quota.
-func (g *requestGroup) throttled() bool { return g.Throttled() > g.throttledBase }
+func (g *requestGroup) throttled() bool { return g.watch.Throttled() > g.throttledBase }
+
+// KillMembers kills the request's processes (the group's own method, over
+// the files held open).
+func (g *requestGroup) KillMembers() { g.watch.KillMembers() }
 
 // release puts the group back in the pool once it is empty (recycle kills
 // what is left), or removes it and has the pool make a new one; both in the
@@ -81,25 +86,31 @@ func (p *groupPool) make() (*requestGroup, error) {
 		g.Remove()
 		return nil, err
 	}
-	return &requestGroup{Group: g, procs: fds, pool: p}, nil
+	w, err := g.Watch(p.lim.CPUs > 0) // without a quota, never throttled
+	if err != nil {
+		closeAll(fds)
+		g.Remove()
+		return nil, err
+	}
+	return &requestGroup{Group: g, procs: fds, watch: w, pool: p}, nil
 }
 
 func (p *groupPool) kick() { p.stock.kick() }
 
-// recycle waits for a used group to empty and puts it back, counters
-// re-based and peak reset.
+// recycle waits for a used group to empty, killing what is left, and puts
+// it back with its counters re-based. (Its peak memory is not reset: no
+// one reads a request group's.)
 func (p *groupPool) recycle(g *requestGroup) {
-	for delay := 100 * time.Microsecond; g.Pids() > 0; delay *= 2 {
+	for delay := 100 * time.Microsecond; g.watch.Pids() > 0; delay *= 2 {
 		if delay > 100*time.Millisecond {
 			g.remove() // kills what is still there, retrying
 			p.kick()
 			return
 		}
-		time.Sleep(delay)
 		g.KillMembers()
+		time.Sleep(delay)
 	}
-	g.ResetPeak()
-	g.oomBase, g.throttledBase = g.OOMKills(), g.Throttled()
+	g.oomBase, g.throttledBase = g.watch.OOMKills(), g.watch.Throttled()
 	p.stock.put(g)
 }
 
@@ -107,6 +118,7 @@ func (g *requestGroup) remove() {
 	g.removeOnce.Do(func() {
 		closeAll(g.procs)
 		g.Remove() // kills what is left, retrying
+		g.watch.Close()
 	})
 }
 

@@ -140,3 +140,49 @@ func TestReapRemovesGroupsOfDeadOwners(t *testing.T) {
 		}
 	}
 }
+
+// A Watch reads its open files again on every call: the counts follow a
+// process that joins and is killed.
+func TestWatchFollowsTheGroup(t *testing.T) {
+	h := testHost(t)
+	g, err := h.Create(NewName(), Limits{Pids: 8, MemoryBytes: 64 << 20}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	w, err := g.Watch(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if n := w.Pids(); n != 0 {
+		t.Fatalf("an empty group counts %d processes", n)
+	}
+	cmd := exec.Command("/bin/sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Attach(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	if n := w.Pids(); n != 1 {
+		cmd.Process.Kill()
+		t.Fatalf("after a process joined, the group counts %d", n)
+	}
+	w.KillMembers()
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("sleep ended with %v, want killed", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); w.Pids() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group still counts %d processes after its member was killed and reaped", w.Pids())
+		}
+	}
+	if n := w.OOMKills(); n != 0 {
+		t.Fatalf("%d OOM kills counted in a group that never ran out of memory", n)
+	}
+	if n := w.Throttled(); n != 0 {
+		t.Fatalf("%d throttled periods in a group without a CPU quota", n)
+	}
+}

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import marshal
 import os
+import _signal
 import signal
 import socket
 import struct
@@ -102,6 +103,17 @@ class Agent:
             self.cap_data[i].effective = self.cap_data[i].permitted = self.cap_data[i].inheritable = v
         if self.filter_buf is not None:
             self.fprog = SockFprog(self.filter_len, ctypes.cast(self.filter_buf, ctypes.c_void_p))
+        # Every C function a request calls is looked up here: a lookup in
+        # the child would build its function object there, on pages the
+        # child then copies.
+        self.c_unshare, self.c_mount, self.c_syscall, self.c_prctl = libc.unshare, libc.mount, libc.syscall, libc.prctl
+        self.has_shm = os.path.isdir("/dev/shm")
+        self.flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+        self.ll_size = ctypes.c_size_t(len(self.ll_attr)) if self.ll_attr is not None else None
+        self.cap_ref = ctypes.byref(self.cap_hdr)
+        self.fprog_ref = ctypes.byref(self.fprog) if self.filter_buf is not None else None
+        self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
+        self.lenient = json.JSONEncoder(default=repr)
 
     def warm(self, ctl_fd):
         self.enter_userns()
@@ -137,6 +149,21 @@ class Agent:
                         raise RuntimeError("the entry or a preloaded module left a socket open (fd %d); open connections inside the handler" % fd)
                 except FileNotFoundError:
                     pass
+
+    def rehearse(self):
+        # What every request runs in Python, run here first: the
+        # interpreter specialises code as it runs it (writing to the code
+        # objects) and caches lookups; done in the zygote, that happens on
+        # pages the requests then share instead of copying.
+        for _ in range(64):
+            hdr = json.loads(b'{"script":"","raw":false}')
+            hdr.get("cache"), hdr.get("exec"), hdr.get("script"), hdr.get("raw")
+            json.loads(b'{"n": 1}')
+            json.loads(b"null")
+            self.strict.encode({"n": [1, "x", 1.5, None, True]})
+            self.lenient.encode({"type": "E", "message": "", "traceback": "", "line": None})
+            '"t":{"fork":%d,"start":%d,"admitted":%d,"isolated":%d,"ran":%d}}' % (1, 2, 3, 4, 5)
+            struct.pack("=Q", 1)
 
     # --- the child ---
 
@@ -174,31 +201,37 @@ class Agent:
                 libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)  # EINVAL: unknown to this kernel
 
     def wall_in(self):
-        check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
-        check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), self.tmp_opts), "mount private /tmp")
-        if os.path.isdir("/dev/shm"):
-            check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), self.tmp_opts), "mount private /dev/shm")
+        # Only calls of functions and objects prepared in the zygote: what
+        # a request touches of the zygote's memory, it copies.
+        sysc = self.c_syscall
+        check(self.c_unshare(CLONE_NEWNS), "unshare mount namespace")
+        check(self.c_mount(b"tmpfs", b"/tmp", b"tmpfs", self.flags, self.tmp_opts), "mount private /tmp")
+        if self.has_shm:
+            check(self.c_mount(b"tmpfs", b"/dev/shm", b"tmpfs", self.flags, self.tmp_opts), "mount private /dev/shm")
         if self.ll_attr is not None:
-            rs = check(libc.syscall(self.sys_ll_create, self.ll_attr, ctypes.c_size_t(len(self.ll_attr)), 0), "landlock ruleset")
-            add = libc.syscall
+            rs = check(sysc(self.sys_ll_create, self.ll_attr, self.ll_size, 0), "landlock ruleset")
             for _, attr in self.ll_open:
-                check(add(self.sys_ll_add, rs, 1, attr, 0), "landlock rule")
+                check(sysc(self.sys_ll_add, rs, 1, attr, 0), "landlock rule")
             for path, rights in self.ll_late:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 except FileNotFoundError:
                     continue
-                check(add(self.sys_ll_add, rs, 1, struct.pack("=Qi", rights, fd), 0), "landlock rule " + path)
-            check(libc.syscall(self.sys_ll_restrict, rs, 0), "landlock restrict")
+                check(sysc(self.sys_ll_add, rs, 1, struct.pack("=Qi", rights, fd), 0), "landlock rule " + path)
+            check(sysc(self.sys_ll_restrict, rs, 0), "landlock restrict")
         if CAP_SYS_ADMIN in self.drop:
-            check(libc.prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0), "drop CAP_SYS_ADMIN")
-        check(libc.syscall(self.sys_capset, ctypes.byref(self.cap_hdr), self.cap_data), "set capabilities")
-        if self.filter_buf is not None:
-            check(libc.syscall(self.sys_seccomp, 1, 0, ctypes.byref(self.fprog)), "load seccomp filter")
+            check(self.c_prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0), "drop CAP_SYS_ADMIN")
+        check(sysc(self.sys_capset, self.cap_ref, self.cap_data), "set capabilities")
+        if self.fprog_ref is not None:
+            check(sysc(self.sys_seccomp, 1, 0, self.fprog_ref), "load seccomp filter")
 
-    def child(self, hdr, fds, t_fork):
+    def child(self, msg, fds, t_fork):
         t_start = time.monotonic_ns()
         reply, payload, out, err, cgroups = fds[0], fds[1], fds[2], fds[3], fds[4:]
+        try:
+            hdr = json.loads(msg)
+        except ValueError:
+            os._exit(72)  # not from the daemon: nothing to answer
         cache = None
         if hdr.get("cache"):  # a pipe for the script's compiled code
             cache, cgroups = cgroups[0], cgroups[1:]
@@ -208,12 +241,13 @@ class Agent:
         except OSError:
             os._exit(70)  # the request was cancelled and its cgroup removed
         t_admit = time.monotonic_ns()
-        rep = {"t": {"fork": t_fork, "start": t_start, "admitted": t_admit}}
+        t = [t_fork, t_start, t_admit, 0, 0]
+        result = error = b64 = None
         try:
             # A session of its own: the zygote's group kill and a sibling's
             # kill(0) are not for it, nor its for them.
             os.setsid()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
             self.wall_in()
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
@@ -236,8 +270,8 @@ class Agent:
                 argv = hdr["exec"]
                 os.execvp(argv[0], argv)
             os.set_inheritable(reply, False)
-            import random
-            random.seed()
+            # random's own fork hook has reseeded its global generator in
+            # this process (os.fork runs it); numpy's has no such hook.
             np = sys.modules.get("numpy")
             if np is not None:
                 np.random.seed()
@@ -248,28 +282,25 @@ class Agent:
                     break
                 body += chunk
             os.close(payload)
-            rep["t"]["isolated"] = time.monotonic_ns()
+            t[3] = time.monotonic_ns()
             handler = self.handler
             if hdr.get("script"):
                 handler = self.load_script(hdr["script"], hdr.get("pyc"), cache)
             event = body if hdr.get("raw") else json.loads(body or b"null")
-            result = handler(event)
-            if hasattr(result, "__await__"):
+            value = handler(event)
+            if hasattr(value, "__await__"):
                 import asyncio
 
                 async def wait():
-                    return await result
-                result = asyncio.run(wait())
-            if isinstance(result, (bytes, bytearray, memoryview)):
-                rep["result_base64"] = __import__("base64").b64encode(bytes(result)).decode()
+                    return await value
+                value = asyncio.run(wait())
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                b64 = __import__("base64").b64encode(bytes(value)).decode()
             else:
-                json.dumps(result)  # a TypeError here is the handler's error
-                rep["result"] = result
-            rep["status"] = "ok"
+                result = self.strict.encode(value)  # a TypeError here is the handler's error
         except BaseException as e:  # SystemExit too: the handler may not end the child
-            rep["status"] = "error"
-            rep["error"] = error_of(e)
-        rep["t"]["ran"] = time.monotonic_ns()
+            error = e
+        t[4] = time.monotonic_ns()
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -280,10 +311,17 @@ class Agent:
         null = os.open("/dev/null", os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(null, 2)
-        try:
-            b = json.dumps(rep, default=repr).encode()
-        except Exception as e:
-            b = json.dumps({"status": "error", "error": error_of(e), "t": rep["t"]}).encode()
+        times = '"t":{"fork":%d,"start":%d,"admitted":%d,"isolated":%d,"ran":%d}}' % tuple(t)
+        if error is None and result is not None:
+            b = '{"status":"ok","result":' + result + "," + times
+        elif error is None:
+            b = '{"status":"ok","result_base64":"' + b64 + '",' + times
+        else:
+            try:
+                b = '{"status":"error","error":' + self.lenient.encode(error_of(error)) + "," + times
+            except Exception as e:
+                b = '{"status":"error","error":' + self.lenient.encode(error_of(e)) + "," + times
+        b = b.encode()
         view = memoryview(struct.pack("=Q", len(b)) + b)
         while view:
             view = view[os.write(reply, view):]
@@ -326,34 +364,47 @@ class Agent:
 
     def serve(self, ctl):
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
+        # The loop between two forks runs in the zygote, whose every page a
+        # fork write-protects: the less it touches, the fewer faults. The
+        # child parses its own header.
+        ctl_fd = ctl.fileno()
+        recvmsg = ctl.recvmsg
+        space = socket.CMSG_SPACE(MAX_FDS * 4)
+        fork = os.fork
+        close = os.close
+        now = time.monotonic_ns
+        out, err = sys.stdout, sys.stderr
         while True:
             try:
-                msg, fds, _, _ = socket.recv_fds(ctl, MAX_HEADER, MAX_FDS)
+                msg, anc, _, _ = recvmsg(MAX_HEADER, space)
             except InterruptedError:
                 continue
             if not msg:
                 os._exit(0)  # the daemon closed the socket
+            fds = []
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
             try:
-                hdr = json.loads(msg)
-                sys.stdout.flush()
-                sys.stderr.flush()
-                t_fork = time.monotonic_ns()
-                pid = os.fork()
+                out.flush()
+                err.flush()
+                t_fork = now()
+                pid = fork()
             except Exception as e:
                 # One request lost (pids.max reached, a bad message), not
                 # the zygote: the daemon sees the request's pipes close.
                 sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
                 for fd in fds:
-                    os.close(fd)
+                    close(fd)
                 continue
             if pid == 0:
                 try:
-                    ctl.close()
-                    self.child(hdr, fds, t_fork)
+                    close(ctl_fd)  # ctl is never used (nor finalized) here again
+                    self.child(msg, fds, t_fork)
                 finally:
                     os._exit(71)
             for fd in fds:
-                os.close(fd)
+                close(fd)
 
 
 def main():
@@ -373,6 +424,7 @@ def main():
         os._exit(1)
     # Everything imported so far is moved out of the collector's sight: a
     # child's collections then do not touch (and copy) the zygote's pages.
+    agent.rehearse()
     import gc
     gc.collect()
     gc.freeze()
