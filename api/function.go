@@ -104,12 +104,13 @@ type InvocationTimings struct {
 	Cold   bool    `json:"cold"`
 	WarmMs float64 `json:"warm_ms,omitempty"`
 	// Queue: waiting for a free slot and preparing the request's cgroup
-	// and descriptors; Dispatch: until the zygote forked.
+	// and descriptors; Dispatch: until the zygote had the request.
 	Queue    float64 `json:"queue"`
 	Dispatch float64 `json:"dispatch"`
-	// Fork: the zygote's fork, until the child ran; Admit: joining the
-	// request's cgroup; Isolate: private /tmp, Landlock, capabilities,
-	// seccomp, reading the payload.
+	// Fork: until the request's child ran — the hand-off to a spare
+	// child (forked and walled in ahead) or a fork; Admit: joining the
+	// request's cgroup; Isolate: reading the payload, and private /tmp,
+	// Landlock, capabilities and seccomp when the child was not a spare.
 	Fork    float64 `json:"fork"`
 	Admit   float64 `json:"admit"`
 	Isolate float64 `json:"isolate"`

@@ -260,13 +260,26 @@ def handler(e):
 	if err != nil {
 		t.Fatal(err)
 	}
-	zygotes := 0
-	for _, pid := range childrenOf(f.Pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		zygotes++
+	zygotes := childrenOf(f.Pid)
+	if len(zygotes) != 1 {
+		t.Fatalf("the function's PID 1 (%d) has children %v, want its one zygote", f.Pid, zygotes)
 	}
-	if zygotes != 1 {
-		t.Fatalf("the function's PID 1 (%d) has %d children, want its one zygote", f.Pid, zygotes)
+	// Its spares: children forked and walled in ahead, waiting for requests.
+	var spares []int
+	if !eventually(patience, func() bool { spares = childrenOf(zygotes[0]); return len(spares) == 2 }) {
+		t.Fatalf("the zygote %d has children %v, want 2 spares waiting", zygotes[0], spares)
+	}
+	syscall.Kill(zygotes[0], syscall.SIGKILL)
+	// A spare dies with its zygote rather than wait forever.
+	if !eventually(patience, func() bool {
+		for _, pid := range spares {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("spares %v outlived their zygote", spares)
 	}
 	var again *api.Invocation
 	eventually(patience, func() bool {

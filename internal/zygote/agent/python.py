@@ -1,9 +1,12 @@
 # tine's Python zygote agent, embedded in the tine binary and launched by
 # the daemon inside a zygote sandbox. It imports the function's modules
-# once, then forks one child per request. Each child admits itself into its
-# request's cgroup, walls itself in (private /tmp in its own mount
-# namespace, Landlock, capabilities, seccomp), runs the handler, replies
-# and exits. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
+# once, then forks one child per request. Each child walls itself in
+# (private /tmp in its own mount namespace, Landlock, capabilities,
+# seccomp), admits itself into its request's cgroup, runs the handler,
+# replies and exits. The fork and the walls do not depend on the request,
+# so the zygote keeps SPARES children forked and walled in ahead, each
+# waiting on a socket of its own; a request goes to a spare when there is
+# one (then a new spare is forked) and to a fresh fork otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
 #   daemon -> agent: one config message (JSON), then requests: a JSON
 #     header with descriptors [reply, payload, stdout, stderr, cgroup...].
 #   agent -> daemon: one ready message (JSON), then nothing: each child
@@ -25,11 +28,13 @@ import traceback
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_NOSUID, MS_NODEV = 2, 4
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 CAP_SYS_ADMIN = 21
 MAX_HEADER = 1 << 16
 MAX_FDS = 16
+SPARES = 2  # one per CPU of the machine this was tuned on; a burst past it forks
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -112,6 +117,7 @@ class Agent:
         self.ll_size = ctypes.c_size_t(len(self.ll_attr)) if self.ll_attr is not None else None
         self.cap_ref = ctypes.byref(self.cap_hdr)
         self.fprog_ref = ctypes.byref(self.fprog) if self.filter_buf is not None else None
+        self.spares = []  # the zygote's ends of the spares' sockets, oldest first
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
 
@@ -200,6 +206,13 @@ class Agent:
             if c != CAP_SYS_ADMIN:
                 libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0)  # EINVAL: unknown to this kernel
 
+    def isolate(self):
+        # A session of its own: the zygote's group kill and a sibling's
+        # kill(0) are not for it, nor its for them.
+        os.setsid()
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        self.wall_in()
+
     def wall_in(self):
         # Only calls of functions and objects prepared in the zygote: what
         # a request touches of the zygote's memory, it copies.
@@ -225,7 +238,9 @@ class Agent:
         if self.fprog_ref is not None:
             check(sysc(self.sys_seccomp, 1, 0, self.fprog_ref), "load seccomp filter")
 
-    def child(self, msg, fds, t_fork):
+    def child(self, msg, fds, t_fork, walled):
+        # walled: None when this child walls itself in here; True when a
+        # spare did it ahead; the exception when that failed.
         t_start = time.monotonic_ns()
         reply, payload, out, err, cgroups = fds[0], fds[1], fds[2], fds[3], fds[4:]
         try:
@@ -244,11 +259,10 @@ class Agent:
         t = [t_fork, t_start, t_admit, 0, 0]
         result = error = b64 = None
         try:
-            # A session of its own: the zygote's group kill and a sibling's
-            # kill(0) are not for it, nor its for them.
-            os.setsid()
-            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-            self.wall_in()
+            if walled is None:
+                self.isolate()
+            elif walled is not True:
+                raise walled
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out, 1)
@@ -367,13 +381,16 @@ class Agent:
         # The loop between two forks runs in the zygote, whose every page a
         # fork write-protects: the less it touches, the fewer faults. The
         # child parses its own header.
-        ctl_fd = ctl.fileno()
+        self.ctl_fd = ctl_fd = ctl.fileno()
         recvmsg = ctl.recvmsg
         space = socket.CMSG_SPACE(MAX_FDS * 4)
         fork = os.fork
         close = os.close
         now = time.monotonic_ns
+        pack = struct.Struct("=q").pack
+        spares = self.spares
         out, err = sys.stdout, sys.stderr
+        self.refill()
         while True:
             try:
                 msg, anc, _, _ = recvmsg(MAX_HEADER, space)
@@ -381,30 +398,95 @@ class Agent:
                 continue
             if not msg:
                 os._exit(0)  # the daemon closed the socket
+            t_recv = now()
             fds = []
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
-            try:
-                out.flush()
-                err.flush()
-                t_fork = now()
-                pid = fork()
-            except Exception as e:
-                # One request lost (pids.max reached, a bad message), not
-                # the zygote: the daemon sees the request's pipes close.
-                sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
-                for fd in fds:
-                    close(fd)
-                continue
-            if pid == 0:
+            handed = False
+            while spares and not handed:
+                spare = spares.pop(0)
                 try:
-                    close(ctl_fd)  # ctl is never used (nor finalized) here again
-                    self.child(msg, fds, t_fork)
-                finally:
-                    os._exit(71)
+                    rights = struct.pack("%di" % len(fds), *fds)
+                    spare.sendmsg([pack(t_recv), msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                    handed = True
+                except OSError:
+                    pass  # that spare died: the next one, or a fork
+                spare.close()
+            if not handed:
+                try:
+                    out.flush()
+                    err.flush()
+                    pid = fork()
+                except Exception as e:
+                    # One request lost (pids.max reached, a bad message), not
+                    # the zygote: the daemon sees the request's pipes close.
+                    sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
+                    pid = -1
+                if pid == 0:
+                    try:
+                        close(ctl_fd)  # ctl is never used (nor finalized) here again
+                        for s in spares:
+                            s.close()
+                        self.child(msg, fds, t_recv, None)
+                    finally:
+                        os._exit(71)
             for fd in fds:
                 close(fd)
+            self.refill()
+
+    def refill(self):
+        zygote = os.getpid()
+        while len(self.spares) < SPARES:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+            except Exception as e:
+                mine.close()
+                theirs.close()
+                sys.stderr.write("tine zygote: no spare child: %r\n" % (e,))
+                return
+            if pid == 0:
+                try:
+                    mine.close()
+                    self.spare(theirs, zygote)
+                finally:
+                    os._exit(71)
+            theirs.close()
+            self.spares.append(mine)
+
+    def spare(self, sock, zygote):
+        # Dies with the zygote while it waits (nothing of a request runs
+        # yet); the zygote's death is not a request's once it has one.
+        self.c_prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL
+        if os.getppid() != zygote:
+            os._exit(0)
+        # The other spares' sockets and the daemon's: only the zygote may
+        # hand out requests (a spare holding a sibling's end would also
+        # keep it waiting after the zygote died).
+        os.close(self.ctl_fd)
+        for s in self.spares:
+            s.close()
+        walled = True
+        try:
+            self.isolate()
+        except BaseException as e:
+            walled = e  # reported as the request's error, once there is one
+        try:
+            msg, anc, _, _ = sock.recvmsg(MAX_HEADER + 8, socket.CMSG_SPACE(MAX_FDS * 4))
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)  # the zygote is gone
+        self.c_prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
+        fds = []
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
+        sock.close()
+        self.child(msg[8:], fds, struct.unpack_from("=q", msg)[0], walled)
 
 
 def main():
