@@ -17,6 +17,9 @@ type ACIWelcome struct {
 	// Capture says how screenshots read the screen: "framebuffer" (Xvfb's
 	// memory, mapped), "shm" (MIT-SHM) or "getimage". Informational.
 	Capture string `json:"capture,omitempty"`
+	// JPEG names the guest's JPEG encoder: "libjpeg-turbo" or "image/jpeg"
+	// (a pure-Go build, several times slower). Informational.
+	JPEG string `json:"jpeg,omitempty"`
 }
 
 // ACIRequest is one request: an action, an observation or a step. Which

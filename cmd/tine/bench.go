@@ -107,8 +107,8 @@ q80 screenshots at 1280x800 and at a 1024 long edge of a desktop full of
 text; step with 3, 5 and 8 actions against the same as sequential calls;
 and the PSS of 1 to 8 desktops (the slope per desktop). Targets: create→ready
 at most 400 ms, action p50 at most 0.5 ms, screenshot PNG at most 8 ms and
-JPEG q80 at most 5 ms (the JPEG encoder is libjpeg-turbo in the default
-make build, image/jpeg in a pure-Go one: make build TAGS=), at most 40 MiB
+JPEG q80 at most 5 ms (libjpeg-turbo when the guest is make build's
+bin/tine-guest, image/jpeg otherwise; the report says which), at most 40 MiB
 PSS per desktop.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Desktop(ctx, d, o)
@@ -116,7 +116,10 @@ PSS per desktop.`,
 		newWarmSuiteCommand("load", "Find the highest sustained request rate through one function with no failure",
 			`load drives the 16-import function with closed loops of 1, 2, 4, ... clients,
 3 s each, until the rate stops growing or a request fails, and reports the
-highest rate with none failed. The target: at least 1000 requests/s.`,
+highest rate with none failed, next to the host's fork floor rate measured
+in the same run (a python3 with the same imports forking children that exit
+at once, one per CPU in flight, for 3 s): the ceiling of any design that
+forks per request. The target: at least 1000 requests/s.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Load(ctx, d, 3*time.Second)
 			}),

@@ -46,6 +46,10 @@ The host budget: at most --max-sandboxes live sandboxes whose memory limits
 add up to at most --max-memory (a sandbox without a limit counts
 --default-memory). Past it, creates fail with 429 and Retry-After.
 
+Desktops run the guest build next to this binary (tine-guest, which make
+build writes with libjpeg-turbo linked in) when there is one, else this
+binary (its JPEG is then image/jpeg, several times slower).
+
 Sandboxes die with the daemon. At start it reaps what a killed daemon left
 (cgroups; processes and mounts die with their sandboxes' PID 1s); it does not
 re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,

@@ -66,7 +66,7 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 	c.SetReadLimit(readLimit)
 	w, h := s.D.Size()
 	welcome, _ := json.Marshal(api.ACIWelcome{Type: "welcome", Version: api.ACIVersion, Capabilities: Capabilities, Width: w, Height: h,
-		Capture: s.D.CaptureMethod()})
+		Capture: s.D.CaptureMethod(), JPEG: encode.JPEGBackend})
 	if err := c.Write(ctx, websocket.MessageText, welcome); err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
-	"github.com/tine-run/tine/internal/desktop/encode"
 )
 
 // DesktopTargets are the bars for desktops on this 2-core machine.
@@ -112,7 +111,7 @@ func Desktop(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 			jpegMs = float64(s.Latency.P50Ns) / 1e6
 		}
 	}
-	r.Figures["JPEG encoder in this build"] = encode.JPEGBackend
+	r.Figures["guest's JPEG encoder and capture"] = a.Welcome.JPEG + ", " + a.Welcome.Capture
 
 	for _, k := range []int{3, 5, 8} {
 		acts := make([]api.ACIRequest, k)

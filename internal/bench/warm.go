@@ -292,6 +292,39 @@ func (f *forkFloor) sample() (time.Duration, error) {
 
 func (f *forkFloor) close() { f.in.Close(); f.cmd.Wait() }
 
+// forkFloorRateScript forks children of the 16-import python3 that exit at
+// once, as fast as it can with argv[2] in flight, for argv[1] seconds, and
+// prints how many it reaped per second.
+const forkFloorRateScript = `
+import os, sys, time
+window, inflight = float(sys.argv[1]), int(sys.argv[2])
+live = done = 0
+start = time.monotonic()
+end = start + window
+while time.monotonic() < end or live:
+    while live < inflight and time.monotonic() < end:
+        if os.fork() == 0:
+            os._exit(0)
+        live += 1
+    os.wait()
+    live -= 1
+    done += 1
+print(done / (time.monotonic() - start))
+`
+
+// forkFloorRate is the host's fork-floor throughput: how many children of
+// a python3 with the warm function's imports can be forked, exit and be
+// reaped per second with inflight at a time. No request path can beat it.
+func forkFloorRate(ctx context.Context, window time.Duration, inflight int) (float64, error) {
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-I", "-c", "import "+strings.Join(WarmImports, ", ")+"\n"+forkFloorRateScript,
+		strconv.FormatFloat(window.Seconds(), 'f', 3, 64), strconv.Itoa(inflight))
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("fork floor rate (python3): %w", err)
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+}
+
 // WarmOptions size the warm-path suites.
 type WarmOptions struct {
 	Requests int

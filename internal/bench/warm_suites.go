@@ -173,6 +173,14 @@ func Load(ctx context.Context, d *Daemon, window time.Duration) (*SeriesReport, 
 		best = rps
 	}
 	r.Figures["highest sustained rate with no failure (requests/s)"] = int64(best)
+	// The ceiling of any fork-per-request design on this host, same run:
+	// bare forks of the same interpreter, one per CPU in flight.
+	if floor, err := forkFloorRate(ctx, window, runtime.NumCPU()); err == nil {
+		r.Figures["fork floor rate: python3 with the same imports, fork+exit+wait, one per CPU in flight (per s)"] = int64(floor)
+		r.Figures["sustained rate / fork floor rate"] = fmt.Sprintf("%.2f", best/floor)
+	} else {
+		r.Figures["fork floor rate"] = "NOT MEASURED: " + err.Error()
+	}
 	r.Checks = append(r.Checks, check("sustained requests/s (at least)", best, WarmTargets.LoadRPS, false))
 	r.finish(g, before, true)
 	return r, nil

@@ -45,7 +45,8 @@ type Config struct {
 	// Runtime makes the sandboxes; nil means NewRuntime(PoolSize).
 	Runtime Runtime
 	// GuestBinary is the tine binary desktops run as their guest (default:
-	// this process's own executable).
+	// GuestSuffix's sibling of this process's executable when there is one,
+	// else the executable itself).
 	GuestBinary string
 	// Functions runs warm functions (nil: the function routes answer 501).
 	// The server closes it.

@@ -15,9 +15,9 @@ import (
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
-// Build compiles tine into dir the way `make build` does (the Makefile
-// owns the build flags: static, libjpeg-turbo linked in) and returns the
-// binary's path.
+// Build compiles tine into dir with `make build` (the Makefile owns the
+// build flags: dir/tine pure Go, dir/tine-guest with libjpeg-turbo, which
+// the daemon runs in desktops) and returns tine's path.
 func Build(dir string) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {

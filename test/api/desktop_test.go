@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"image"
+	"image/jpeg"
 	"image/png"
 	"io"
 	"net"
@@ -39,6 +40,10 @@ func startDesktop(t *testing.T, d *daemon, apps ...[]string) (*api.Desktop, *cli
 	// screenshot the tests below check reads it from there.
 	if a.Welcome.Capture != "framebuffer" {
 		t.Fatalf("the guest captures with %q, want framebuffer", a.Welcome.Capture)
+	}
+	// make build puts the libjpeg-turbo guest next to tine; the daemon runs it.
+	if a.Welcome.JPEG != "libjpeg-turbo" {
+		t.Fatalf("the guest encodes JPEG with %q, want libjpeg-turbo (bin/tine-guest)", a.Welcome.JPEG)
 	}
 	return dt, a
 }
@@ -169,6 +174,30 @@ func TestDesktopScreen(t *testing.T) {
 		return err == nil && !r.NotModified && r.FrameHash != rep.FrameHash
 	}) {
 		t.Error("the hash never changed after typing")
+	}
+	// JPEG at full size (coded in bands and joined): it decodes, and shows
+	// the same picture within JPEG's error.
+	fr, fimg, err := a.Screenshot(ctx, &api.ACIScreenshot{Format: "jpeg", Quality: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jpic, err := jpeg.Decode(bytes.NewReader(fimg))
+	if err != nil || jpic.Bounds().Dx() != fr.Width || jpic.Bounds().Dy() != fr.Height {
+		t.Fatalf("full-size JPEG (%+v) does not decode to its size: %v", fr, err)
+	}
+	near := func(got, want [3]uint8) bool {
+		for i := range got {
+			if d := int(got[i]) - int(want[i]); d > 8 || d < -8 {
+				return false
+			}
+		}
+		return true
+	}
+	if c := rgbAt(jpic, 1000, 700); !near(c, [3]uint8{0x2e, 0x34, 0x40}) {
+		t.Errorf("JPEG backdrop pixel %x", c)
+	}
+	if c := rgbAt(jpic, ws[0].X+ws[0].Width-8, ws[0].Y+ws[0].Height-8); !near(c, [3]uint8{0, 0xff, 0}) {
+		t.Errorf("JPEG xterm background pixel %x, want about 00ff00", c)
 	}
 	// JPEG at a 512 long edge.
 	jr, jimg, err := a.Screenshot(ctx, &api.ACIScreenshot{Format: "jpeg", Quality: 80, MaxLongEdge: 512})
