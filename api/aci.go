@@ -42,9 +42,20 @@ type ACIRequest struct {
 	Text    string `json:"text,omitempty"`
 	DelayMs int    `json:"delay_ms,omitempty"` // type: pause after each key
 
-	// Windows: focus_window, close_window; launch.
+	// Windows: focus_window, close_window; launch and exec run Cmd.
 	Window uint32   `json:"window,omitempty"`
 	Cmd    []string `json:"cmd,omitempty"`
+
+	// exec: the command's whole stdin (base64 in JSON) and a timeout
+	// (default 30 s, at most 10 min): exit code 124, reason "timeout".
+	Stdin     []byte `json:"stdin,omitempty"`
+	TimeoutMs int    `json:"timeout_ms,omitempty"`
+
+	// read_file, write_file: an absolute path on the desktop; write_file's
+	// content follows its header in a binary message (see docs/aci.md),
+	// written with Mode (default 0644).
+	File string `json:"file,omitempty"`
+	Mode uint32 `json:"mode,omitempty"`
 
 	// wait: sleep this long.
 	Ms int `json:"ms,omitempty"`
@@ -99,6 +110,9 @@ type ACIReply struct {
 	Cursor  *[2]int     `json:"cursor,omitempty"`
 	Pid     int         `json:"pid,omitempty"` // launch
 
+	// exec: how the command ended and its output.
+	Exec *ExecResult `json:"exec,omitempty"`
+
 	// step: each action's outcome, in order.
 	Results []ACIResult `json:"results,omitempty"`
 }
@@ -136,6 +150,7 @@ const (
 	ACIUnknownKey = "unknown_key" // the message names the key
 	ACIBadText    = "invalid_text"
 	ACINoWindow   = "no_window" // the window is gone or never was
+	ACINotFound   = "not_found" // read_file, write_file: no such file or directory
 	ACITooLarge   = "too_large"
 	ACITimeout    = "timeout"
 	ACIInternal   = "internal"

@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -183,6 +185,12 @@ func (a *ACI) fail(err error) {
 // Do sends req (its ID is set here) and waits for its reply and image.
 // A refused request is an *ACIError; the reply is returned with it.
 func (a *ACI) Do(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byte, error) {
+	return a.DoWithContent(ctx, req, nil)
+}
+
+// DoWithContent is Do for a request that carries content (write_file): it
+// goes as a binary message, the header and then content.
+func (a *ACI) DoWithContent(ctx context.Context, req *api.ACIRequest, content []byte) (*api.ACIReply, []byte, error) {
 	ch := make(chan aciAnswer, 1)
 	a.wmu.Lock()
 	a.mu.Lock()
@@ -196,8 +204,12 @@ func (a *ACI) Do(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byt
 	a.pending[req.ID] = ch
 	a.mu.Unlock()
 	b, err := json.Marshal(req)
-	if err == nil {
+	if err == nil && content == nil {
 		err = a.conn.Write(ctx, websocket.MessageText, b)
+	} else if err == nil {
+		msg := make([]byte, 4, 4+len(b)+len(content))
+		binary.BigEndian.PutUint32(msg, uint32(len(b)))
+		err = a.conn.Write(ctx, websocket.MessageBinary, append(append(msg, b...), content...))
 	}
 	a.wmu.Unlock()
 	if err != nil {
@@ -269,6 +281,38 @@ func (a *ACI) Screenshot(ctx context.Context, o *api.ACIScreenshot) (*api.ACIRep
 // each action's outcome (a failed action does not stop the next).
 func (a *ACI) Step(ctx context.Context, actions []api.ACIRequest, observe *api.ACIObserve) (*api.ACIReply, []byte, error) {
 	return a.Do(ctx, &api.ACIRequest{Op: "step", Actions: actions, Observe: observe})
+}
+
+// Exec runs argv on the desktop (its DISPLAY set) and waits for it, up to
+// timeout (0: the guest's 30 s); how it ended is the result, not an error.
+func (a *ACI) Exec(ctx context.Context, argv []string, stdin []byte, timeout time.Duration) (*api.ExecResult, error) {
+	rep, _, err := a.Do(ctx, &api.ACIRequest{Op: "exec", Cmd: argv, Stdin: stdin, TimeoutMs: int(timeout.Milliseconds())})
+	if err != nil {
+		return nil, err
+	}
+	if rep.Exec == nil {
+		return nil, errors.New("aci: exec reply without a result")
+	}
+	return rep.Exec, nil
+}
+
+// ReadFile returns a file of the desktop (at most 32 MiB).
+func (a *ACI) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	_, data, err := a.Do(ctx, &api.ACIRequest{Op: "read_file", File: path})
+	if data == nil && err == nil {
+		data = []byte{}
+	}
+	return data, err
+}
+
+// WriteFile creates or replaces a file of the desktop with data (mode 0:
+// 0644); its directory must exist.
+func (a *ACI) WriteFile(ctx context.Context, path string, data []byte, mode os.FileMode) error {
+	if data == nil {
+		data = []byte{}
+	}
+	_, _, err := a.DoWithContent(ctx, &api.ACIRequest{Op: "write_file", File: path, Mode: uint32(mode.Perm())}, data)
+	return err
 }
 
 // Close ends the session.

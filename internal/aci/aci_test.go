@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ import (
 )
 
 // guestSocket is the socket of the guest startGuest ran last.
-var guestSocket string
+var guestSocket, guestDisplay string
 
 // startGuest runs a guest (Xvfb, openbox, apps) for the test and opens an
 // ACI session on it.
@@ -42,6 +43,7 @@ func startGuest(t *testing.T, apps ...[]string) *client.ACI {
 	select {
 	case r := <-ready:
 		t.Logf("guest ready on %s in %.1f ms", r.Display, r.ReadyMs)
+		guestDisplay = r.Display
 	case err := <-done:
 		t.Fatalf("guest: %v", err)
 	case <-time.After(30 * time.Second):
@@ -193,4 +195,99 @@ func asACI(err error, target **client.ACIError) bool {
 		*target = e
 	}
 	return ok
+}
+
+// exec runs a command on the desktop (and only there: it sees the display),
+// read_file and write_file move bytes exactly; each failure is typed and
+// the session goes on.
+func TestExecAndFiles(t *testing.T) {
+	a := startGuest(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	res, err := a.Exec(ctx, []string{"sh", "-c", `echo "out $DISPLAY"; echo err >&2; cat; exit 3`}, []byte("from stdin"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || res.Reason != "exit" || string(res.Stdout) != "out "+guestDisplay+"\nfrom stdin" || string(res.Stderr) != "err\n" {
+		t.Fatalf("exec: %+v stdout %q stderr %q", res.ExecExit, res.Stdout, res.Stderr)
+	}
+	if res, err := a.Exec(ctx, []string{"/no/such/program"}, nil, 0); err != nil || res.ExitCode != 127 || res.Reason != "not-found" {
+		t.Fatalf("exec of a missing program: %+v %v", res, err)
+	}
+	pidFile := filepath.Join(dir, "child.pid")
+	res, err = a.Exec(ctx, []string{"sh", "-c", "sleep 30 & echo $! > " + pidFile + "; wait"}, nil, 300*time.Millisecond)
+	if err != nil || res.ExitCode != 124 || res.Reason != "timeout" {
+		t.Fatalf("exec past its timeout: %+v %v", res, err)
+	}
+	// What the command started was killed with it.
+	pid, _ := os.ReadFile(pidFile)
+	if len(pid) == 0 {
+		t.Fatal("the timed-out command never ran")
+	}
+	gone := false
+	for deadline := time.Now().Add(2 * time.Second); !gone && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		_, err := os.Stat("/proc/" + strings.TrimSpace(string(pid)))
+		gone = err != nil
+	}
+	if !gone {
+		t.Errorf("the timed-out command's child %s still runs", strings.TrimSpace(string(pid)))
+	}
+	if res, err := a.Exec(ctx, []string{"head", "-c", "3000000", "/dev/zero"}, nil, 0); err != nil || len(res.Stdout) != 1<<20 || !res.StdoutTruncated {
+		t.Fatalf("exec with 3 MB of output: %d bytes kept, truncated %v, %v", len(res.Stdout), res != nil && res.StdoutTruncated, err)
+	}
+
+	// Files: binary content round-trips, an empty file too.
+	content := make([]byte, 300_000)
+	for i := range content {
+		content[i] = byte(i * 7)
+	}
+	path := filepath.Join(dir, "blob")
+	if err := a.WriteFile(ctx, path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := os.ReadFile(path); !bytes.Equal(on, content) {
+		t.Fatal("write_file wrote other bytes")
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Fatalf("write_file mode %v, want 0600", st.Mode().Perm())
+	}
+	if got, err := a.ReadFile(ctx, path); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("read_file: %d bytes, %v", len(got), err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := a.WriteFile(ctx, empty, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.ReadFile(ctx, empty); err != nil || len(got) != 0 {
+		t.Fatalf("read_file of an empty file: %q %v", got, err)
+	}
+
+	for _, c := range []struct {
+		name string
+		call func() error
+		code string
+	}{
+		{"read a missing file", func() error { _, err := a.ReadFile(ctx, filepath.Join(dir, "none")); return err }, api.ACINotFound},
+		{"write into a missing directory", func() error { return a.WriteFile(ctx, filepath.Join(dir, "none", "f"), []byte("x"), 0) }, api.ACINotFound},
+		{"read a directory", func() error { _, err := a.ReadFile(ctx, dir); return err }, api.ACIBadRequest},
+		{"relative path", func() error { _, err := a.ReadFile(ctx, "blob"); return err }, api.ACIBadRequest},
+		{"exec without a command", func() error { _, err := a.Exec(ctx, nil, nil, 0); return err }, api.ACIBadRequest},
+		{"write_file as text", func() error {
+			_, _, err := a.Do(ctx, &api.ACIRequest{Op: "write_file", File: path})
+			return err
+		}, api.ACIBadRequest},
+		{"content on another op", func() error {
+			_, _, err := a.DoWithContent(ctx, &api.ACIRequest{Op: "cursor"}, []byte("x"))
+			return err
+		}, api.ACIBadRequest},
+	} {
+		var e *client.ACIError
+		if err := c.call(); !asACI(err, &e) || e.Code != c.code {
+			t.Errorf("%s: %v, want code %s", c.name, err, c.code)
+		}
+	}
+	if got, err := a.ReadFile(ctx, path); err != nil || len(got) != len(content) {
+		t.Fatalf("the session after the errors: %d bytes, %v", len(got), err)
+	}
 }

@@ -41,7 +41,7 @@ const (
 )
 
 // Capabilities the welcome announces.
-var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor"}
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files"}
 
 // Server serves the ACI for one display.
 type Server struct {
@@ -72,11 +72,17 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 	}
 	sess := &session{s: s, c: c}
 	for {
-		_, data, err := c.Read(ctx)
+		typ, data, err := c.Read(ctx)
 		if err != nil {
 			return err
 		}
-		rep, img := sess.handle(ctx, data)
+		var rep *api.ACIReply
+		var img []byte
+		if typ == websocket.MessageBinary {
+			rep, img = sess.handleBinary(ctx, data)
+		} else {
+			rep, img = sess.handle(ctx, data, nil)
+		}
 		if err := sess.write(ctx, rep, img); err != nil {
 			return err
 		}
@@ -104,8 +110,23 @@ func (ss *session) write(ctx context.Context, rep *api.ACIReply, img []byte) err
 	return ss.c.Write(ctx, websocket.MessageBinary, msg)
 }
 
-// handle decodes and runs one request.
-func (ss *session) handle(ctx context.Context, data []byte) (*api.ACIReply, []byte) {
+// handleBinary splits a binary request — a 4-byte big-endian header
+// length, the JSON header, then content (write_file's) — and runs it.
+func (ss *session) handleBinary(ctx context.Context, data []byte) (*api.ACIReply, []byte) {
+	if len(data) < 4 || uint64(binary.BigEndian.Uint32(data)) > uint64(len(data)-4) {
+		return fail(0, api.ACIBadRequest, "binary message: want a 4-byte header length, the JSON header, then the content"), nil
+	}
+	n := binary.BigEndian.Uint32(data)
+	header, content := data[4:4+n], data[4+n:]
+	if len(content) > maxFile {
+		return fail(leadingID(header), api.ACITooLarge, fmt.Sprintf("content of %d bytes is over the %d-byte limit", len(content), maxFile)), nil
+	}
+	return ss.handle(ctx, header, content)
+}
+
+// handle decodes and runs one request; content is what followed the
+// header of a binary request (nil for a text message).
+func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIReply, []byte) {
 	if len(data) > MaxMessage {
 		return fail(leadingID(data), api.ACITooLarge, fmt.Sprintf("message of %d bytes is over the %d-byte limit", len(data), MaxMessage)), nil
 	}
@@ -129,7 +150,24 @@ func (ss *session) handle(ctx context.Context, data []byte) (*api.ACIReply, []by
 		return fail(id, api.ACIBadRequest, "malformed request: "+err.Error()), nil
 	}
 	rep := &api.ACIReply{ID: req.ID, OK: true}
+	if (content != nil) != (req.Op == "write_file") {
+		if content != nil {
+			return fail(req.ID, api.ACIBadRequest, req.Op+" carries no content: send it as a text message"), nil
+		}
+		return fail(req.ID, api.ACIBadRequest, "write_file carries its content: send a binary message (4-byte header length, the JSON header, the content; docs/aci.md)"), nil
+	}
 	switch req.Op {
+	case "write_file":
+		if err := writeFile(&req, content, rep); err != nil {
+			return failErr(req.ID, err), nil
+		}
+		return rep, nil
+	case "read_file":
+		data, err := readFile(&req, rep)
+		if err != nil {
+			return failErr(req.ID, err), nil
+		}
+		return rep, data
 	case "screenshot":
 		img, err := ss.screenshot(req.Screenshot, rep)
 		if err != nil {
@@ -308,6 +346,8 @@ func (ss *session) act(ctx context.Context, req *api.ACIRequest, rep *api.ACIRep
 		go cmd.Wait()
 		rep.Pid = cmd.Process.Pid
 		return nil
+	case "exec":
+		return ss.execCommand(ctx, req, rep)
 	case "wait":
 		if req.Ms < 0 || time.Duration(req.Ms)*time.Millisecond > maxWait {
 			return bad("wait ms %d: want 0 to %d", req.Ms, maxWait.Milliseconds())
@@ -389,8 +429,12 @@ func (ss *session) step(ctx context.Context, req *api.ACIRequest) (*api.ACIReply
 	rep := &api.ACIReply{ID: req.ID, OK: true, Results: make([]api.ACIResult, len(req.Actions))}
 	for i := range req.Actions {
 		a := &req.Actions[i]
-		if a.Op == "step" || a.Op == "screenshot" {
+		switch a.Op {
+		case "step", "screenshot":
 			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action; use observe"}}
+			continue
+		case "read_file", "write_file":
+			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action (it carries content)"}}
 			continue
 		}
 		var scratch api.ACIReply
@@ -462,6 +506,10 @@ func wireError(err error) (string, *api.ACIError) {
 		code = api.ACINoWindow
 	case errors.Is(err, context.DeadlineExceeded):
 		code = api.ACITimeout
+	case errors.Is(err, errNotFound):
+		code = api.ACINotFound
+	case errors.As(err, new(tooLarge)):
+		code = api.ACITooLarge
 	}
 	return code, &api.ACIError{Code: code, Message: err.Error()}
 }

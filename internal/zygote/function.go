@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tine-run/tine/internal/capped"
 	"io"
 	"os"
 	"path/filepath"
@@ -565,7 +566,7 @@ type requestIO struct {
 	outR, errR         *os.File // the daemon's ends of stdout, stderr
 	replyW, outW, errW int      // the child's ends
 	childFiles         []*os.File
-	out, errb          *capped
+	out, errb          *capped.Buffer
 	outDone, errDone   chan struct{}
 	err                error
 	childEndsClosed    bool
@@ -593,12 +594,12 @@ func newRequestIO(payload []byte) *requestIO {
 		r.err = err
 		return r
 	}
-	r.out, r.errb = &capped{max: maxOutput}, &capped{max: maxOutput}
+	r.out, r.errb = capped.New(maxOutput), capped.New(maxOutput)
 	r.outDone, r.errDone = make(chan struct{}), make(chan struct{})
 	for _, p := range []struct {
 		r    **os.File
 		fd   *int
-		c    *capped
+		c    *capped.Buffer
 		done chan struct{}
 	}{{&r.outR, &r.outW, r.out, r.outDone}, {&r.errR, &r.errW, r.errb, r.errDone}} {
 		pr, pw, err := daemonPipe("output")
@@ -706,7 +707,7 @@ func (r *requestIO) output() (stdout, stderr string, truncated bool) {
 			<-done
 		}
 	}
-	return r.out.String(), r.errb.String(), truncated || r.out.dropped || r.errb.dropped
+	return r.out.String(), r.errb.String(), truncated || r.out.Dropped() || r.errb.Dropped()
 }
 
 func closeAll(fds []int) {
