@@ -126,6 +126,24 @@ class DesktopTest(unittest.TestCase):
             s.move(11, 12)
             self.assertEqual(s.cursor(), (11, 12))
 
+    def test_exec_and_files(self) -> None:
+        r = self.s.exec(["sh", "-c", "cat; echo \"on $DISPLAY\" >&2; exit 4"], stdin="piped")
+        self.assertEqual((r.exit_code, r.reason, r.stdout), (4, "exit", b"piped"))
+        self.assertTrue(r.stderr.startswith(b"on :"), r.stderr)
+        self.assertEqual(self.s.exec(["/no/such"]).exit_code, 127)
+        self.assertEqual(self.s.exec(["sleep", "5"], timeout=0.2).reason, "timeout")
+        blob = bytes(range(256)) * 1000
+        self.s.write_file("/tmp/blob", blob, mode=0o600)
+        self.assertEqual(self.s.read_file("/tmp/blob"), blob)
+        # The file is the sandbox's: the daemon's files API sees the same bytes.
+        self.assertEqual(self.c.read_file(self.desk.id, "/tmp/blob"), blob)
+        self.s.write_file("/tmp/empty", b"")
+        self.assertEqual(self.s.read_file("/tmp/empty"), b"")
+        with self.assertRaises(tine.ACIError) as cm:
+            self.s.read_file("/tmp/none")
+        self.assertEqual(cm.exception.code, "not_found")
+        self.assertEqual(self.s.screen(), (W, H))
+
     def test_typed_error_then_the_session_goes_on(self) -> None:
         with self.assertRaises(tine.ACIError) as cm:
             self.s.key("ctrl+nosuchkey")
@@ -201,6 +219,9 @@ class AsyncDesktopTest(unittest.IsolatedAsyncioTestCase):
                     self.assertEqual(png_size(shot.data), (64, 40))
                     self.assertEqual(res[19], (W, H))
                     self.assertEqual(s.in_flight, 0)
+                    await s.write_file("/tmp/a", "async")
+                    self.assertEqual(await s.read_file("/tmp/a"), b"async")
+                    self.assertEqual((await s.exec(["cat", "/tmp/a"])).stdout, b"async")
                     r = await s.step([{"op": "click", "x": 1, "y": 1}], {"cursor": True})
                     self.assertEqual((r.ok, r.cursor), (True, (1, 1)))
                     # A cancelled wait: its late reply is dropped, the next request gets its own.

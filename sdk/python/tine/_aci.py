@@ -30,9 +30,11 @@ Reply = dict[str, Any]
 
 @dataclass
 class Op(Generic[T]):
-    """One ACI request (without its ``id``) and the parser of its reply and image."""
+    """One ACI request (without its ``id``) and the parser of its reply and
+    image; ``content`` (write_file's) makes it a binary message."""
     request: dict[str, Any]
     parse: Callable[[Reply, Image], T]
+    content: bytes | None = None
 
 
 def _req(op: str, **fields: Any) -> dict[str, Any]:
@@ -141,6 +143,30 @@ def wait(ms: int) -> Op[None]:
     return Op(_req("wait", ms=ms), _none)
 
 
+def _exec_result(rep: Reply, img: Image) -> m.ExecResult:
+    return m.from_json(m.ExecResult, rep.get("exec") or {})
+
+
+def exec_(argv: Sequence[str], stdin: bytes | str | None = None, timeout: float | None = None) -> Op[m.ExecResult]:
+    if isinstance(argv, str):
+        raise TypeError("argv is a list of strings, e.g. ['ls', '-l']")
+    if isinstance(stdin, str):
+        stdin = stdin.encode()
+    b64 = __import__("base64").b64encode(stdin).decode() if stdin else None
+    ms = max(1, round(timeout * 1000)) if timeout else None
+    return Op(_req("exec", cmd=list(argv), stdin=b64, timeout_ms=ms), _exec_result)
+
+
+def read_file(path: str) -> Op[bytes]:
+    return Op(_req("read_file", file=path), lambda rep, img: img or b"")
+
+
+def write_file(path: str, data: bytes | str, mode: int | None = None) -> Op[None]:
+    if isinstance(data, str):
+        data = data.encode()
+    return Op(_req("write_file", file=path, mode=mode), _none, bytes(data))
+
+
 def screenshot_options(format: str | None = None, quality: int | None = None,
                        max_long_edge: int | None = None, region: Sequence[int] | None = None,
                        cursor: bool | None = None, if_none_match: str | None = None) -> dict[str, Any]:
@@ -246,11 +272,15 @@ class Protocol:
         self.done = False
         self.error: TransportError | None = None
 
-    def encode(self, request: Mapping[str, Any]) -> tuple[int, bytes]:
-        """Give ``request`` the next id; its frame."""
+    def encode(self, request: Mapping[str, Any], content: bytes | None = None) -> tuple[int, bytes]:
+        """Give ``request`` the next id; its frame (binary, the header and
+        then ``content``, when there is content)."""
         self._next += 1
         req = {**request, "id": self._next}
-        return self._next, ws.encode(ws.TEXT, json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode())
+        head = json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode()
+        if content is None:
+            return self._next, ws.encode(ws.TEXT, head)
+        return self._next, ws.encode(ws.BINARY, struct.pack("!I", len(head)) + head + content)
 
     def receive(self, data: bytes) -> tuple[list[tuple[int, Reply, Image]], bytes]:
         out: list[tuple[int, Reply, Image]] = []

@@ -412,7 +412,7 @@ class DesktopSession:
     async def _run(self, op: _aci.Op[T]) -> T:
         if self._p.done:
             raise self._p.ended()
-        rid, frame = self._p.encode(op.request)
+        rid, frame = self._p.encode(op.request, op.content)
         fut: asyncio.Future[tuple[_aci.Reply, _aci.Image]] = asyncio.get_running_loop().create_future()
         self._pending.add(rid, fut)
         try:
@@ -475,6 +475,16 @@ class DesktopSession:
 
     async def launch(self, argv: Sequence[str]) -> int:
         return await self._run(_aci.launch(argv))
+
+    async def exec(self, argv: Sequence[str], *, stdin: bytes | str | None = None,
+                   timeout: float | None = None) -> m.ExecResult:
+        return await self._run(_aci.exec_(argv, stdin, timeout))
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._run(_aci.read_file(path))
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        await self._run(_aci.write_file(path, data, mode))
 
     async def cursor(self) -> tuple[int, int]:
         return await self._run(_aci.cursor())

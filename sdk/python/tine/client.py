@@ -271,7 +271,7 @@ class DesktopSession:
         with self._lock:
             if self._p.done:
                 raise self._p.ended()
-            rid, frame = self._p.encode(op.request)
+            rid, frame = self._p.encode(op.request, op.content)
             deadline = self._deadline()
             try:
                 if deadline is not None:
@@ -348,6 +348,23 @@ class DesktopSession:
     def launch(self, argv: Sequence[str]) -> int:
         """Start a command on the display, inside the sandbox; its pid."""
         return self._run(_aci.launch(argv))
+
+    def exec(self, argv: Sequence[str], *, stdin: bytes | str | None = None,
+             timeout: float | None = None) -> m.ExecResult:
+        """Run a command on the desktop (``DISPLAY`` set) and wait for it
+        (``timeout`` in seconds; the guest's default is 30). How it ended
+        is the result (exit code 124 on timeout, 127 not found), not an
+        error."""
+        return self._run(_aci.exec_(argv, stdin, timeout))
+
+    def read_file(self, path: str) -> bytes:
+        """A file of the desktop (at most 32 MiB)."""
+        return self._run(_aci.read_file(path))
+
+    def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        """Create or replace a file of the desktop (``mode`` default
+        0o644); its directory must exist."""
+        self._run(_aci.write_file(path, data, mode))
 
     def cursor(self) -> tuple[int, int]:
         """The pointer's position."""
