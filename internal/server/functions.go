@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/zygote"
 )
 
 // Functions runs warm functions and the runtime pool (internal/zygote's
@@ -21,6 +22,8 @@ type Functions interface {
 	Invoke(ctx context.Context, name string, payload []byte, raw bool) (*api.Invocation, error)
 	PutScript(src []byte) (*api.Script, error)
 	InvokeScript(ctx context.Context, digest string, payload []byte, raw bool) (*api.Invocation, error)
+	// CountAgainst makes function sandboxes count against the host budget.
+	CountAgainst(admit zygote.AdmitFunc)
 	Close()
 }
 

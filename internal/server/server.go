@@ -155,6 +155,10 @@ func New(cfg Config) (*Server, error) {
 		boxes: map[string]*box{},
 		stop:  make(chan struct{}),
 	}
+	if cfg.Functions != nil {
+		// A function's sandbox is a sandbox: it counts like the others.
+		cfg.Functions.CountAgainst(s.capacity.admit)
+	}
 	s.metrics = newMetrics(s)
 	s.handler = s.newMux()
 	s.stopped.Go(s.expireLoop)

@@ -48,7 +48,8 @@ const (
 // function is one registered function and, while warm, its sandbox.
 type function struct {
 	spec    api.FunctionSpec
-	scripts string // host directory of registered scripts (the pool only)
+	scripts string    // host directory of registered scripts (the pool only)
+	admit   AdmitFunc // counts its sandbox against the host budget (nil: nowhere)
 	slots   chan struct{}
 	calls   atomic.Int64
 	seq     atomic.Uint64
@@ -167,10 +168,22 @@ func (f *function) warm(old *sandbox.Sandbox) (*sandbox.Sandbox, *zygoteProc, er
 		}
 	}
 	if sb == nil {
+		spec := f.sandboxSpec()
+		release := func() {}
+		if f.admit != nil {
+			var err error
+			if release, err = f.admit(spec.Limits.MemoryBytes); err != nil {
+				return nil, nil, fmt.Errorf("function %s: %w", f.spec.Name, err)
+			}
+		}
 		var err error
-		if sb, err = sandbox.Create(f.sandboxSpec()); err != nil {
+		if sb, err = sandbox.Create(spec); err != nil {
+			release()
 			return nil, nil, fmt.Errorf("%w: create its sandbox: %v", ErrWarm, err)
 		}
+		// Its share goes back when it is gone: destroyed (cold, removed,
+		// replaced) or dead on its own.
+		go func() { <-sb.Done(); release() }()
 	}
 	if f.spec.Runtime == RuntimeExec {
 		return sb, nil, nil

@@ -43,11 +43,26 @@ type Manager struct {
 	cfg     Config
 	scripts string
 
-	mu  sync.Mutex
-	fns map[string]*function
+	mu    sync.Mutex
+	fns   map[string]*function
+	admit AdmitFunc
 
 	stop chan struct{}
 	done sync.WaitGroup
+}
+
+// AdmitFunc counts a function's sandbox, by its memory limit, against a
+// host budget: it returns what gives the share back, or the error that
+// refuses the sandbox.
+type AdmitFunc func(memoryBytes int64) (release func(), err error)
+
+// CountAgainst makes every function sandbox made from now on count
+// against admit's budget (the daemon's --max-sandboxes and --max-memory),
+// for as long as it lives. Without it, function sandboxes count nowhere.
+func (m *Manager) CountAgainst(admit AdmitFunc) {
+	m.mu.Lock()
+	m.admit = admit
+	m.mu.Unlock()
 }
 
 // NewManager makes a manager and starts its cold sweeper.
@@ -80,7 +95,9 @@ func (m *Manager) Up(spec api.FunctionSpec) (*api.Function, error) {
 			return nil, fmt.Errorf("%w: entry %s: not a readable file on the daemon's host", ErrInvalidSpec, spec.Entry)
 		}
 	}
-	f := newFunction(spec, "")
+	m.mu.Lock()
+	f := newFunction(spec, "", m.admit)
+	m.mu.Unlock()
 	if _, _, _, err := f.ensureWarm(); err != nil {
 		f.cool()
 		return nil, err
@@ -96,8 +113,8 @@ func (m *Manager) Up(spec api.FunctionSpec) (*api.Function, error) {
 	return &info, nil
 }
 
-func newFunction(spec api.FunctionSpec, scripts string) *function {
-	return &function{spec: spec, scripts: scripts, slots: make(chan struct{}, spec.Concurrency), lastUsed: time.Now()}
+func newFunction(spec api.FunctionSpec, scripts string, admit AdmitFunc) *function {
+	return &function{spec: spec, scripts: scripts, admit: admit, slots: make(chan struct{}, spec.Concurrency), lastUsed: time.Now()}
 }
 
 // Get describes a function.
@@ -204,7 +221,7 @@ func (m *Manager) InvokeScript(ctx context.Context, digest string, payload []byt
 		spec := api.FunctionSpec{Name: PoolName, Runtime: RuntimePython, Entry: "/pool.py", Preload: m.cfg.PoolPreload}
 		Validate(&spec)
 		spec.Entry = ""
-		f = newFunction(spec, m.scripts)
+		f = newFunction(spec, m.scripts, m.admit)
 		m.fns[PoolName] = f
 	}
 	m.mu.Unlock()

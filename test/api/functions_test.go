@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -547,5 +548,43 @@ exports.handler = async (e) => {
 	_, err := d.c.PutFunction(context.Background(), &api.FunctionSpec{Name: "js2", Runtime: "node", Entry: filepath.Join(dir, "other.js")})
 	if client.ErrorCode(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), `exports no function "handler"`) {
 		t.Errorf("an entry without the handler: %v", err)
+	}
+}
+
+// A function's sandbox counts against the host budget like any other:
+// while it is warm it holds its share, cold or removed it gives it back.
+func TestFunctionsCountAgainstTheBudget(t *testing.T) {
+	d := startDaemon(t, "--max-sandboxes", "1")
+	ctx := context.Background()
+	putFunction(t, d, api.FunctionSpec{Name: "b", Entry: writeHandler(t, "def handler(e):\n    return e\n"), ColdAfterSeconds: 1})
+	_, err := d.c.Create(ctx, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 429 || ce.Code != api.CodeCapacity || ce.RetryAfter <= 0 {
+		t.Fatalf("a sandbox beside the warm function, budget 1: got %v, want 429 capacity", err)
+	}
+	// Cold, the function gives its share back.
+	if !eventually(patience, func() bool { f, err := d.c.Function(ctx, "b"); return err == nil && f.State == "cold" }) {
+		t.Fatal("the function never went cold")
+	}
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatalf("a sandbox once the function is cold: %v", err)
+	}
+	// Now the function cannot warm: its call says so, 429 with Retry-After.
+	_, err = d.c.Invoke(ctx, "b", []byte("1"))
+	if !errors.As(err, &ce) || ce.Status != 429 || ce.Code != api.CodeCapacity || ce.RetryAfter <= 0 {
+		t.Fatalf("a call that must warm past the budget: got %v, want 429 capacity", err)
+	}
+	if err := d.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if inv := invoke(t, d, "b", 7); inv.Status != api.StatusOK || !inv.Timings.Cold {
+		t.Fatalf("the call after the sandbox went: %+v", inv)
+	}
+	if err := d.c.DeleteFunction(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(patience, func() bool { sb, err := d.c.Create(ctx, nil); return err == nil && d.c.Delete(ctx, sb.ID) == nil }) {
+		t.Fatal("the removed function still holds its share")
 	}
 }
