@@ -56,6 +56,7 @@ type function struct {
 
 	mu       sync.Mutex
 	sb       *sandbox.Sandbox
+	budget   func()      // gives sb's share of the host budget back (at most once)
 	zyg      *zygoteProc // nil when cold, or after the zygote died
 	groups   *groupPool  // request cgroups ready in sb
 	nodes    *nodePool   // node workers ready (runtime node)
@@ -120,14 +121,14 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 		}
 		wait := make(chan struct{})
 		f.warming = wait
-		old, oldGroups, oldNodes := f.sb, f.groups, f.nodes
+		old, oldBudget, oldGroups, oldNodes := f.sb, f.budget, f.groups, f.nodes
 		f.mu.Unlock()
 
 		if oldNodes != nil {
 			oldNodes.close() // its workers came from the old zygote
 		}
 		t0 := time.Now()
-		sb, z, err := f.warm(old)
+		sb, budget, z, err := f.warm(old, oldBudget)
 		var groups *groupPool
 		var nodes *nodePool
 		if err == nil && sb == old && oldGroups != nil {
@@ -142,12 +143,13 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 			if nodes, err = newNodePool(f, z, groups); err != nil {
 				groups.close()
 				z.close()
+				budget()
 				sb.Destroy()
-				sb, z, groups = nil, nil, nil
+				sb, budget, z, groups = nil, nil, nil, nil
 			}
 		}
 		f.mu.Lock()
-		f.sb, f.zyg, f.groups, f.nodes, f.warmErr, f.warming = sb, z, groups, nodes, err, nil
+		f.sb, f.budget, f.zyg, f.groups, f.nodes, f.warmErr, f.warming = sb, budget, z, groups, nodes, err, nil
 		f.warmMs = ms(time.Since(t0))
 		cold, warmMs = true, f.warmMs
 		f.mu.Unlock()
@@ -157,13 +159,17 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 
 // warm makes the function's sandbox (reusing old if it is still alive) and,
 // for python, starts its zygote and waits until it has imported everything.
-func (f *function) warm(old *sandbox.Sandbox) (*sandbox.Sandbox, *zygoteProc, error) {
-	sb := old
+// A new sandbox first takes its share of the host budget; budget gives it
+// back, at most once: when the sandbox is destroyed here or by cool, or
+// dies on its own.
+func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.Sandbox, budget func(), z *zygoteProc, err error) {
+	sb, budget = old, oldBudget
 	if sb != nil {
 		select {
 		case <-sb.Done():
+			budget()
 			sb.Destroy()
-			sb = nil
+			sb, budget = nil, nil
 		default:
 		}
 	}
@@ -171,29 +177,27 @@ func (f *function) warm(old *sandbox.Sandbox) (*sandbox.Sandbox, *zygoteProc, er
 		spec := f.sandboxSpec()
 		release := func() {}
 		if f.admit != nil {
-			var err error
 			if release, err = f.admit(spec.Limits.MemoryBytes); err != nil {
-				return nil, nil, fmt.Errorf("function %s: %w", f.spec.Name, err)
+				return nil, nil, nil, fmt.Errorf("function %s: %w", f.spec.Name, err)
 			}
 		}
-		var err error
 		if sb, err = sandbox.Create(spec); err != nil {
 			release()
-			return nil, nil, fmt.Errorf("%w: create its sandbox: %v", ErrWarm, err)
+			return nil, nil, nil, fmt.Errorf("%w: create its sandbox: %v", ErrWarm, err)
 		}
-		// Its share goes back when it is gone: destroyed (cold, removed,
-		// replaced) or dead on its own.
-		go func() { <-sb.Done(); release() }()
+		once := sync.OnceFunc(release)
+		go func(done <-chan struct{}) { <-done; once() }(sb.Done())
+		budget = once
 	}
 	if f.spec.Runtime == RuntimeExec {
-		return sb, nil, nil
+		return sb, budget, nil, nil
 	}
-	z, err := f.startZygote(sb)
-	if err != nil {
+	if z, err = f.startZygote(sb); err != nil {
+		budget()
 		sb.Destroy()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return sb, z, nil
+	return sb, budget, z, nil
 }
 
 func (f *function) sandboxSpec() *sandbox.Spec {

@@ -302,7 +302,10 @@ func (f *function) cool() {
 		f.mu.Lock()
 	}
 	sb, z, groups, nodes := f.sb, f.zyg, f.groups, f.nodes
-	f.sb, f.zyg, f.groups, f.nodes = nil, nil, nil, nil
+	if f.budget != nil {
+		f.budget() // its share is free before anyone can see it cold
+	}
+	f.sb, f.budget, f.zyg, f.groups, f.nodes = nil, nil, nil, nil, nil
 	f.mu.Unlock()
 	if nodes != nil {
 		nodes.close()
