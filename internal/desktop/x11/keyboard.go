@@ -132,7 +132,7 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 		if err := d.sync(); err != nil {
 			return keyPos{}, err
 		}
-		d.settle()
+		d.settle(d.ScreenVersion())
 		d.restoreKeys()
 		if len(k.spare) == 0 {
 			return keyPos{}, fmt.Errorf("keysym 0x%x is not on the keyboard and no keycode is free to map it", ks)
@@ -153,16 +153,22 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 // settle waits until clients have likely processed the keys sent so far,
 // before a borrowed keycode is remapped: a client reads a key with the
 // mapping it fetches when it gets to it, so one that lags would read the
-// new character. They draw what they receive: wait for the screen to stay
-// unchanged for 100 ms (at most 2 s); without DAMAGE, 250 ms. A fixed
-// 50 ms lost characters in CI, on a loaded host.
-func (d *Display) settle() {
+// new character. They draw what they receive: wait for the screen to
+// change after sent (the screen version once the server had the last key;
+// at most 500 ms, as a client may draw nothing for a key), then to stay
+// unchanged for 100 ms (at most 2 s in all); without DAMAGE, 250 ms. A
+// fixed 50 ms lost characters in CI, on a loaded host, and quiet alone
+// now and then (a client starved before it drew anything looks quiet).
+func (d *Display) settle(sent uint64) {
 	if !d.Damage() {
 		time.Sleep(250 * time.Millisecond)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	drawn, cancelDrawn := context.WithTimeout(ctx, 500*time.Millisecond)
+	d.WaitScreenChange(drawn, sent)
+	cancelDrawn()
 	d.WaitScreenIdle(ctx, 100*time.Millisecond)
 }
 
