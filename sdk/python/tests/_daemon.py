@@ -40,7 +40,10 @@ class Daemon:
         self.log = open(self.tmp / "daemon.log", "wb")
         self.proc = subprocess.Popen(
             [str(binary()), "serve", "--socket", self.socket, "--data-dir", str(self.tmp / "data"),
-             "--pool", "0", "--listen", self.tcp, "--token-file", str(tok)],
+             "--pool", "0", "--listen", self.tcp, "--token-file", str(tok),
+             # The budget counts limits, not use: the desktops and functions
+             # these tests keep at once must fit on a small CI machine too.
+             "--max-memory", "64g"],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while True:
