@@ -1,5 +1,7 @@
 package api
 
+import "encoding/binary"
+
 // The ACI (agent-computer interface) wire protocol: a WebSocket at
 // /v1/desktops/{id}/aci (and on `tine guest --listen`). docs/aci.md is the
 // reference; these are its messages.
@@ -181,4 +183,23 @@ type Desktop struct {
 	Width   int     `json:"width"`
 	Height  int     `json:"height"`
 	ReadyMs float64 `json:"ready_ms"`
+}
+
+// ACIJoin lays out a binary ACI message: the 4-byte big-endian length of
+// the JSON header, the header, then the payload (a reply's image, or
+// write_file's content).
+func ACIJoin(head, payload []byte) []byte {
+	msg := make([]byte, 4, 4+len(head)+len(payload))
+	binary.BigEndian.PutUint32(msg, uint32(len(head)))
+	return append(append(msg, head...), payload...)
+}
+
+// ACISplit takes a binary ACI message apart; ok is false when it is too
+// short for the header length it gives.
+func ACISplit(msg []byte) (head, payload []byte, ok bool) {
+	if len(msg) < 4 || uint64(binary.BigEndian.Uint32(msg)) > uint64(len(msg)-4) {
+		return nil, nil, false
+	}
+	n := binary.BigEndian.Uint32(msg)
+	return msg[4 : 4+n], msg[4+n:], true
 }

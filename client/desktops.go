@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,12 +138,11 @@ func (a *ACI) read() {
 		ans := aciAnswer{rep: &api.ACIReply{}}
 		head := b
 		if typ == websocket.MessageBinary {
-			if len(b) < 4 || int(binary.BigEndian.Uint32(b)) > len(b)-4 {
+			var ok bool
+			if head, ans.image, ok = api.ACISplit(b); !ok {
 				a.fail(errors.New("aci: malformed binary reply"))
 				return
 			}
-			n := binary.BigEndian.Uint32(b)
-			head, ans.image = b[4:4+n], b[4+n:]
 		}
 		if err := json.Unmarshal(head, ans.rep); err != nil {
 			a.fail(fmt.Errorf("aci: malformed reply: %w", err))
@@ -207,9 +205,7 @@ func (a *ACI) DoWithContent(ctx context.Context, req *api.ACIRequest, content []
 	if err == nil && content == nil {
 		err = a.conn.Write(ctx, websocket.MessageText, b)
 	} else if err == nil {
-		msg := make([]byte, 4, 4+len(b)+len(content))
-		binary.BigEndian.PutUint32(msg, uint32(len(b)))
-		err = a.conn.Write(ctx, websocket.MessageBinary, append(append(msg, b...), content...))
+		err = a.conn.Write(ctx, websocket.MessageBinary, api.ACIJoin(b, content))
 	}
 	a.wmu.Unlock()
 	if err != nil {

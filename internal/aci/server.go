@@ -8,7 +8,6 @@ package aci
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,20 +103,16 @@ func (ss *session) write(ctx context.Context, rep *api.ACIReply, img []byte) err
 	if img == nil {
 		return ss.c.Write(ctx, websocket.MessageText, head)
 	}
-	msg := make([]byte, 4, 4+len(head)+len(img))
-	binary.BigEndian.PutUint32(msg, uint32(len(head)))
-	msg = append(append(msg, head...), img...)
-	return ss.c.Write(ctx, websocket.MessageBinary, msg)
+	return ss.c.Write(ctx, websocket.MessageBinary, api.ACIJoin(head, img))
 }
 
 // handleBinary splits a binary request — a 4-byte big-endian header
 // length, the JSON header, then content (write_file's) — and runs it.
 func (ss *session) handleBinary(ctx context.Context, data []byte) (*api.ACIReply, []byte) {
-	if len(data) < 4 || uint64(binary.BigEndian.Uint32(data)) > uint64(len(data)-4) {
+	header, content, ok := api.ACISplit(data)
+	if !ok {
 		return fail(0, api.ACIBadRequest, "binary message: want a 4-byte header length, the JSON header, then the content"), nil
 	}
-	n := binary.BigEndian.Uint32(data)
-	header, content := data[4:4+n], data[4+n:]
 	if len(content) > maxFile {
 		return fail(leadingID(header), api.ACITooLarge, fmt.Sprintf("content of %d bytes is over the %d-byte limit", len(content), maxFile)), nil
 	}

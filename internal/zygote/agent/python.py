@@ -60,6 +60,15 @@ class CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
+def fds_of(anc):
+    # The descriptors an SCM_RIGHTS message carried.
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
+    return fds
+
+
 def error_of(exc):
     # The agent's own frames (its source is "<string>") are not the
     # user's business: the traceback starts at the user's code.
@@ -406,15 +415,12 @@ class Agent:
             if not msg:
                 os._exit(0)  # the daemon closed the socket
             t_recv = now()
-            fds = []
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
+            fds = fds_of(anc)
             handed = False
+            rights = struct.pack("%di" % len(fds), *fds)
             while spares and not handed:
                 spare = spares.pop(0)
                 try:
-                    rights = struct.pack("%di" % len(fds), *fds)
                     spare.sendmsg([pack(t_recv), msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
                     handed = True
                 except OSError:
@@ -487,12 +493,8 @@ class Agent:
         if not msg:
             os._exit(0)  # the zygote is gone
         self.c_prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
-        fds = []
-        for level, kind, data in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
         sock.close()
-        self.child(msg[8:], fds, struct.unpack_from("=q", msg)[0], walled)
+        self.child(msg[8:], fds_of(anc), struct.unpack_from("=q", msg)[0], walled)
 
 
 def main():
