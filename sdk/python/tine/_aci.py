@@ -8,6 +8,7 @@ to their requests. The sessions only move bytes and wait.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections import OrderedDict
@@ -152,7 +153,7 @@ def exec_(argv: Sequence[str], stdin: bytes | str | None = None, timeout: float 
         raise TypeError("argv is a list of strings, e.g. ['ls', '-l']")
     if isinstance(stdin, str):
         stdin = stdin.encode()
-    b64 = __import__("base64").b64encode(stdin).decode() if stdin else None
+    b64 = base64.b64encode(stdin).decode() if stdin else None
     ms = max(1, round(timeout * 1000)) if timeout else None
     return Op(_req("exec", cmd=list(argv), stdin=b64, timeout_ms=ms), _exec_result)
 
