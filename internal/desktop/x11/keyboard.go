@@ -26,8 +26,10 @@ type keyboard struct {
 	byKeysym map[xproto.Keysym]keyPos // lowest level wins
 	spare    []xproto.Keycode         // keycodes with no keysym at all
 	borrowed map[xproto.Keycode]xproto.Keysym
-	held     map[xproto.Keycode]bool // down through KeyDown, not yet up
+	usedAt   map[xproto.Keycode]time.Time // a borrowed keycode's last use
+	held     map[xproto.Keycode]bool      // down through KeyDown, not yet up
 	timer    *time.Timer
+	lastUse  time.Time // of any borrowed keycode
 	closed   bool
 }
 
@@ -41,6 +43,7 @@ func (k *keyboard) load(conn *xgb.Conn, setup *xproto.SetupInfo) error {
 	k.min, k.max = setup.MinKeycode, setup.MaxKeycode
 	if k.borrowed == nil {
 		k.borrowed, k.held = map[xproto.Keycode]xproto.Keysym{}, map[xproto.Keycode]bool{}
+		k.usedAt = map[xproto.Keycode]time.Time{}
 	}
 	r, err := xproto.GetKeyboardMapping(conn, k.min, byte(int(k.max)-int(k.min)+1)).Reply()
 	if err != nil {
@@ -113,6 +116,7 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 	}
 	for code, b := range k.borrowed {
 		if b == ks {
+			k.usedAt[code] = time.Now()
 			d.keepBorrowed()
 			return keyPos{code: code}, nil
 		}
@@ -125,19 +129,31 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 		}
 	}
 	if free == 0 {
-		// Every spare code holds a character typed a moment ago: let
-		// clients catch up, then recycle them all. (Keys of the same combo
-		// resolved before, or held down, would lose their mapping too: it
-		// takes more distinct missing characters than spare keycodes.)
+		// Every spare code holds a character: take the one used longest
+		// ago (not held down), and not before restoreDelay after that use —
+		// the grace the restore timer gives — so a lagging client still
+		// reads the keys typed with it with their mapping; then let the
+		// screen settle. (Keys of the same combo resolved before would
+		// lose their mapping too: it takes more distinct missing
+		// characters than spare keycodes.)
+		var oldest xproto.Keycode
+		for code := range k.borrowed {
+			if !k.held[code] && (oldest == 0 || k.usedAt[code].Before(k.usedAt[oldest])) {
+				oldest = code
+			}
+		}
+		if oldest == 0 {
+			return keyPos{}, fmt.Errorf("keysym 0x%x is not on the keyboard and no keycode is free to map it", ks)
+		}
 		if err := d.sync(); err != nil {
 			return keyPos{}, err
 		}
-		d.settle(d.ScreenVersion())
-		d.restoreKeys()
-		if len(k.spare) == 0 {
-			return keyPos{}, fmt.Errorf("keysym 0x%x is not on the keyboard and no keycode is free to map it", ks)
+		if wait := restoreDelay - time.Since(k.usedAt[oldest]); wait > 0 {
+			time.Sleep(wait)
 		}
-		free = k.spare[0]
+		d.settle()
+		delete(k.borrowed, oldest)
+		free = oldest
 	}
 	syms := make([]xproto.Keysym, k.perCode)
 	syms[0] = ks
@@ -146,35 +162,29 @@ func (d *Display) keyFor(ks xproto.Keysym) (keyPos, error) {
 	}
 	xproto.ChangeKeyboardMapping(d.conn, 1, free, byte(k.perCode), syms)
 	k.borrowed[free] = ks
+	k.usedAt[free] = time.Now()
 	d.keepBorrowed()
 	return keyPos{code: free}, nil
 }
 
-// settle waits until clients have likely processed the keys sent so far,
-// before a borrowed keycode is remapped: a client reads a key with the
-// mapping it fetches when it gets to it, so one that lags would read the
-// new character. They draw what they receive: wait for the screen to
-// change after sent (the screen version once the server had the last key;
-// at most 500 ms, as a client may draw nothing for a key), then to stay
-// unchanged for 100 ms (at most 2 s in all); without DAMAGE, 250 ms. A
-// fixed 50 ms lost characters in CI, on a loaded host, and quiet alone
-// now and then (a client starved before it drew anything looks quiet).
-func (d *Display) settle(sent uint64) {
+// settle waits until clients have likely drawn the keys sent so far,
+// before a borrowed keycode is remapped (keyFor also waits restoreDelay
+// after its last use): the screen unchanged for 100 ms, at most 2 s;
+// without DAMAGE, 250 ms.
+func (d *Display) settle() {
 	if !d.Damage() {
 		time.Sleep(250 * time.Millisecond)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	drawn, cancelDrawn := context.WithTimeout(ctx, 500*time.Millisecond)
-	d.WaitScreenChange(drawn, sent)
-	cancelDrawn()
 	d.WaitScreenIdle(ctx, 100*time.Millisecond)
 }
 
 // keepBorrowed (re)starts the countdown to restoring borrowed keycodes:
 // restoreDelay after their last use.
 func (d *Display) keepBorrowed() {
+	d.kb.lastUse = time.Now()
 	if d.kb.timer == nil {
 		d.kb.timer = time.AfterFunc(restoreDelay, d.restoreLater)
 	} else {
@@ -186,6 +196,13 @@ func (d *Display) restoreLater() {
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
 	if d.kb.closed {
+		return
+	}
+	// A timer that fired while typing held the lock is stale: keys typed
+	// since then are not a restoreDelay old yet (restoring now lost the
+	// last characters of a long text in a client that lagged).
+	if wait := restoreDelay - time.Since(d.kb.lastUse); wait > 0 {
+		d.kb.timer.Reset(wait)
 		return
 	}
 	for code := range d.kb.held {
@@ -220,6 +237,7 @@ func (d *Display) restoreKeys() {
 		xproto.ChangeKeyboardMapping(d.conn, 1, code, byte(d.kb.perCode), make([]xproto.Keysym, d.kb.perCode))
 	}
 	clear(d.kb.borrowed)
+	clear(d.kb.usedAt)
 }
 
 // press sends the key event for pos going down or up.
