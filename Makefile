@@ -7,9 +7,9 @@
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
-APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs xvfb openbox xterm gcc libc6-dev libjpeg62-turbo-dev
+APT_PKGS := bubblewrap util-linux iproute2 python3 ca-certificates nodejs xvfb openbox xterm gcc libc6-dev libjpeg62-turbo-dev
 
-.PHONY: build demo test deps clean bench
+.PHONY: build demo test deps criu clean bench
 
 # Two static binaries. bin/tine is pure Go (CGO_ENABLED=0): no dynamic
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
@@ -40,6 +40,12 @@ deps:
 	fi
 	$(GO) mod download
 
+# criu >= 4.1 for the memory snapshot tier: Debian 12's own 3.17 fails on
+# kernels >= 6.13, so scripts/install-criu fetches Debian 13's into
+# /opt/tine/criu (a no-op when a working criu is there or on PATH).
+criu:
+	./scripts/install-criu
+
 demo: deps build
 	./$(BIN) doctor
 	./$(BIN) run --memory 256m --pids 128 --timeout 10s -- /bin/sh -c 'echo "hello from $$(hostname), pid $$$$"; id; touch /etc/written-inside && echo "wrote /etc/written-inside (the host never sees it)"'
@@ -48,7 +54,7 @@ demo: deps build
 # -p 1: one test package at a time. The desktop packages drive real X
 # servers with XTEST typing; next to another package's load, a lagging xterm
 # can read a keystroke after its spare keycode was remapped (seen in CI).
-test: deps build
+test: deps criu build
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	CGO_ENABLED=1 $(GO) vet -tags turbojpeg ./internal/desktop/encode/

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -108,5 +109,18 @@ func TestBlockersMatchChecks(t *testing.T) {
 		if got, want := slices.Contains(blockers, n), !Get(n).OK; got != want {
 			t.Errorf("Blockers() lists %s = %v, but %s.OK = %v", n, got, n, Get(n).OK)
 		}
+	}
+}
+
+// TestCRIUPathPrefersTINE_CRIU proves the override is used, and that a bad
+// override is an error naming it rather than a silent fall back to PATH.
+func TestCRIUPathPrefersTINE_CRIU(t *testing.T) {
+	t.Setenv("TINE_CRIU", "/bin/true")
+	if p, err := CRIUPath(); err != nil || p != "/bin/true" {
+		t.Errorf("CRIUPath() with TINE_CRIU=/bin/true = %q, %v", p, err)
+	}
+	t.Setenv("TINE_CRIU", "/no/such/criu")
+	if p, err := CRIUPath(); err == nil || !strings.Contains(err.Error(), "TINE_CRIU=/no/such/criu") {
+		t.Errorf("CRIUPath() with a missing TINE_CRIU = %q, %v; want an error naming it", p, err)
 	}
 }

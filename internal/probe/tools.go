@@ -19,14 +19,39 @@ const criuTimeout = 10 * time.Second
 const MinCRIU = "4.1"
 
 const criuFix = "install criu >= " + MinCRIU + " (older releases fail `criu check` on kernels >= 6.13; " +
-	"distribution packages may lag: https://criu.org/Installation)"
+	"on Debian 12, scripts/install-criu puts Debian 13's criu in " + PrivateCRIU + " without touching the system; " +
+	"or set TINE_CRIU to a working criu)"
+
+// PrivateCRIU is where scripts/install-criu puts criu: a private prefix
+// holding Debian 13's criu with its own loader and libraries.
+const PrivateCRIU = "/opt/tine/criu/bin/criu"
+
+// CRIUPath says which criu tine uses: $TINE_CRIU when set, else the private
+// prefix when it holds one, else criu on PATH (often an older
+// distribution package, hence last).
+func CRIUPath() (string, error) {
+	if p := os.Getenv("TINE_CRIU"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			return "", fmt.Errorf("TINE_CRIU=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	if _, err := exec.LookPath(PrivateCRIU); err == nil {
+		return PrivateCRIU, nil
+	}
+	p, err := exec.LookPath("criu")
+	if err != nil {
+		return "", errors.New("criu not found (TINE_CRIU unset, no " + PrivateCRIU + ", none on PATH)")
+	}
+	return p, nil
+}
 
 // checkCRIU finds criu, reads its version and runs `criu check`, which
 // tests the kernel features checkpoint/restore needs.
 func checkCRIU() Check {
-	path, err := exec.LookPath("criu")
+	path, err := CRIUPath()
 	if err != nil {
-		return Check{Detail: "criu not found on PATH", Fix: criuFix}
+		return Check{Detail: err.Error(), Fix: criuFix}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), criuTimeout)
 	defer cancel()
@@ -35,7 +60,7 @@ func checkCRIU() Check {
 	if err != nil || version == "" {
 		return Check{Detail: fmt.Sprintf("%s --version: %s", path, firstLine(string(out), err)), Fix: criuFix}
 	}
-	found := "criu " + version + " found"
+	found := "criu " + version + " at " + path
 	if os.Geteuid() != 0 {
 		return Check{Detail: found + "; `criu check` not run: needs root", Version: version, Fix: "run tine doctor as root to run `criu check`"}
 	}
@@ -48,6 +73,9 @@ func checkCRIU() Check {
 			why = firstLine(string(out), err)
 		}
 		return Check{Detail: found + ", `criu check` failed: " + why, Version: version, Fix: criuFix}
+	}
+	if !VersionAtLeast(version, MinCRIU) {
+		return Check{Detail: found + ": older than " + MinCRIU, Version: version, Fix: criuFix}
 	}
 	return Check{OK: true, Detail: found + ", `criu check` passed", Version: version}
 }
