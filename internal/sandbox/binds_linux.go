@@ -56,8 +56,9 @@ func openBindSources(p *Plan) ([]int, error) {
 }
 
 // cloneBindSources is the rootless child's openBindSources: first thing,
-// before any mount of its own hides a host path, it clones each source by
-// path into its slot, not following a symlink in the last element.
+// before any mount of its own hides a host path (the stage over /tmp), it
+// clones each source by path into its slot (moveDescriptors keeps it
+// taken), not following a symlink in the last element.
 func (pg *program) cloneBindSources(p *Plan) {
 	for i, b := range p.Binds {
 		what := "clone bind source " + b.Source

@@ -70,8 +70,10 @@ type inputs struct {
 	launch              int // a live sandbox's end of the launch socket; -1 otherwise
 	// binds are detached mounts of the plan's bind sources, cloned by the
 	// parent from descriptors it held since checking them (openBindSources);
-	// a rootless child, which the parent cannot clone for, clones by path.
-	binds []int
+	// a rootless child, which the parent cannot clone for, clones nbinds by
+	// path.
+	binds  []int
+	nbinds int
 	stdio               [3]int
 	landlockABI         int // rights beyond it are masked off each rule
 	// userns: the child runs in a user namespace: it waits for the parent
@@ -321,7 +323,12 @@ func (pg *program) moveDescriptors(in inputs) {
 			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(high+i), uintptr(slots[i]), unix.O_CLOEXEC))
 		}
 	}
-	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotFirstFree+len(in.binds)), ^uintptr(0)>>1, 0))
+	// Slots a rootless child will clone bind sources into are taken by a
+	// placeholder meanwhile, so that no descriptor it opens lands in one.
+	for i := len(in.binds); i < in.nbinds; i++ {
+		pg.addSetup("move descriptors", sys(unix.SYS_DUP3, slotErr, uintptr(slotBinds+i), unix.O_CLOEXEC))
+	}
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotFirstFree+in.nbinds), ^uintptr(0)>>1, 0))
 }
 
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that

@@ -135,6 +135,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if in.binds, err = openBindSources(plan); err != nil {
 		return nil, err
 	}
+	in.nbinds = len(plan.Binds)
 	defer func() {
 		for _, fd := range in.binds {
 			unix.Close(fd)
