@@ -130,7 +130,7 @@ func checkBindSource(src string) (dir bool, err error) {
 		link, _ := os.Readlink(src)
 		hint := ""
 		if real, err := filepath.EvalSymlinks(src); err == nil {
-			hint = fmt.Sprintf(" (-v %s:...)", real)
+			hint = " (" + real + ")"
 		}
 		return false, fmt.Errorf("%w: bind source %s is a symlink (to %s); tine does not follow it, since a sandbox may have planted it; bind the real path instead%s", ErrInvalidSpec, src, link, hint)
 	}
