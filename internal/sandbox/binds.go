@@ -28,10 +28,14 @@ type PlannedBind struct {
 // on their parents: each target is resolved inside the new root as the
 // sandbox sees it when the bind is made (the base, tine's own mounts, the
 // binds before it), its missing directories (or file) are made there, and
-// the bind is mounted on it. It returns the view after the binds.
+// the bind is mounted on it. It returns the view after the binds (nil
+// without binds).
 func (p *Plan) addBinds(lower string) (*view, error) {
 	if err := checkOwnMountPoints(p.Spec, lower); err != nil {
 		return nil, err
+	}
+	if len(p.Spec.Binds) == 0 {
+		return nil, nil // nothing to resolve, and Landlock walks nothing
 	}
 	v := newView(p.Root)
 	for _, st := range p.Steps {
