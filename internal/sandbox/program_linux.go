@@ -17,13 +17,13 @@ import (
 // there first thing, and everything above is closed, so a sandbox never
 // holds another sandbox's pipes (the daemon starts many at once).
 const (
-	slotErr       = 3  // error pipe, write end (close-on-exec)
-	slotSync      = 4  // the child's end of the release socket
-	slotStatus    = 5  // status pipe, write end
-	slotRuleset   = 6  // Landlock ruleset
-	slotTarget    = 7  // pidfd of the sandbox an exec joins
-	slotStdio     = 8  // 8, 9, 10: the command's stdin, stdout, stderr
-	slotLaunch    = 11 // a live sandbox's launch socket (see serve)
+	slotErr     = 3  // error pipe, write end (close-on-exec)
+	slotSync    = 4  // the child's end of the release socket
+	slotStatus  = 5  // status pipe, write end
+	slotRuleset = 6  // Landlock ruleset
+	slotTarget  = 7  // pidfd of the sandbox an exec joins
+	slotStdio   = 8  // 8, 9, 10: the command's stdin, stdout, stderr
+	slotLaunch  = 11 // a live sandbox's launch socket (see serve)
 	// slotBinds and up hold the bind sources, one detached mount each,
 	// until they are mounted (see bindOps).
 	slotBinds     = slotLaunch + 1
@@ -72,10 +72,10 @@ type inputs struct {
 	// parent from descriptors it held since checking them (openBindSources);
 	// a rootless child, which the parent cannot clone for, clones nbinds by
 	// path.
-	binds  []int
-	nbinds int
-	stdio               [3]int
-	landlockABI         int // rights beyond it are masked off each rule
+	binds       []int
+	nbinds      int
+	stdio       [3]int
+	landlockABI int // rights beyond it are masked off each rule
 	// userns: the child runs in a user namespace: it waits for the parent
 	// (ID maps) before any mount and makes its own network namespace.
 	// Otherwise it mounts first, then waits for the parent to place it in
