@@ -17,18 +17,19 @@ import (
 // there first thing, and everything above is closed, so a sandbox never
 // holds another sandbox's pipes (the daemon starts many at once).
 const (
-	slotErr     = 3  // error pipe, write end (close-on-exec)
-	slotSync    = 4  // the child's end of the release socket
-	slotStatus  = 5  // status pipe, write end
-	slotRuleset = 6  // Landlock ruleset
-	slotTarget  = 7  // pidfd of the sandbox an exec joins
-	slotStdio   = 8  // 8, 9, 10: the command's stdin, stdout, stderr
-	slotLaunch  = 11 // a live sandbox's launch socket (see serve)
-	// slotBinds and up hold the bind sources, one detached mount each,
-	// until they are mounted (see bindOps).
-	slotBinds     = slotLaunch + 1
-	slotFirstFree = slotBinds // plus one per bind
+	slotErr       = 3  // error pipe, write end (close-on-exec)
+	slotSync      = 4  // the child's end of the release socket
+	slotStatus    = 5  // status pipe, write end
+	slotRuleset   = 6  // Landlock ruleset
+	slotTarget    = 7  // pidfd of the sandbox an exec joins
+	slotStdio     = 8  // 8, 9, 10: the command's stdin, stdout, stderr
+	slotLaunch    = 11 // a live sandbox's launch socket (see serve)
+	slotFirstFree = slotLaunch + 1
 )
+
+// slotBinds and up hold the bind sources, one detached mount each, until
+// they are mounted (see beneathOps); what the child opens comes after them.
+const slotBinds = slotFirstFree
 
 // program is everything the child runs, in memory the parent prepared.
 type program struct {
@@ -68,14 +69,8 @@ type inputs struct {
 	ruleset             int // -1 without Landlock
 	target              int // pidfd of the sandbox to join; -1 when booting one
 	launch              int // a live sandbox's end of the launch socket; -1 otherwise
-	// binds are detached mounts of the plan's bind sources, cloned by the
-	// parent from descriptors it held since checking them (openBindSources);
-	// a rootless child, which the parent cannot clone for, clones nbinds by
-	// path.
-	binds       []int
-	nbinds      int
-	stdio       [3]int
-	landlockABI int // rights beyond it are masked off each rule
+	stdio               [3]int
+	landlockABI         int // rights beyond it are masked off each rule
 	// userns: the child runs in a user namespace: it waits for the parent
 	// (ID maps) before any mount and makes its own network namespace.
 	// Otherwise it mounts first, then waits for the parent to place it in
@@ -85,6 +80,13 @@ type inputs struct {
 	filter      []unix.SockFilter
 	keepCaps    uint64
 	dropCaps    []int
+
+	// binds are detached mounts of the plan's bind sources, cloned by the
+	// parent from descriptors it held since checking them (openBindSources);
+	// a rootless child, which the parent cannot clone for, clones nbinds by
+	// path.
+	binds  []int
+	nbinds int
 }
 
 func (pg *program) cstr(s string) uintptr {
@@ -309,7 +311,7 @@ func (pg *program) moveDescriptors(in inputs) {
 	for i, fd := range in.binds {
 		fds, slots = append(fds, fd), append(slots, slotBinds+i)
 	}
-	high := slotFirstFree + len(in.binds)
+	high := slotBinds + len(in.binds)
 	for _, fd := range fds {
 		high = max(high, fd+1)
 	}
@@ -328,7 +330,7 @@ func (pg *program) moveDescriptors(in inputs) {
 	for i := len(in.binds); i < in.nbinds; i++ {
 		pg.addSetup("move descriptors", sys(unix.SYS_DUP3, slotErr, uintptr(slotBinds+i), unix.O_CLOEXEC))
 	}
-	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotFirstFree+in.nbinds), ^uintptr(0)>>1, 0))
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotBinds+in.nbinds), ^uintptr(0)>>1, 0))
 }
 
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
