@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +23,8 @@ type PlannedBind struct {
 	Target   string
 	Dir      bool
 	ReadOnly bool
+	// dev and ino identify the source the plan checked.
+	dev, ino uint64
 }
 
 // addBinds plans the spec's binds, shallowest first so nested targets land
@@ -49,10 +52,11 @@ func (p *Plan) addBinds(lower string) (*view, error) {
 	binds := append([]Bind(nil), p.Spec.Binds...)
 	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].Target) < depth(binds[j].Target) })
 	for _, b := range binds {
-		dir, err := checkBindSource(b.Source)
+		st, err := checkBindSource(b.Source)
 		if err != nil {
 			return nil, err
 		}
+		dir := st.IsDir()
 		target, at, err := v.resolve(b.Target)
 		if err != nil {
 			return nil, fmt.Errorf("%w: bind target %v", ErrInvalidSpec, err)
@@ -87,7 +91,11 @@ func (p *Plan) addBinds(lower string) (*view, error) {
 		if b.ReadOnly {
 			flags |= unix.MS_RDONLY
 		}
-		p.Binds = append(p.Binds, PlannedBind{Source: b.Source, Target: target, Dir: dir, ReadOnly: b.ReadOnly})
+		pb := PlannedBind{Source: b.Source, Target: target, Dir: dir, ReadOnly: b.ReadOnly}
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			pb.dev, pb.ino = uint64(sys.Dev), sys.Ino
+		}
+		p.Binds = append(p.Binds, pb)
 		add(Step{Kind: StepBind, Source: b.Source, Target: v.host(target), Flags: flags, Bind: len(p.Binds) - 1})
 	}
 	return v, nil
@@ -120,15 +128,15 @@ func checkReserved(target string) error {
 	return nil
 }
 
-// checkBindSource checks a bind's host path and says whether it is a
-// directory. Its last element must not be a symlink: a sandbox can plant
+// checkBindSource checks a bind's host path and returns what it is. Its
+// last element must not be a symlink: a sandbox can plant
 // one in a writable bind, and binding what it points at would hand the
 // next sandbox any host path. The directories above it are the caller's
 // to trust (see README, "-v").
-func checkBindSource(src string) (dir bool, err error) {
+func checkBindSource(src string) (os.FileInfo, error) {
 	st, err := os.Lstat(src)
 	if err != nil {
-		return false, fmt.Errorf("%w: bind source %s: %v", ErrInvalidSpec, src, err)
+		return nil, fmt.Errorf("%w: bind source %s: %v", ErrInvalidSpec, src, err)
 	}
 	if st.Mode()&os.ModeSymlink != 0 {
 		link, _ := os.Readlink(src)
@@ -136,12 +144,12 @@ func checkBindSource(src string) (dir bool, err error) {
 		if real, err := filepath.EvalSymlinks(src); err == nil {
 			hint = " (" + real + ")"
 		}
-		return false, fmt.Errorf("%w: bind source %s is a symlink (to %s); tine does not follow it, since a sandbox may have planted it; bind the real path instead%s", ErrInvalidSpec, src, link, hint)
+		return nil, fmt.Errorf("%w: bind source %s is a symlink (to %s); tine does not follow it, since a sandbox may have planted it; bind the real path instead%s", ErrInvalidSpec, src, link, hint)
 	}
 	if !st.IsDir() && !st.Mode().IsRegular() {
-		return false, fmt.Errorf("%w: bind source %s is neither a directory nor a regular file", ErrInvalidSpec, src)
+		return nil, fmt.Errorf("%w: bind source %s is neither a directory nor a regular file", ErrInvalidSpec, src)
 	}
-	return st.IsDir(), nil
+	return st, nil
 }
 
 // checkOwnMountPoints refuses a --rootfs whose /proc, /dev, /tmp, /run or

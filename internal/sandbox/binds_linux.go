@@ -16,8 +16,8 @@ import (
 
 // openBindSources returns a detached mount (open_tree OPEN_TREE_CLONE) of
 // each of the plan's bind sources, cloned from an O_PATH|O_NOFOLLOW
-// descriptor: the source the plan checked is the one mounted, however its
-// path changes meanwhile. The caller closes them once the child holds its
+// descriptor of the very file the plan checked (same device and inode):
+// that is the one mounted, however its path changes meanwhile. The caller closes them once the child holds its
 // copies. A rootless parent cannot clone mounts: it returns nil, and the
 // child clones by path (cloneBindSources).
 func openBindSources(p *Plan) ([]int, error) {
@@ -38,8 +38,8 @@ func openBindSources(p *Plan) ([]int, error) {
 		}
 		var st unix.Stat_t
 		err = unix.Fstat(fd, &st)
-		if err == nil && (st.Mode&unix.S_IFMT == unix.S_IFDIR) != b.Dir || st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			err = fmt.Errorf("changed while the sandbox was planned")
+		if err == nil && (st.Dev != b.dev || st.Ino != b.ino) {
+			err = fmt.Errorf("replaced while the sandbox was planned; try again")
 		}
 		if err != nil {
 			unix.Close(fd)
