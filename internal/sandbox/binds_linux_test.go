@@ -58,3 +58,39 @@ func TestBindSourceSwappedAfterThePlanIsRefused(t *testing.T) {
 		os.Rename(dir+"/moved", src)
 	}
 }
+
+// The child does not trust the plan's resolution: a base changed after the
+// plan, a directory on a bind target's way replaced by a symlink to the
+// host's /etc, fails the setup instead of making the target on the host.
+func TestBindTargetSwappedToSymlinkAfterThePlanFails(t *testing.T) {
+	require.Root(t)
+	root, src := t.TempDir(), t.TempDir()
+	os.Mkdir(root+"/data", 0o755)
+	name := "tine-swapped-" + strings.ReplaceAll(t.Name(), "/", "-")
+	p, err := NewPlan(&Spec{Args: []string{"/bin/true"}, RootFS: root, Binds: []Bind{{Source: src, Target: "/data/" + name}}, Seccomp: seccomp.Default}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Binds[0].Target != "/data/"+name {
+		t.Fatalf("planned target %s", p.Binds[0].Target)
+	}
+	os.Remove(root + "/data")
+	if err := os.Symlink("/etc", root+"/data"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll("/etc/" + name) })
+	h, err := hostOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := startPlan(h, p, time.Now())
+	if err == nil {
+		pr.Wait()
+	}
+	if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "too many levels of symbolic links") {
+		t.Errorf("a symlink swapped onto the target's way: got %v, want the setup to fail with ELOOP", err)
+	}
+	if _, err := os.Lstat("/etc/" + name); err == nil {
+		t.Errorf("the bind target was made on the host as /etc/%s", name)
+	}
+}
