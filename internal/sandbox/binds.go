@@ -67,11 +67,6 @@ func (p *Plan) addBinds(lower string) (*view, error) {
 			}
 			return nil, err
 		}
-		for d := path.Dir(target); d != "/"; d = path.Dir(d) {
-			if e := v.lookup(v.host(d)); e.kind != kindDir && e.kind != kindNone {
-				return nil, fmt.Errorf("%w: bind target %s: %s is not a directory in the sandbox", ErrInvalidSpec, b.Target, d)
-			}
-		}
 		for _, d := range ancestors(target) {
 			if v.lookup(v.host(d)).kind == kindNone {
 				add(Step{Kind: StepMkdir, Target: v.host(d), Mode: 0o755})
