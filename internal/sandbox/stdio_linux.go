@@ -20,7 +20,6 @@ var stdioNames = [3]string{"stdin", "stdout", "stderr"}
 // pass: they reach only what the caller handed over.
 func checkStdio(fds [3]int) error {
 	for i, fd := range fds {
-		var why string
 		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 		if err != nil {
 			return fmt.Errorf("%w: %s (descriptor %d): %v", ErrInvalidSpec, stdioNames[i], fd, err)
@@ -29,20 +28,22 @@ func checkStdio(fds [3]int) error {
 		var sfs unix.Statfs_t
 		unix.Fstat(fd, &st)
 		unix.Fstatfs(fd, &sfs)
+		opens := fmt.Sprintf("open the host's files beneath it through /proc/self/fd/%d/...", i)
+		var what, risk string
 		switch {
 		case flags&unix.O_PATH != 0:
-			why = "an O_PATH descriptor"
+			what, risk = "an O_PATH descriptor", opens
 		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-			why = "a directory"
+			what, risk = "a directory", opens
 		case sfs.Type == unix.NSFS_MAGIC:
-			why = "a namespace"
+			what, risk = "a namespace", "enter it"
 		case sfs.Type == unix.PID_FS_MAGIC || sfs.Type == unix.ANON_INODE_FS_MAGIC && isAnonPidfd(fd):
-			why = "a pidfd"
+			what, risk = "a pidfd", "signal a host process"
 		default:
 			continue
 		}
 		name, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-		return fmt.Errorf("%w: %s is %s (%s): a sandboxed command could reach the host through it (/proc/self/fd/%d/...); redirect it from a file, a pipe or /dev/null", ErrInvalidSpec, stdioNames[i], why, name, i)
+		return fmt.Errorf("%w: %s is %s (%s): a sandboxed command could %s; redirect it from a file, a pipe or /dev/null", ErrInvalidSpec, stdioNames[i], what, name, risk)
 	}
 	return nil
 }

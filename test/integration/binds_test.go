@@ -291,11 +291,17 @@ func TestStdioDirectoryCannotOpenHost(t *testing.T) {
 	op := os.NewFile(uintptr(opath), dir)
 	defer op.Close()
 
+	ns, err := os.Open("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+
 	for _, c := range []struct {
 		name  string
 		which int
 		f     *os.File
-	}{{"stdin directory", 0, d}, {"stdout O_PATH", 1, op}, {"stderr directory", 2, d}} {
+	}{{"stdin directory", 0, d}, {"stdout O_PATH", 1, op}, {"stderr directory", 2, d}, {"stdin namespace", 0, ns}} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(tineBin, "run", "--in-process", "--", "sh", "-c", "cat /proc/self/fd/"+string(rune('0'+c.which))+"/secret; echo ran")
 			var stdout, stderr syncBuffer
