@@ -39,7 +39,7 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
 	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
-	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable)")
+	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; HOST may not be a symlink, GUEST is resolved inside the sandbox)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory of execs (default /)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every exec, or KEY to pass this shell's value (repeatable)")
 	fl.StringVar(&f.hostname, "hostname", "", "host name inside the sandbox (default tine)")

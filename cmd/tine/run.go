@@ -68,7 +68,7 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.StringVar(&f.timeout, "timeout", "", "kill the whole sandbox after this long, e.g. 30s (exit 124, reason timeout)")
 	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root (relative to the current directory)")
-	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory)")
+	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory; HOST may not be a symlink, GUEST is resolved inside the sandbox)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "/", "working directory inside the sandbox")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or KEY to pass the host's value (repeatable)")
 	fl.StringVar(&f.hostname, "hostname", "tine", "host name inside the sandbox")

@@ -31,8 +31,11 @@ type op struct {
 	// register save, and no syscall is made.
 	load *int32
 	// tolerate lists errnos that count as success (EEXIST for mkdir,
-	// ENOENT for optional masks); 0 entries are unused.
-	tolerate [2]syscall.Errno
+	// ENOENT for optional masks); 0 entries are unused. A tolerated
+	// failure leaves -1 in the op's save register, so ops using it fail
+	// with EBADF (which they tolerate, or report) instead of using a stale
+	// descriptor.
+	tolerate [3]syscall.Errno
 	// want, when >= 0, is the only acceptable result (1 byte read).
 	want int
 }
@@ -73,7 +76,10 @@ func runOps(ops []op, regs *[4]uintptr) (int, syscall.Errno) {
 		}
 		r, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
 		if e != 0 {
-			if e == o.tolerate[0] || e == o.tolerate[1] {
+			if e == o.tolerate[0] || e == o.tolerate[1] || e == o.tolerate[2] {
+				if o.save >= 0 {
+					regs[o.save&3] = ^uintptr(0)
+				}
 				continue
 			}
 			return i, e

@@ -51,6 +51,10 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if e.TTY {
 		return nil, fmt.Errorf("%w: launch has no terminal; use Exec", ErrInvalidSpec)
 	}
+	stdio, err := stdioFDs(e.Stdio)
+	if err != nil {
+		return nil, err
+	}
 	p := sb.plan
 	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...)}, p.Hostname)
 	workdir := e.Workdir
@@ -83,7 +87,6 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 		return nil, err
 	}
 	defer checkR.Close()
-	stdio := stdioFDs(e.Stdio)
 	l := &Launched{sb: sb, status: status, pidfd: -1, done: make(chan struct{})}
 	if g := sb.init.group; g != nil {
 		l.oomBefore = g.Stats().OOMKills

@@ -149,6 +149,10 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if len(e.Args) == 0 || e.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
 	}
+	stdio, err := stdioFDs(e.Stdio)
+	if err != nil {
+		return nil, err
+	}
 	release, err := sb.use()
 	if err != nil {
 		return nil, err
@@ -178,7 +182,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		return nil, err
 	}
 	defer ch.closeParentEnds()
-	ch.wire(&in, e.Stdio)
+	ch.wire(&in, stdio)
 	pg, err := compileJoin(p, cmd, in)
 	if err != nil {
 		ch.closeChildEnds()

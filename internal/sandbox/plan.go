@@ -5,7 +5,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/tine-run/tine/internal/kernel/landlock"
@@ -30,6 +29,9 @@ const (
 	StepMknod
 	StepSymlink
 	StepTouch // create an empty file to bind a file over
+	// StepBind binds Plan.Binds[Bind] (held by a descriptor from plan to
+	// mount) on Target, with Flags' MS_RDONLY, MS_NOSUID and MS_NODEV.
+	StepBind
 )
 
 // Step is one filesystem operation of the child's setup, in host-view paths
@@ -49,6 +51,12 @@ type Step struct {
 	// InNetns steps run after the child has entered its network namespace
 	// (sysfs shows the mounter's network namespace).
 	InNetns bool
+	// Beneath steps (a bind and the directories and file made for it) have
+	// a Target inside the new root that the plan resolved there; the child
+	// walks it from a descriptor of the root and refuses any symlink, so a
+	// base changed since can fail the setup but never redirect it.
+	Beneath bool
+	Bind    int // StepBind: index in Plan.Binds
 }
 
 func (s Step) String() string {
@@ -69,6 +77,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("symlink %s -> %s", s.Target, s.Source)
 	case StepTouch:
 		return "create " + s.Target
+	case StepBind:
+		return fmt.Sprintf("bind %s on %s", s.Source, s.Target)
 	}
 	return "step"
 }
@@ -83,6 +93,8 @@ type Plan struct {
 	Stage string
 	Root  string
 	Steps []Step
+	// Binds are the spec's binds as planned, in the order they are mounted.
+	Binds []PlannedBind
 	// Landlock lists the write rules, in sandbox paths.
 	Landlock []landlock.Rule
 	// Argv, Env and Workdir of the command; Candidates are the paths execve
@@ -214,28 +226,9 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 
 	// User binds, shallowest first so nested targets land on their parents.
-	binds := append([]Bind(nil), s.Binds...)
-	sort.SliceStable(binds, func(i, j int) bool { return depth(binds[i].Target) < depth(binds[j].Target) })
-	for _, b := range binds {
-		target := R + path.Clean(b.Target)
-		st, err := os.Stat(b.Source)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bind source %s: %v", ErrInvalidSpec, b.Source, err)
-		}
-		for _, dir := range parents(path.Clean(b.Target)) {
-			mkdir(R+dir, 0o755)
-		}
-		if st.IsDir() {
-			mkdir(target, 0o755)
-		} else {
-			add(Step{Kind: StepTouch, Target: target, Mode: 0o644})
-		}
-		mount(b.Source, target, "", unix.MS_BIND, "")
-		if b.ReadOnly {
-			mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
-		} else {
-			mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, "")
-		}
+	v, err := p.addBinds(lower)
+	if err != nil {
+		return nil, err
 	}
 
 	// The host's secret files, when its root is the sandbox's base: the
@@ -259,7 +252,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		add(Step{Kind: StepMount, Target: R + f, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Optional: true})
 	}
 
-	p.Landlock = landlockRules(s, lower)
+	p.Landlock = p.landlockRules(v)
 	return p, nil
 }
 
@@ -355,61 +348,33 @@ func hasMountBeneath(mounts []string, dir string) bool {
 
 // landlockRules grants writes beneath the root (the overlay, whose upper
 // layer is the sandbox's own tmpfs) and the writable binds, except beneath
-// read-only binds; /dev only allows writing to its existing nodes.
-func landlockRules(s *Spec, lower string) []landlock.Rule {
+// read-only binds; /dev only allows writing to its existing nodes. The
+// directories around a read-only bind are granted entry by entry, as the
+// sandbox will see them (v): a fresh /tmp is empty, not the host's, and a
+// symlink is no directory to walk (writes through it are checked where it
+// points).
+func (p *Plan) landlockRules(v *view) []landlock.Rule {
 	var readOnly []string
-	for _, b := range s.Binds {
+	for _, b := range p.Binds {
 		if b.ReadOnly {
-			readOnly = append(readOnly, path.Clean(b.Target))
+			readOnly = append(readOnly, b.Target)
 		}
 	}
 	children := func(dir string) []landlock.Entry {
-		seen := map[string]bool{}
-		if entries, err := os.ReadDir(path.Join(lower, dir)); err == nil {
-			for _, e := range entries {
-				seen[e.Name()] = e.IsDir()
+		var out []landlock.Entry
+		for _, name := range v.list(v.host(dir)) {
+			switch v.lookup(v.host(path.Join(dir, name))).kind {
+			case kindDir:
+				out = append(out, landlock.Entry{Name: name, Dir: true})
+			case kindFile, kindOther:
+				out = append(out, landlock.Entry{Name: name})
 			}
 		}
-		// Mount points tine adds and bind targets exist even if the base
-		// lacks them; a bind of a file is a file.
-		for _, t := range append([]string{"/proc", "/dev", "/tmp", "/run", "/sys"}, bindTargets(s)...) {
-			if rel, ok := strings.CutPrefix(t, strings.TrimSuffix(dir, "/")+"/"); ok {
-				name, deeper, _ := strings.Cut(rel, "/")
-				if _, known := seen[name]; !known {
-					seen[name] = deeper != "" || isDirOnHost(s, t)
-				}
-			}
-		}
-		out := make([]landlock.Entry, 0, len(seen))
-		for n, d := range seen {
-			out = append(out, landlock.Entry{Name: n, Dir: d})
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 		return out
 	}
 	rules := landlock.Rules([]string{"/"}, readOnly, children)
 	rules = append(rules, landlock.Rule{Path: "/dev", Rights: landlock.FileWrite})
 	return rules
-}
-
-// isDirOnHost reports whether sandbox path t is a bind of a host directory
-// (or one of tine's own mount points).
-func isDirOnHost(s *Spec, t string) bool {
-	for _, b := range s.Binds {
-		if path.Clean(b.Target) == t {
-			st, err := os.Stat(b.Source)
-			return err == nil && st.IsDir()
-		}
-	}
-	return true
-}
-
-func bindTargets(s *Spec) []string {
-	var out []string
-	for _, b := range s.Binds {
-		out = append(out, path.Clean(b.Target))
-	}
-	return out
 }
 
 // buildEnv gives the command a clean environment: defaults, then -e entries.
@@ -461,15 +426,6 @@ func candidates(name string, env []string) []string {
 }
 
 func depth(p string) int { return strings.Count(path.Clean(p), "/") }
-
-// parents lists the ancestors of p below /, shallowest first.
-func parents(p string) []string {
-	var out []string
-	for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
-		out = append([]string{d}, out...)
-	}
-	return out
-}
 
 // escapeOverlay escapes the characters overlayfs treats as separators.
 func escapeOverlay(p string) string {

@@ -33,9 +33,9 @@ func TestPlanMountsRootBeforeEverythingAndMasksLast(t *testing.T) {
 	if !(overlay < proc && proc < bind && bind < procSysRO) {
 		t.Fatalf("order: overlay %d, proc %d, bind %d, /proc/sys ro %d", overlay, proc, bind, procSysRO)
 	}
-	// The read-only bind is remounted read-only right after it is bound.
-	if s := p.Steps[bind+1]; s.Target != p.Root+"/data" || s.Flags&unix.MS_RDONLY == 0 {
-		t.Fatalf("step after the bind is %v, want a read-only remount of /data", s)
+	// The read-only bind is mounted read-only, nosuid and nodev.
+	if s := p.Steps[bind]; s.Kind != StepBind || s.Target != p.Root+"/data" || s.Flags&(unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV) != unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV {
+		t.Fatalf("the bind step is %v (flags %#x), want a read-only bind of /data", s, s.Flags)
 	}
 }
 
@@ -138,5 +138,66 @@ func TestEnvAndCandidates(t *testing.T) {
 	}
 	if got := candidates("./x", env); !slices.Equal(got, []string{"./x"}) {
 		t.Fatalf("candidates %v", got)
+	}
+}
+
+// Bind targets are resolved inside the new root, as the sandbox will see
+// it: symlinks in a rootfs stay in it, the fresh /tmp is empty, and a
+// symlink into a tree tine builds is refused like the tree.
+func TestPlanBindTargetsResolvedInsideTheRoot(t *testing.T) {
+	root, src := t.TempDir(), t.TempDir()
+	for _, d := range []string{"etc", "tmp/hostonly", "opt/real"} {
+		os.MkdirAll(root+"/"+d, 0o755)
+	}
+	for link, to := range map[string]string{"abs": "/etc", "up": "../../../../../../opt/real", "chain": "abs", "loop": "loop",
+		"knobs": "/proc/sys", "intmp": "/tmp/hostonly", "file": "/etc/passwd"} {
+		if err := os.Symlink(to, root+"/"+link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(root+"/etc/passwd", nil, 0o644)
+	plan := func(target string) (*Plan, error) {
+		return NewPlan(&Spec{Args: []string{"true"}, RootFS: root, Binds: []Bind{{Source: src, Target: target}}}, false)
+	}
+	for target, want := range map[string]string{
+		"/abs/x": "/etc/x", "/up/x": "/opt/real/x", "/chain/y/z": "/etc/y/z", "/abs/../opt": "/opt",
+		// The fresh /tmp has nothing of the base's /tmp in it.
+		"/intmp/x": "/tmp/hostonly/x",
+	} {
+		p, err := plan(target)
+		if err != nil {
+			t.Errorf("%s: %v", target, err)
+			continue
+		}
+		if got := p.Binds[0].Target; got != want {
+			t.Errorf("%s resolves to %s, want %s", target, got, want)
+		}
+		// Everything made for the bind is made beneath the root, on the
+		// resolved path.
+		for _, st := range p.Steps {
+			if st.Beneath && !strings.HasPrefix(st.Target, p.Root+"/") {
+				t.Errorf("%s: step %v is not beneath the root", target, st)
+			}
+		}
+		mkdirs := 0
+		for _, st := range p.Steps {
+			if st.Beneath && st.Kind == StepMkdir && strings.HasPrefix(want, "/tmp/") && st.Target == p.Root+"/tmp/hostonly" {
+				mkdirs++
+			}
+		}
+		if strings.HasPrefix(want, "/tmp/") && mkdirs != 1 {
+			t.Errorf("%s: /tmp/hostonly is not made in the sandbox's empty /tmp", target)
+		}
+	}
+	for target, says := range map[string]string{"/loop/x": "too many levels", "/knobs/x": "/proc", "/file/x": "not a directory"} {
+		if _, err := plan(target); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), says) {
+			t.Errorf("%s: got %v, want ErrInvalidSpec saying %q", target, err, says)
+		}
+	}
+	// A bind source that is a symlink is refused, and says where it points.
+	link := t.TempDir() + "/link"
+	os.Symlink(src, link)
+	if _, err := NewPlan(&Spec{Args: []string{"true"}, Binds: []Bind{{Source: link, Target: "/x"}}}, false); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), src) {
+		t.Errorf("symlink source: got %v", err)
 	}
 }

@@ -27,6 +27,10 @@ const (
 	slotFirstFree = slotLaunch + 1
 )
 
+// slotBinds and up hold the bind sources, one detached mount each, until
+// they are mounted (see beneathOps); what the child opens comes after them.
+const slotBinds = slotFirstFree
+
 // program is everything the child runs, in memory the parent prepared.
 type program struct {
 	setup   []op // PID 1, in order
@@ -49,6 +53,14 @@ type program struct {
 
 	// keep holds what the ops point at, so it outlives the clone.
 	keep []any
+
+	// root is the new root (host view) that Beneath steps resolve in;
+	// rootOpen says register 3 holds a descriptor of it.
+	root     string
+	rootOpen bool
+	// howDir and howAny are openat2's open_how for Beneath steps, howRule
+	// for Landlock's rules: O_PATH, never following a symlink.
+	howDir, howAny, howRule *unix.OpenHow
 }
 
 // inputs are the parent-side resources a program refers to.
@@ -68,6 +80,13 @@ type inputs struct {
 	filter      []unix.SockFilter
 	keepCaps    uint64
 	dropCaps    []int
+
+	// binds are detached mounts of the plan's bind sources, cloned by the
+	// parent from descriptors it held since checking them (openBindSources);
+	// a rootless child, which the parent cannot clone for, clones nbinds by
+	// path.
+	binds  []int
+	nbinds int
 }
 
 func (pg *program) cstr(s string) uintptr {
@@ -115,7 +134,15 @@ func newProgram() *program {
 	pg := &program{}
 	pg.vfork.p = pg
 	pg.vfork.stack = new([vforkStackSize]byte)
+	pg.howDir = &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	pg.howAny = &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	pg.howRule = &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS}
 	return pg
+}
+
+// openat2 is openat2(dirfd, name, how) as an op.
+func (pg *program) openat2(dirfd uintptr, name string, how *unix.OpenHow) op {
+	return sys(unix.SYS_OPENAT2, dirfd, pg.cstr(name), pg.ptr(how, unsafe.Pointer(how)), unsafe.Sizeof(*how))
 }
 
 // command is what PID 2 (or an exec's command process) runs.
@@ -146,6 +173,10 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 
 	// Filesystem.
 	pg.addSetup("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
+	if in.userns {
+		pg.cloneBindSources(p)
+	}
+	pg.root = p.Root
 	for _, inNetns := range []bool{false, true} {
 		if inNetns && !in.userns {
 			pg.addRelease(true)
@@ -158,8 +189,13 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 			if err != nil {
 				return nil, err
 			}
-			pg.addSetup(st.String(), o)
+			for _, o := range o {
+				pg.addSetup(st.String(), o)
+			}
 		}
+	}
+	if pg.rootOpen {
+		pg.addSetup("close the new root", sys(unix.SYS_CLOSE, 0).using(3, 0))
 	}
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr(p.Root)))
 	dot := pg.cstr(".")
@@ -272,7 +308,10 @@ func (pg *program) addPTY(size unix.Winsize) {
 func (pg *program) moveDescriptors(in inputs) {
 	fds := []int{in.errW, in.sync, in.statusW, in.ruleset, in.target, in.stdio[0], in.stdio[1], in.stdio[2], in.launch}
 	slots := []int{slotErr, slotSync, slotStatus, slotRuleset, slotTarget, slotStdio, slotStdio + 1, slotStdio + 2, slotLaunch}
-	high := slotFirstFree
+	for i, fd := range in.binds {
+		fds, slots = append(fds, fd), append(slots, slotBinds+i)
+	}
+	high := slotBinds + len(in.binds)
 	for _, fd := range fds {
 		high = max(high, fd+1)
 	}
@@ -286,7 +325,12 @@ func (pg *program) moveDescriptors(in inputs) {
 			pg.addSetup("move descriptors", sys(unix.SYS_DUP3, uintptr(high+i), uintptr(slots[i]), unix.O_CLOEXEC))
 		}
 	}
-	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, slotFirstFree, ^uintptr(0)>>1, 0))
+	// Slots a rootless child will clone bind sources into are taken by a
+	// placeholder meanwhile, so that no descriptor it opens lands in one.
+	for i := len(in.binds); i < in.nbinds; i++ {
+		pg.addSetup("move descriptors", sys(unix.SYS_DUP3, slotErr, uintptr(slotBinds+i), unix.O_CLOEXEC))
+	}
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotBinds+in.nbinds), ^uintptr(0)>>1, 0))
 }
 
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
@@ -300,11 +344,14 @@ func (pg *program) addWalls(p *Plan, in inputs) {
 	if in.ruleset >= 0 {
 		for _, r := range p.Landlock {
 			attr := &landlock.PathBeneathAttr{Allowed: landlock.Supported(r.Rights, in.landlockABI)}
-			pg.addSetup("landlock: open "+r.Path, sys(unix.SYS_OPENAT, atFdcwd, pg.cstr(r.Path), unix.O_PATH|unix.O_CLOEXEC).saving(2))
-			add := sys(unix.SYS_LANDLOCK_ADD_RULE, slotRuleset, landlock.RuleTypePathBeneath, pg.ptr(attr, unsafe.Pointer(attr)), 0)
+			// A rule whose path is gone, or has become a symlink, since the
+			// plan is skipped: that grants less, never more.
+			open := pg.openat2(atFdcwd, r.Path, pg.howRule).saving(2).tolerating(unix.ENOENT, unix.ELOOP, unix.ENOTDIR)
+			pg.addSetup("landlock: open "+r.Path, open)
+			add := sys(unix.SYS_LANDLOCK_ADD_RULE, slotRuleset, landlock.RuleTypePathBeneath, pg.ptr(attr, unsafe.Pointer(attr)), 0).tolerating(unix.EBADF)
 			add.reg, add.store = 2, &attr.ParentFd
 			pg.addSetup("landlock: allow writes beneath "+r.Path, add)
-			pg.addSetup("landlock: close "+r.Path, sys(unix.SYS_CLOSE, 0).using(2, 0))
+			pg.addSetup("landlock: close "+r.Path, sys(unix.SYS_CLOSE, 0).using(2, 0).tolerating(unix.EBADF))
 		}
 		pg.addSetup("landlock: restrict", sys(unix.SYS_LANDLOCK_RESTRICT_SELF, slotRuleset, 0))
 		pg.addSetup("landlock: close ruleset", sys(unix.SYS_CLOSE, slotRuleset))
@@ -411,7 +458,17 @@ type fdMessage struct {
 	control [24]byte // CmsgSpace(4)
 }
 
-func (pg *program) stepOp(st Step) (op, error) {
+func (pg *program) stepOp(st Step) ([]op, error) {
+	if st.Beneath {
+		return pg.beneathOps(st)
+	}
+	o, err := pg.pathOp(st)
+	return []op{o}, err
+}
+
+// pathOp is a step on a host-view path: tine's own mounts and nodes, at
+// paths it chose in a base it checked.
+func (pg *program) pathOp(st Step) (op, error) {
 	var tol []syscall.Errno
 	if st.Optional {
 		tol = append(tol, unix.ENOENT)

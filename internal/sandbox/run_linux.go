@@ -108,6 +108,10 @@ func Start(s *Spec) (*Process, error) {
 // wall taken away, to prove the next one holds.
 func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	s, rootless := plan.Spec, plan.Rootless
+	stdio, err := stdioFDs(s.Stdio)
+	if err != nil {
+		return nil, err
+	}
 	if rootless && (s.Limits != cgroup.Limits{}) {
 		return nil, fmt.Errorf("%w: --memory, --cpus and --pids need cgroups, which tine drives only as root (run as root, or drop the limits)", ErrRootlessOnly)
 	}
@@ -126,6 +130,17 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if in.ruleset >= 0 {
 		defer unix.Close(in.ruleset)
 	}
+	// The bind sources, held from here to the child's mounts; the child
+	// has its own copies once cloned.
+	if in.binds, err = openBindSources(plan); err != nil {
+		return nil, err
+	}
+	in.nbinds = len(plan.Binds)
+	defer func() {
+		for _, fd := range in.binds {
+			unix.Close(fd)
+		}
+	}()
 	pr := &Process{plan: plan, pidfd: -1, launchFD: -1, done: make(chan struct{}), exited: make(chan struct{})}
 	var undo []func()
 	defer func() {
@@ -180,7 +195,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	defer ch.closeParentEnds()
 	undo = append(undo, func() { ch.statusR.Close() })
-	ch.wire(&in, s.Stdio)
+	ch.wire(&in, stdio)
 	if len(plan.Argv) == 0 {
 		// A live sandbox: its PID 1 launches commands sent on this socket.
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -289,10 +304,11 @@ func (h *host) wallInputs(mode seccomp.Mode, userns bool) (inputs, error) {
 	return in, nil
 }
 
-// wire gives the child its ends of the channels and its stdio.
-func (ch *channels) wire(in *inputs, stdio [3]*os.File) {
+// wire gives the child its ends of the channels and its stdio (checked
+// by stdioFDs).
+func (ch *channels) wire(in *inputs, stdio [3]int) {
 	in.errW, in.sync, in.statusW = int(ch.errW.Fd()), ch.childRelease, int(ch.statusW.Fd())
-	in.stdio = stdioFDs(stdio)
+	in.stdio = stdio
 }
 
 // channels are the pipes and socket between the parent and a child.
@@ -404,8 +420,8 @@ func (ch *channels) awaitExec(pg *program, pr *Process, argv []string) error {
 }
 
 // stdioFDs returns the descriptors for the command's stdio: the given
-// files, or tine's own.
-func stdioFDs(files [3]*os.File) [3]int {
+// files, or tine's own; none may give a way into the host (checkStdio).
+func stdioFDs(files [3]*os.File) ([3]int, error) {
 	var fds [3]int
 	for i, f := range files {
 		fds[i] = i
@@ -413,7 +429,7 @@ func stdioFDs(files [3]*os.File) [3]int {
 			fds[i] = int(f.Fd())
 		}
 	}
-	return fds
+	return fds, checkStdio(fds)
 }
 
 type netnsResult struct {

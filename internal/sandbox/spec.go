@@ -94,7 +94,8 @@ var (
 	ErrUnsupported  = errors.New("not supported on this host")
 )
 
-// reservedTargets are trees tine builds itself; binds may not cover them.
+// reservedTargets are trees tine builds itself; binds may not cover them,
+// or resolve into them through a symlink.
 var reservedTargets = []string{"/proc", "/sys", "/dev"}
 
 // Validate checks the spec for what can be known before anything is created.
@@ -116,17 +117,11 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("%w: --workdir %q must be an absolute path", ErrInvalidSpec, s.Workdir)
 	}
 	for _, b := range s.Binds {
-		if _, err := os.Stat(b.Source); err != nil {
-			return fmt.Errorf("%w: bind source %s: %v", ErrInvalidSpec, b.Source, err)
+		if _, err := checkBindSource(b.Source); err != nil {
+			return err
 		}
-		t := path.Clean(b.Target)
-		if t == "/" {
-			return fmt.Errorf("%w: bind target / would hide the whole root; use --rootfs", ErrInvalidSpec)
-		}
-		for _, r := range reservedTargets {
-			if t == r || strings.HasPrefix(t, r+"/") {
-				return fmt.Errorf("%w: bind target %s is inside %s, which tine builds itself", ErrInvalidSpec, t, r)
-			}
+		if err := checkReserved(b.Target); err != nil {
+			return err
 		}
 	}
 	for _, e := range s.Env {
