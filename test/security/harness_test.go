@@ -107,7 +107,7 @@ func sh(t *testing.T, script string, flags ...string) result {
 // py runs a Python program in a fresh sandbox with extra tine run flags.
 func py(t *testing.T, program string, flags ...string) result {
 	t.Helper()
-	return tineRun(t, append(flags, "--", python, "-c", program)...)
+	return tineRun(t, append(flags, "--", python, "-u", "-c", program)...)
 }
 
 // lines maps "key value..." lines of out to their values.
