@@ -212,11 +212,11 @@ func TestHostBinaryNotWritable(t *testing.T) {
 	// The host binary as a long-running process inside: tine serve.
 	served := make(chan *api.ExecResult, 1)
 	go func() {
-		res, _ := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/proc/self/exe", "serve", "--socket", "/tmp/inner.sock", "--data-dir", "/tmp/inner", "--pool", "0"}})
+		res, _ := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/proc/self/exe", "serve", "--socket", "/tmp/inner.sock", "--data-dir", "/tmp/inner", "--pool", "0"}, TimeoutMs: 120000})
 		served <- res
 	}()
 	attack := fmt.Sprintf(`import os, time
-for _ in range(500):
+while True:  # the exec's timeout_ms bounds the wait
     pids = [p for p in os.listdir("/proc") if p.isdigit() and b"inner.sock" in open("/proc/%%s/cmdline" %% p, "rb").read()]
     if pids and os.path.exists("/tmp/inner.sock"): break
     time.sleep(0.02)
@@ -235,11 +235,14 @@ os.kill(int(pid), 9)
 time.sleep(0.2)
 write("/proc/self/fd/%%d" %% fd, "reopened")
 `, marker())
-	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{python, "-c", attack}})
+	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{python, "-c", attack}, TimeoutMs: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := string(res.Stdout) + string(res.Stderr)
+	if !strings.Contains(out, "exe "+tineBin) || !strings.Contains(out, "opath ok") {
+		t.Fatalf("control: the host binary %s was not reached through /proc/PID/exe:\n%s", tineBin, out)
+	}
 	select {
 	case r := <-served:
 		if r == nil || !strings.Contains(string(r.Stderr), "listening") {
@@ -247,9 +250,6 @@ write("/proc/self/fd/%%d" %% fd, "reopened")
 		}
 	case <-time.After(patience):
 		t.Fatal("the inner tine serve outlived its SIGKILL")
-	}
-	if !strings.Contains(out, "exe "+tineBin) || !strings.Contains(out, "opath ok") {
-		t.Fatalf("control: the host binary %s was not reached through /proc/PID/exe:\n%s", tineBin, out)
 	}
 	if strings.Contains(out, "WROTE") {
 		t.Errorf("a sandbox wrote to the host's tine binary:\n%s", out)

@@ -2,7 +2,7 @@ package security
 
 import (
 	"context"
-		"net"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
