@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -133,20 +132,6 @@ func hostDirWithSecret(t *testing.T) (dir, secret string) {
 		t.Fatal(err)
 	}
 	return dir, secret
-}
-
-// startHost starts a host process for the test and kills it at the end.
-func startHost(t *testing.T, name string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s on the host: %v", name, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return cmd
 }
 
 // daemon is one `tine serve` on a socket in a temporary directory.
@@ -280,22 +265,16 @@ func hostPidsWith(s string) []int {
 	return pids
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// hostPidsArgv returns the host pids whose argv is exactly argv.
+func hostPidsArgv(argv ...string) []int {
+	want := strings.Join(argv, "\x00") + "\x00"
+	var pids []int
+	for _, pid := range hostPidsWith(argv[len(argv)-1]) {
+		if raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); string(raw) == want {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // readAll reads rc to its end and closes it.

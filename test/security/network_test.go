@@ -254,3 +254,56 @@ func execCombined(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	return string(out), err
 }
+
+// TestSandboxesApartOnTheNetwork: a sandbox listens on an abstract unix
+// socket and on TCP 127.0.0.1; another sandbox of the same daemon tries
+// both. The control: inside the listening sandbox both connect; from the
+// other, neither (each has its own network namespace).
+func TestSandboxesApartOnTheNetwork(t *testing.T) {
+	gate(t)
+	t.Parallel()
+	d := startDaemon(t)
+	ctx := context.Background()
+	a, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "@tine-neighbour-" + marker()
+	listen := `import socket, os
+u = socket.socket(socket.AF_UNIX); u.bind("` + strings.Replace(name, "@", `\0`, 1) + `"); u.listen()
+s = socket.socket(); s.bind(("127.0.0.1", 47113)); s.listen()
+open("/tmp/listening", "w").close()
+while True:
+    for l in (u, s):
+        l.settimeout(0.05)
+        try: l.accept()[0].close()
+        except OSError: pass`
+	go d.c.Exec(ctx, a.ID, &api.ExecRequest{Argv: []string{python, "-c", listen}})
+	if !eventually(patience, func() bool {
+		_, err := d.c.Stat(ctx, a.ID, "/tmp/listening")
+		return err == nil
+	}) {
+		t.Fatal("the listener in sandbox a never started")
+	}
+	specs := []string{"unix " + name, "tcp 127.0.0.1:47113"}
+	try := func(id string) string {
+		res, err := d.c.Exec(ctx, id, &api.ExecRequest{Argv: append([]string{python, "-c", connectProbe}, specs...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout) + string(res.Stderr)
+	}
+	inA, inB := try(a.ID), try(b.ID)
+	for _, spec := range specs {
+		if !strings.Contains(inA, "connected "+spec) {
+			t.Errorf("control: inside sandbox a, its own %s does not connect:\n%s", spec, inA)
+		}
+		if !strings.Contains(inB, "refused "+spec+" ") {
+			t.Errorf("sandbox b reached sandbox a's %s:\n%s", spec, inB)
+		}
+	}
+}

@@ -64,7 +64,7 @@ func TestNeighboursUnreachable(t *testing.T) {
 	t.Cleanup(func() { oneShot.Process.Kill(); oneShot.Wait() })
 	var sibling, runCmd []int
 	if !eventually(patience, func() bool {
-		sibling, runCmd = hostPidsWith("3600.1"+mark), hostPidsWith("3600.2"+mark)
+		sibling, runCmd = hostPidsArgv("sleep", "3600.1"+mark), hostPidsArgv("sleep", "3600.2"+mark)
 		return len(sibling) == 1 && len(runCmd) == 1
 	}) {
 		t.Fatalf("the target commands did not start: %v %v", sibling, runCmd)
