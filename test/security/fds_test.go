@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/require"
 )
 
 // fdAudit lists every descriptor of the process running it (and of the
@@ -258,4 +259,150 @@ write("/proc/self/fd/%%d" %% fd, "reopened")
 		t.Errorf("the host's tine binary %s changed", tineBin)
 	}
 	d.healthy("the /proc/PID/exe attack")
+}
+
+// TestHostViewOfDescriptors audits from the host what the sandbox cannot
+// read itself: every descriptor of each sandbox's PID 1 (tine's
+// supervisor, whose /proc entries the command is refused) and of an exec'd
+// command. A directory whose mount is not in the sandbox's mount table is
+// a host directory; a socket whose peer the daemon accepted on its
+// listening socket is a daemon connection. The control: the same audit
+// flags a host directory and a daemon connection the test itself holds.
+func TestHostViewOfDescriptors(t *testing.T) {
+	gate(t)
+	require.Binary(t, "ss")
+	t.Parallel()
+	d := startDaemon(t)
+	ctx := context.Background()
+	dir, _ := hostDirWithSecret(t)
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseUint(marker()[:8], 16, 64)
+	arg := "3600." + strconv.FormatUint(n, 10)
+	go d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", arg + "1"}})
+	run := exec.Command(tineBin, "run", "--in-process", "--", "sleep", arg+"2")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run.Process.Kill(); run.Wait() })
+	var execd, runCmd []int
+	if !eventually(patience, func() bool {
+		execd, runCmd = hostPidsArgv("sleep", arg+"1"), hostPidsArgv("sleep", arg+"2")
+		return len(execd) == 1 && len(runCmd) == 1
+	}) {
+		t.Fatalf("the sleeping commands did not start: %v %v", execd, runCmd)
+	}
+	runPid1 := parentOf(t, runCmd[0])
+
+	// Control: a host directory and a daemon connection, held by this test.
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	conn, err := netDialUnix(d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cf := fileOf(t, conn)
+	// The daemon sees the connection only once it accepted it: a request
+	// on it makes sure.
+	fmt.Fprintf(conn, "GET /v1/health HTTP/1.1\r\nHost: tine\r\n\r\n")
+	conn.Read(make([]byte, 512))
+	self := os.Getpid()
+	flagged := fdProblems(t, self, sb.Pid, d.sock, []int{int(f.Fd()), int(cf.Fd())})
+	if len(flagged) != 2 {
+		t.Fatalf("control: the audit flags %v of this test's host directory and daemon connection, want both", flagged)
+	}
+	for what, pid := range map[string][2]int{
+		"the daemon sandbox's PID 1": {sb.Pid, sb.Pid},
+		"an exec'd command":          {execd[0], sb.Pid},
+		"tine run's PID 1":           {runPid1, runPid1},
+		"tine run's command":         {runCmd[0], runPid1},
+	} {
+		if p := fdProblems(t, pid[0], pid[1], d.sock, nil); len(p) > 0 {
+			t.Errorf("%s (host pid %d) holds: %v", what, pid[0], p)
+		}
+	}
+}
+
+// parentOf returns pid's parent.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// fdProblems audits the descriptors of pid (only fds, when given) against
+// the mount table of nsPid's mount namespace and the daemon's connections.
+func fdProblems(t *testing.T, pid, nsPid int, daemonSock string, fds []int) []string {
+	t.Helper()
+	mounts := map[string]bool{}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", nsPid))
+	if err != nil {
+		t.Fatalf("read the mount table of pid %d: %v", nsPid, err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			mounts[f[0]] = true
+		}
+	}
+	peers := daemonPeers(t, daemonSock)
+	if fds == nil {
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatalf("list the descriptors of pid %d: %v", pid, err)
+		}
+		for _, e := range entries {
+			n, _ := strconv.Atoi(e.Name())
+			fds = append(fds, n)
+		}
+	}
+	var problems []string
+	for _, fd := range fds {
+		link := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+		target, err := os.Readlink(link)
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if ino, ok := strings.CutPrefix(target, "socket:["); ok && peers[strings.TrimSuffix(ino, "]")] {
+			problems = append(problems, fmt.Sprintf("fd %d: a connection to the daemon's socket", fd))
+			continue
+		}
+		if st, err := os.Stat(link); err == nil && st.IsDir() {
+			info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
+			for _, l := range strings.Split(string(info), "\n") {
+				if id, ok := strings.CutPrefix(l, "mnt_id:"); ok && !mounts[strings.TrimSpace(id)] {
+					problems = append(problems, fmt.Sprintf("fd %d: directory %s of a mount outside the sandbox", fd, target))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// daemonPeers returns the inodes of the sockets connected to the daemon's
+// listening socket at sock (the peers of what it accepted), from ss.
+func daemonPeers(t *testing.T, sock string) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("ss", "-xaH").Output()
+	if err != nil {
+		t.Fatalf("ss -xa: %v", err)
+	}
+	peers := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		// netid state recv-q send-q local port peer port
+		if f := strings.Fields(l); len(f) >= 8 && f[4] == sock && f[1] == "ESTAB" {
+			peers[f[7]] = true
+		}
+	}
+	return peers
 }
