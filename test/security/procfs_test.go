@@ -29,10 +29,13 @@ func TestKernelKnobsReadOnly(t *testing.T) {
 	}
 	before := map[string]string{}
 	var script strings.Builder
+	var made []string
 	for _, k := range knobs {
 		if _, err := os.Stat(k.path); err != nil {
-			t.Fatalf("control: %s does not exist on the host: %v", k.path, err)
+			t.Logf("this kernel has no %s: that attempt is not made", k.path)
+			continue
 		}
+		made = append(made, k.path)
 		b, _ := os.ReadFile(k.path) // sysrq-trigger is write-only: stays ""
 		before[k.path] = string(b)
 		fmt.Fprintf(&script, "test -e %[1]s && echo exists:%[1]s\n(echo %[2]s > %[1]s) 2>/dev/null && echo wrote:%[1]s\n", k.path, k.value)
@@ -41,7 +44,13 @@ func TestKernelKnobsReadOnly(t *testing.T) {
 	if !strings.Contains(r.Stdout, "done") {
 		t.Fatalf("the probe did not run:\n%s", r)
 	}
+	if len(made) < len(knobs)/2 {
+		t.Fatalf("control: only %v of the knobs exist on this host", made)
+	}
 	for _, k := range knobs {
+		if _, ok := before[k.path]; !ok {
+			continue
+		}
 		if !strings.Contains(r.Stdout, "exists:"+k.path+"\n") {
 			t.Errorf("control: %s does not exist inside, its write proves nothing:\n%s", k.path, r)
 		}
