@@ -126,7 +126,9 @@ ATTEMPTS = {
     "settimeofday": (lambda: sc(164, tv_bad(), 0), lambda: sc(164, tv_bad(), 0)),
     "swapon": (lambda: sc(167, MISSING, 0), lambda: sc(167, MISSING, 0)),
     "swapoff": (lambda: sc(168, MISSING), lambda: sc(168, MISSING)),
-    "reboot": (lambda: sc(169, 0, 0, 0, 0), lambda: sc(169, 0xfee1dead, 672274793, 0x4321FEDC, 0)),
+    # Inside: the real magic numbers with LINUX_REBOOT_CMD_CAD_OFF, which
+    # changes nothing that matters should a broken wall let it through.
+    "reboot": (lambda: sc(169, 0, 0, 0, 0), lambda: sc(169, 0xfee1dead, 672274793, 0, 0)),
     "personality_no_aslr": (lambda: sc(135, 0x0040000), lambda: sc(135, 0x0040000)),
     "acct": (lambda: sc(163, MISSING), lambda: sc(163, MISSING)),
     "syslog_read": (lambda: sc(103, 3, buf(64), 64), lambda: sc(103, 3, buf(64), 64)),
