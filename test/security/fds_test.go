@@ -218,7 +218,13 @@ func TestHostBinaryNotWritable(t *testing.T) {
 	}()
 	attack := fmt.Sprintf(`import os, time
 while True:  # the exec's timeout_ms bounds the wait
-    pids = [p for p in os.listdir("/proc") if p.isdigit() and b"inner.sock" in open("/proc/%%s/cmdline" %% p, "rb").read()]
+    pids = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open("/proc/%%s/cmdline" %% p, "rb").read().startswith(b"/proc/self/exe\0serve\0"):
+                pids.append(p)
+        except OSError:
+            pass  # gone meanwhile
     if pids and os.path.exists("/tmp/inner.sock"): break
     time.sleep(0.02)
 pid = pids[0]
@@ -242,7 +248,7 @@ write("/proc/self/fd/%%d" %% fd, "reopened")
 	}
 	out := string(res.Stdout) + string(res.Stderr)
 	if !strings.Contains(out, "exe "+tineBin) || !strings.Contains(out, "opath ok") {
-		t.Fatalf("control: the host binary %s was not reached through /proc/PID/exe:\n%s", tineBin, out)
+		t.Fatalf("control: the host binary %s was not reached through /proc/PID/exe (exit %d, %s):\n%s", tineBin, res.ExitCode, res.Reason, out)
 	}
 	select {
 	case r := <-served:
