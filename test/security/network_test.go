@@ -70,7 +70,7 @@ for spec in sys.argv[1:]:
 `
 
 // TestHostListenersUnreachable connects from inside to listeners the test
-// opens on the host: TCP on ::1, UDP on 127.0.0.1 (an echo), an abstract
+// opens on the host: TCP on the host's own external address, TCP on ::1, UDP on 127.0.0.1 (an echo), an abstract
 // unix socket, a unix socket at a path the sandbox sees through its
 // read-only base (/var/tmp), and the daemon's own socket placed there too.
 // The control: the same probe on the host
@@ -101,6 +101,15 @@ func TestHostListenersUnreachable(t *testing.T) {
 		listeners["tcp "+v6.addr] = v6
 	} else {
 		t.Logf("no ::1 on this host (%v): the IPv6 loopback attempt is not made", err)
+	}
+	// The host's own non-loopback address, where a listener on all
+	// addresses answers: only lo exists inside, so it is unreachable.
+	if ip := hostAddress(); ip != "" {
+		all := listenHost(t, "tcp4", "0.0.0.0:0")
+		_, port, _ := net.SplitHostPort(all.addr)
+		listeners["tcp "+ip+":"+port] = all
+	} else {
+		t.Logf("no non-loopback IPv4 address on this host: that attempt is not made")
 	}
 	udp := udpEcho(t)
 	specs = append(specs, "udp "+udp.addr, "unix "+d.sock)
@@ -306,4 +315,15 @@ while True:
 			t.Errorf("sandbox b reached sandbox a's %s:\n%s", spec, inB)
 		}
 	}
+}
+
+// hostAddress is the host's first non-loopback IPv4 address, or "".
+func hostAddress() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	return ""
 }

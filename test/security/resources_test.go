@@ -3,12 +3,15 @@ package security
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 const mib = 1 << 20
@@ -111,4 +114,74 @@ ev.set()`, "--pids", "64")
 	if n >= 64 || !strings.Contains(r.Stdout, "refused") {
 		t.Errorf("%d threads started under --pids 64:\n%s", n, r)
 	}
+}
+
+// TestCgroupLimitsHold tries to lift the sandbox's own limits: write
+// "max" into every limit, release_agent or cgroup.procs file it can find
+// under /sys/fs/cgroup (there are none: sysfs shows no cgroup hierarchy),
+// and mount a cgroup v2 or v1 hierarchy (whose release_agent runs as host
+// root, CVE-2022-0492). The control: on the host the sandbox's cgroup
+// exists with the 64 MiB limit, and mount exists inside; the effect: the
+// mounts fail and the limit on the host is unchanged.
+func TestCgroupLimitsHold(t *testing.T) {
+	gate(t)
+	require.Feature(t, "cgroup")
+	t.Parallel()
+	script := `for f in $(find /sys/fs/cgroup -name 'memory.max' -o -name 'memory.limit_in_bytes' -o -name 'pids.max' -o -name 'release_agent' -o -name 'cgroup.procs' 2>/dev/null); do
+  (echo max > $f) 2>/dev/null && echo "WROTE $f"
+done
+command -v mount >/dev/null && echo has-mount
+mkdir -p /tmp/cg2 /tmp/cg1
+mount -t cgroup2 none /tmp/cg2 2>/dev/null && echo MOUNTED-V2
+mount -t cgroup -o memory none /tmp/cg1 2>/dev/null && echo MOUNTED-V1
+echo attempted; cat /proc/self/cgroup | head -3 | sed 's/^/cg /'
+echo ready; read x`
+	tine := exec.Command(tineBin, "run", "--in-process", "--memory", "64m", "--", "/bin/sh", "-c", script)
+	stdin, _ := tine.StdinPipe()
+	var out syncOutput
+	tine.Stdout, tine.Stderr = &out, &out
+	if err := tine.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tine.Process.Kill(); tine.Wait() })
+	if !eventually(patience, func() bool { return strings.Contains(out.String(), "ready") }) {
+		t.Fatalf("the attempts did not run:\n%s", out.String())
+	}
+	limit := ""
+	for _, dir := range testbin.CgroupsOf(tine.Process.Pid) {
+		for _, f := range []string{"memory.max", "memory.limit_in_bytes"} {
+			if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+				limit = strings.TrimSpace(string(b))
+			}
+		}
+	}
+	if limit == "" {
+		t.Fatalf("control: no memory limit file for tine pid %d on the host", tine.Process.Pid)
+	}
+	if limit != strconv.Itoa(64*mib) {
+		t.Errorf("the sandbox's memory limit on the host is %s, want %d", limit, 64*mib)
+	}
+	stdin.Close()
+	tine.Wait()
+	if s := out.String(); strings.Contains(s, "WROTE") || strings.Contains(s, "MOUNTED") || !strings.Contains(s, "attempted") || !strings.Contains(s, "has-mount") {
+		t.Errorf("a cgroup attempt succeeded inside:\n%s", s)
+	}
+}
+
+// syncOutput is an output buffer safe to read while a process writes it.
+type syncOutput struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (o *syncOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *syncOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
