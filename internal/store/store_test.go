@@ -2,9 +2,9 @@ package store
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
-	"net"
 	"testing"
 	"time"
 
@@ -159,7 +159,10 @@ func TestDigestCoversMetadata(t *testing.T) {
 		"mode":    func() { must(t, os.Chmod(src+"/fifo", 0o600)) },
 		"owner":   func() { must(t, os.Lchown(src+"/shadow-link", 7, 7)) },
 		"xattr":   func() { must(t, unix.Setxattr(src+"/etc/motd", "user.note", []byte("other"), 0)) },
-		"link":    func() { must(t, os.Remove(src+"/usr/motd-rel")); must(t, os.Symlink("/elsewhere", src+"/usr/motd-rel")) },
+		"link": func() {
+			must(t, os.Remove(src+"/usr/motd-rel"))
+			must(t, os.Symlink("/elsewhere", src+"/usr/motd-rel"))
+		},
 		"new dir": func() { must(t, os.Mkdir(src+"/new", 0o755)) },
 	}
 	seen := map[Digest]string{base.Digest: "base"}
