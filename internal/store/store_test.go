@@ -268,3 +268,53 @@ func TestParseDigest(t *testing.T) {
 var a1970 = time.Unix(0, 0)
 
 func netListen(path string) (net.Listener, error) { return net.Listen("unix", path) }
+
+// TestOwnFilesystem: a store directory on the root filesystem becomes an
+// ext4 image of its own, mounted again (with its layers) after an
+// unmount, as after a reboot.
+func TestOwnFilesystem(t *testing.T) {
+	require.Root(t)
+	base, err := os.MkdirTemp("/var/tmp", "tine-store-test-")
+	must(t, err)
+	defer os.RemoveAll(base)
+	var st, root unix.Stat_t
+	must(t, unix.Stat(base, &st))
+	must(t, unix.Stat("/", &root))
+	if st.Dev != root.Dev {
+		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
+	}
+	dir := filepath.Join(base, "store")
+	how, err := EnsureOwnFilesystem(dir, 256<<20)
+	must(t, err)
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	must(t, unix.Stat(dir, &st))
+	if st.Dev == root.Dev {
+		t.Fatalf("%s: still on the root filesystem", how)
+	}
+	s, err := Open(dir)
+	must(t, err)
+	l, err := commitDir(t, s, upperLike(t), 0)
+	must(t, err)
+	if how2, err := EnsureOwnFilesystem(dir, 256<<20); err != nil || how2 == how {
+		t.Errorf("second call on a mounted store: %q, %v", how2, err)
+	}
+	must(t, unix.Unmount(dir, 0))
+	if _, err := os.Stat(l.Path); err == nil {
+		t.Fatal("the layer is visible with the image unmounted: it was not in the image")
+	}
+	_, err = EnsureOwnFilesystem(dir, 256<<20)
+	must(t, err)
+	s, err = Open(dir)
+	must(t, err)
+	if !s.Has(l.Digest) {
+		t.Error("the layer did not survive an unmount and mount of the image")
+	}
+	// The layer stacks over the host's root, which a store on the root
+	// filesystem could not (overlapping lowerdir).
+	merged := t.TempDir()
+	must(t, unix.Mount("overlay", merged, "overlay", unix.MS_RDONLY, "lowerdir="+l.Path+":/"))
+	defer unix.Unmount(merged, unix.MNT_DETACH)
+	if b, _ := os.ReadFile(merged + "/etc/motd"); string(b) != "captured\n" {
+		t.Errorf("layer over / = %q", b)
+	}
+}
