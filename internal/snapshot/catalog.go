@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/store"
+	"golang.org/x/sys/unix"
 )
 
 // FormatVersion is the version of snapshot.json this code writes and reads.
@@ -86,6 +87,10 @@ type Memory struct {
 type Catalog struct {
 	dir    string
 	Layers *store.Store
+	lock   *os.File // flock'ed: one daemon per state directory
+	// mounted is set when Open mounted the store's filesystem, which
+	// Close unmounts.
+	mounted bool
 
 	// gc orders layer commits (read side: many at once) before collection
 	// (write side), so a layer just committed for a draft is held before
@@ -97,14 +102,50 @@ type Catalog struct {
 	held  map[store.Digest]int // layers committed for drafts not yet published
 }
 
+// Exists reports whether stateDir holds a catalog already.
+func Exists(stateDir string) bool {
+	_, err := os.Stat(filepath.Join(stateDir, "snapshots"))
+	return err == nil
+}
+
 // Open loads the catalog under stateDir, removing drafts and deletions a
-// crash interrupted and layers no snapshot names.
-func Open(stateDir string) (*Catalog, error) {
-	layers, err := store.Open(filepath.Join(stateDir, "store"))
+// crash interrupted and layers no snapshot names. One process at a time
+// holds a state directory (a lock file); a second Open fails saying so.
+// The layer store gets a filesystem of its own when it shares the root's
+// (store.EnsureOwnFilesystem).
+func Open(stateDir string) (_ *Catalog, err error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(stateDir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("open snapshots: state directory %s is in use by another tine daemon (%w); give this one its own --state-dir", stateDir, err)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	storeDir := filepath.Join(stateDir, "store")
+	mounted, err := store.EnsureOwnFilesystem(storeDir, 0)
 	if err != nil {
 		return nil, err
 	}
-	c := &Catalog{dir: filepath.Join(stateDir, "snapshots"), Layers: layers, snaps: map[string]*Snapshot{}, users: map[string]int{}, held: map[store.Digest]int{}}
+	defer func() {
+		if err != nil && mounted {
+			unix.Unmount(storeDir, unix.MNT_DETACH)
+		}
+	}()
+	layers, err := store.Open(storeDir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Catalog{dir: filepath.Join(stateDir, "snapshots"), Layers: layers, lock: lock, mounted: mounted,
+		snaps: map[string]*Snapshot{}, users: map[string]int{}, held: map[store.Digest]int{}}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
@@ -153,6 +194,22 @@ func (c *Catalog) load(id string) (*Snapshot, error) {
 		}
 	}
 	return &s, nil
+}
+
+// Close releases the state directory. Live forks keep their layers: an
+// overlay holds its lower directories, and a lazy unmount waits for them.
+func (c *Catalog) Close() {
+	if c.mounted {
+		unix.Unmount(c.Layers.Root(), unix.MNT_DETACH)
+	}
+	c.lock.Close()
+}
+
+// Users counts the live sandboxes forked from snapshot id.
+func (c *Catalog) Users(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.users[id]
 }
 
 // NewID returns a fresh snapshot id: "s" and 12 hex digits.

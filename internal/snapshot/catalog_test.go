@@ -12,6 +12,16 @@ import (
 	"github.com/tine-run/tine/internal/store"
 )
 
+// open opens the catalog under state and closes it (unmounting its
+// store) when the test ends.
+func open(t *testing.T, state string) *Catalog {
+	t.Helper()
+	c, err := Open(state)
+	must(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -49,12 +59,14 @@ func take(t *testing.T, c *Catalog, content string, parent *Snapshot) *Snapshot 
 func TestSnapshotsSurviveReopen(t *testing.T) {
 	require.Root(t)
 	state := t.TempDir()
-	c, err := Open(state)
-	must(t, err)
+	c := open(t, state)
 	root := take(t, c, "golden", nil)
 	child := take(t, c, "fork", root)
-	c2, err := Open(state)
-	must(t, err)
+	if _, err := Open(state); err == nil || !strings.Contains(err.Error(), "in use by another tine daemon") {
+		t.Fatalf("a second Open of a held state directory = %v", err)
+	}
+	c.Close()
+	c2 := open(t, state)
 	got, err := c2.Get(child.ID)
 	must(t, err)
 	if got.Parent != root.ID || len(got.Layers) != 2 || got.Layers[1] != root.Layers[0] || string(got.Spec) != `{"memory":"1g"}` {
@@ -74,8 +86,7 @@ func TestSnapshotsSurviveReopen(t *testing.T) {
 func TestInterruptedSnapshotLeavesNothing(t *testing.T) {
 	require.Root(t)
 	state := t.TempDir()
-	c, err := Open(state)
-	must(t, err)
+	c := open(t, state)
 	d, err := c.Begin(NewID())
 	must(t, err)
 	l, err := d.CommitLayer(upper(t, "half"), 0)
@@ -83,8 +94,8 @@ func TestInterruptedSnapshotLeavesNothing(t *testing.T) {
 	if !c.Layers.Has(l.Digest) {
 		t.Fatal("held layer missing before the crash")
 	}
-	c2, err := Open(state) // no Commit, no Abort: as after kill -9
-	must(t, err)
+	c.lock.Close() // no Commit, no Abort: as after kill -9 (the mount stays)
+	c2 := open(t, state)
 	if len(c2.List()) != 0 {
 		t.Errorf("an uncommitted snapshot is listed: %v", c2.List())
 	}
@@ -99,8 +110,7 @@ func TestInterruptedSnapshotLeavesNothing(t *testing.T) {
 
 func TestDeleteRefusedInUseAndKeepsSharedLayers(t *testing.T) {
 	require.Root(t)
-	c, err := Open(t.TempDir())
-	must(t, err)
+	c := open(t, t.TempDir())
 	root := take(t, c, "golden", nil)
 	child := take(t, c, "fork", root)
 	release, err := c.Use(root.ID)
@@ -125,8 +135,7 @@ func TestDeleteRefusedInUseAndKeepsSharedLayers(t *testing.T) {
 
 func TestAbortRemovesOnlyItsLayers(t *testing.T) {
 	require.Root(t)
-	c, err := Open(t.TempDir())
-	must(t, err)
+	c := open(t, t.TempDir())
 	kept := take(t, c, "same", nil)
 	d, err := c.Begin(NewID())
 	must(t, err)
@@ -144,12 +153,12 @@ func TestAbortRemovesOnlyItsLayers(t *testing.T) {
 func TestVersionAndIDChecked(t *testing.T) {
 	require.Root(t)
 	state := t.TempDir()
-	c, err := Open(state)
-	must(t, err)
+	c := open(t, state)
 	s := take(t, c, "x", nil)
 	meta := filepath.Join(c.Dir(s.ID), "snapshot.json")
 	b, _ := os.ReadFile(meta)
 	must(t, os.WriteFile(meta, []byte(strings.Replace(string(b), `"version":1`, `"version":99`, 1)), 0o600))
+	c.Close()
 	if _, err := Open(state); err == nil || !strings.Contains(err.Error(), "format version 99") {
 		t.Errorf("Open with a future format = %v", err)
 	}

@@ -25,24 +25,25 @@ const DefaultImageBytes = 32 << 30
 // with the host's root: an ext4 image dir+".img" (sparse, imageBytes, made
 // once with mkfs.ext4) loop-mounted on dir. An image already mounted there
 // (a daemon restarted) is used as it is, and one left unmounted is
-// mounted again; layers persist in it. It returns how dir is backed.
+// mounted again; layers persist in it. mounted says whether this call
+// mounted it.
 //
 // The mount stays on the host after the daemon exits: it is the daemon's
 // persistent state, like the directory it replaces, and the loop device
 // is released when it is unmounted (autoclear).
-func EnsureOwnFilesystem(dir string, imageBytes int64) (string, error) {
+func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("layer store: %w", err)
+		return false, fmt.Errorf("layer store: %w", err)
 	}
 	var st, root unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return "", fmt.Errorf("layer store: %w", err)
+		return false, fmt.Errorf("layer store: %w", err)
 	}
 	if err := unix.Stat("/", &root); err != nil {
-		return "", fmt.Errorf("layer store: %w", err)
+		return false, fmt.Errorf("layer store: %w", err)
 	}
 	if st.Dev != root.Dev {
-		return "its own filesystem at " + dir, nil
+		return false, nil // its own filesystem already
 	}
 	if imageBytes <= 0 {
 		imageBytes = DefaultImageBytes
@@ -50,20 +51,20 @@ func EnsureOwnFilesystem(dir string, imageBytes int64) (string, error) {
 	image := dir + ".img"
 	if _, err := os.Stat(image); errors.Is(err, os.ErrNotExist) {
 		if err := makeImage(image, imageBytes); err != nil {
-			return "", err
+			return false, err
 		}
 	}
 	loop, err := attachLoop(image)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	// An autoclear device is released at its last close unless mounted:
 	// close it only after the mount holds it.
 	defer loop.Close()
 	if err := unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, ""); err != nil {
-		return "", fmt.Errorf("layer store: mount %s (%s) on %s: %w", image, loop.Name(), dir, err)
+		return false, fmt.Errorf("layer store: mount %s (%s) on %s: %w", image, loop.Name(), dir, err)
 	}
-	return fmt.Sprintf("ext4 image %s on %s", image, dir), nil
+	return true, nil
 }
 
 // makeImage creates a sparse ext4 image, through a temporary name so a

@@ -284,19 +284,22 @@ func TestOwnFilesystem(t *testing.T) {
 		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
 	}
 	dir := filepath.Join(base, "store")
-	how, err := EnsureOwnFilesystem(dir, 256<<20)
+	mounted, err := EnsureOwnFilesystem(dir, 256<<20)
 	must(t, err)
+	if !mounted {
+		t.Fatal("a store on the root filesystem was not given its own")
+	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)
 	must(t, unix.Stat(dir, &st))
 	if st.Dev == root.Dev {
-		t.Fatalf("%s: still on the root filesystem", how)
+		t.Fatal("still on the root filesystem")
 	}
 	s, err := Open(dir)
 	must(t, err)
 	l, err := commitDir(t, s, upperLike(t), 0)
 	must(t, err)
-	if how2, err := EnsureOwnFilesystem(dir, 256<<20); err != nil || how2 == how {
-		t.Errorf("second call on a mounted store: %q, %v", how2, err)
+	if again, err := EnsureOwnFilesystem(dir, 256<<20); err != nil || again {
+		t.Errorf("second call on a mounted store: mounted again %v, %v", again, err)
 	}
 	must(t, unix.Unmount(dir, 0))
 	if _, err := os.Stat(l.Path); err == nil {

@@ -35,7 +35,9 @@ func (g *Group) setFrozen(frozen bool) error {
 		if err := writeFile(dir, "cgroup.freeze", value); err != nil {
 			return fmt.Errorf("freeze cgroup: %w", err)
 		}
-		return waitFor(func() bool { return readKeyed(dir, "cgroup.events", "frozen") == map[bool]int64{true: 1, false: 0}[frozen] })
+		return waitFor(func() bool {
+			return readKeyed(dir, "cgroup.events", "frozen") == map[bool]int64{true: 1, false: 0}[frozen]
+		})
 	}
 	dir, ok := g.dirs["freezer"]
 	if !ok {
