@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -221,4 +222,54 @@ func TestSnapshotBadInput(t *testing.T) {
 	}
 	_, err = d.c.Snapshot(ctx, golden.ID, nil)
 	wantStatus(t, "snapshot of a deleted sandbox", err, http.StatusNotFound)
+}
+
+// TestDesktopForkFiles: a desktop's fs snapshot forks into desktops: each
+// boots its own X server, window manager and apps over the golden's files,
+// answers its ACI, and its files are its own.
+func TestDesktopForkFiles(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	golden, _ := startDesktop(t, d, []string{"xterm"})
+	nonce := marker()
+	sh(t, d.c, golden.ID, "echo "+nonce+" > /etc/tine-notes.txt")
+	res, err := d.c.ForkSandbox(ctx, golden.ID, &api.ForkRequest{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Desktops) != 2 || len(res.Sandboxes) != 0 || res.Snapshot.Kind != "desktop" {
+		t.Fatalf("fork of a desktop: %d desktops, %d sandboxes, kind %q", len(res.Desktops), len(res.Sandboxes), res.Snapshot.Kind)
+	}
+	for i, r := range res.Desktops {
+		if r.Width != golden.Width || r.Height != golden.Height || r.ForkedFrom != res.Snapshot.ID {
+			t.Errorf("replica %s: %dx%d forked from %q", r.ID, r.Width, r.Height, r.ForkedFrom)
+		}
+		if got := readSandboxFile(d, r.ID, "/etc/tine-notes.txt"); got != nonce+"\n" {
+			t.Errorf("replica %s: notes %q", r.ID, got)
+		}
+		a, err := d.c.DialACI(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wins, err := a.Windows(ctx)
+		if err != nil || len(wins) == 0 {
+			t.Errorf("replica %s: windows %v, %v; want the xterm the spec starts", r.ID, wins, err)
+		}
+		reply, img, err := a.Screenshot(ctx, &api.ACIScreenshot{Format: "png"})
+		if err != nil || len(img) == 0 || reply.Width != golden.Width {
+			t.Errorf("replica %s: screenshot %+v, %d bytes, %v", r.ID, reply, len(img), err)
+		}
+		if i == 0 {
+			if _, err := a.Exec(ctx, []string{"/bin/sh", "-c", "echo own > /etc/tine-own.txt"}, nil, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Close()
+	}
+	if got := readSandboxFile(d, res.Desktops[1].ID, "/etc/tine-own.txt"); got != "" {
+		t.Errorf("replica 1 sees replica 0's file: %q", got)
+	}
+	if got := readSandboxFile(d, golden.ID, "/etc/tine-own.txt"); got != "" {
+		t.Errorf("the golden sees a replica's file: %q", got)
+	}
 }
