@@ -133,16 +133,24 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	if err := snap.Freeze(); err != nil {
 		return nil, nil, fmt.Errorf("freeze sandbox %s: %w", b.id, err)
 	}
+	var paused time.Duration
+	thaw := func() {
+		if paused == 0 {
+			snap.Thaw()
+			paused = time.Since(t0)
+		}
+	}
 	layer, err := func() (store.Layer, error) {
-		defer snap.Thaw()
+		defer thaw()
 		upper, err := snap.OpenUpper()
 		if err != nil {
 			return store.Layer{}, err
 		}
 		defer upper.Close()
-		return draft.CommitLayer(upper, 0)
+		// The sandbox runs again once its files are copied; the sync to
+		// disk happens while it runs.
+		return draft.CommitLayer(upper, 0, thaw)
 	}()
-	paused := time.Since(t0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot sandbox %s: %w", b.id, err)
 	}

@@ -254,10 +254,19 @@ func (d *Draft) Dir() string { return d.dir }
 
 // CommitLayer commits the tree open at src (a captured upper) to the
 // store for this draft: it is kept, even unnamed, until Commit or Abort.
-func (d *Draft) CommitLayer(src *os.File, maxBytes int64) (store.Layer, error) {
+// done is called once the copy is made, before it is synced to disk: the
+// source can be let go (a frozen sandbox thawed) from then on.
+func (d *Draft) CommitLayer(src *os.File, maxBytes int64, done func()) (store.Layer, error) {
 	d.c.gc.RLock()
 	defer d.c.gc.RUnlock()
-	l, err := d.c.Layers.Commit(src, maxBytes)
+	p, err := d.c.Layers.Copy(src, maxBytes)
+	if done != nil {
+		done()
+	}
+	if err != nil {
+		return store.Layer{}, err
+	}
+	l, err := p.Publish()
 	if err != nil {
 		return l, err
 	}

@@ -45,7 +45,7 @@ func take(t *testing.T, c *Catalog, content string, parent *Snapshot) *Snapshot 
 	t.Helper()
 	d, err := c.Begin(NewID())
 	must(t, err)
-	l, err := d.CommitLayer(upper(t, content), 0)
+	l, err := d.CommitLayer(upper(t, content), 0, nil)
 	must(t, err)
 	s := &Snapshot{Tier: TierFS, Kind: "sandbox", Source: "abc", CreatedAt: time.Now(), Layers: []store.Digest{l.Digest}, Bytes: l.Bytes, Spec: []byte(`{"memory":"1g"}`)}
 	if parent != nil {
@@ -89,7 +89,7 @@ func TestInterruptedSnapshotLeavesNothing(t *testing.T) {
 	c := open(t, state)
 	d, err := c.Begin(NewID())
 	must(t, err)
-	l, err := d.CommitLayer(upper(t, "half"), 0)
+	l, err := d.CommitLayer(upper(t, "half"), 0, nil)
 	must(t, err)
 	if !c.Layers.Has(l.Digest) {
 		t.Fatal("held layer missing before the crash")
@@ -139,7 +139,7 @@ func TestAbortRemovesOnlyItsLayers(t *testing.T) {
 	kept := take(t, c, "same", nil)
 	d, err := c.Begin(NewID())
 	must(t, err)
-	l, err := d.CommitLayer(upper(t, "same"), 0) // same tree: shared layer
+	l, err := d.CommitLayer(upper(t, "same"), 0, nil) // same tree: shared layer
 	must(t, err)
 	if l.Digest != kept.Layers[0] {
 		t.Fatalf("identical trees got two layers")

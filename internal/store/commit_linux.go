@@ -36,19 +36,38 @@ import (
 // symlink target, hard link and content, but not times: trees equal in all
 // but mtimes share a layer (with the first one's times).
 func (s *Store) Commit(src *os.File, maxBytes int64) (Layer, error) {
+	p, err := s.Copy(src, maxBytes)
+	if err != nil {
+		return Layer{}, err
+	}
+	return p.Publish()
+}
+
+// Pending is a copied tree not yet in the store: Publish or Discard it.
+// Splitting Commit lets a caller stop holding the source (a frozen
+// sandbox) as soon as the copy is made, before the sync to disk.
+type Pending struct {
+	s     *Store
+	tmp   string
+	layer Layer
+}
+
+// Copy copies the tree open at src into the store's tmp/, as Commit
+// describes, and returns it pending.
+func (s *Store) Copy(src *os.File, maxBytes int64) (*Pending, error) {
 	tmp := filepath.Join(s.tmpDir(), randomName())
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return Layer{}, fmt.Errorf("commit layer: %w", err)
+		return nil, fmt.Errorf("commit layer: %w", err)
 	}
-	committed := false
+	copied := false
 	defer func() {
-		if !committed {
+		if !copied {
 			os.RemoveAll(tmp)
 		}
 	}()
 	dst, err := unix.Open(tmp, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Layer{}, fmt.Errorf("commit layer: %w", err)
+		return nil, fmt.Errorf("commit layer: %w", err)
 	}
 	defer unix.Close(dst)
 
@@ -56,35 +75,56 @@ func (s *Store) Commit(src *os.File, maxBytes int64) (Layer, error) {
 	srcfd := int(src.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(srcfd, &st); err != nil {
-		return Layer{}, fmt.Errorf("commit layer: stat source: %w", err)
+		return nil, fmt.Errorf("commit layer: stat source: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return Layer{}, fmt.Errorf("commit layer: source is not a directory")
+		return nil, fmt.Errorf("commit layer: source is not a directory")
 	}
 	c.record("", &st, "")
 	if err := c.tree(srcfd, dst, ""); err != nil {
-		return Layer{}, fmt.Errorf("commit layer: %w", err)
+		return nil, fmt.Errorf("commit layer: %w", err)
 	}
 	if err := c.finish(srcfd, "", dst, "", &st); err != nil {
-		return Layer{}, fmt.Errorf("commit layer: %w", err)
-	}
-	// One syncfs for the whole tree, before the rename publishes it: a
-	// crash can then never leave a layer whose files are not on disk.
-	if err := unix.Syncfs(dst); err != nil {
-		return Layer{}, fmt.Errorf("commit layer: sync: %w", err)
+		return nil, fmt.Errorf("commit layer: %w", err)
 	}
 	d := Digest("sha256:" + hex.EncodeToString(c.sum.Sum(nil)))
-	layer := Layer{Digest: d, Path: s.Path(d), Bytes: c.bytes, Entries: c.entries}
-	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, layer.Path, unix.RENAME_NOREPLACE)
+	copied = true
+	return &Pending{s: s, tmp: tmp, layer: Layer{Digest: d, Path: s.Path(d), Bytes: c.bytes, Entries: c.entries}}, nil
+}
+
+// Publish syncs the copy and renames it under its digest; when the store
+// has that layer already, the copy goes and the stored one is returned.
+func (p *Pending) Publish() (Layer, error) {
+	published := false
+	defer func() {
+		if !published {
+			os.RemoveAll(p.tmp)
+		}
+	}()
+	// One syncfs for the whole tree, before the rename publishes it: a
+	// crash can then never leave a layer whose files are not on disk.
+	dst, err := unix.Open(p.tmp, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Layer{}, fmt.Errorf("commit layer: %w", err)
+	}
+	err = unix.Syncfs(dst)
+	unix.Close(dst)
+	if err != nil {
+		return Layer{}, fmt.Errorf("commit layer: sync: %w", err)
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, p.tmp, unix.AT_FDCWD, p.layer.Path, unix.RENAME_NOREPLACE)
 	switch {
 	case errors.Is(err, unix.EEXIST):
-		return layer, nil // the same tree is stored already; tmp goes
+		return p.layer, nil // the same tree is stored already; tmp goes
 	case err != nil:
-		return Layer{}, fmt.Errorf("commit layer %s: %w", d, err)
+		return Layer{}, fmt.Errorf("commit layer %s: %w", p.layer.Digest, err)
 	}
-	committed = true
-	return layer, nil
+	published = true
+	return p.layer, nil
 }
+
+// Discard removes the copy.
+func (p *Pending) Discard() { os.RemoveAll(p.tmp) }
 
 type fileID struct{ dev, ino uint64 }
 
