@@ -82,7 +82,9 @@ type Sandbox struct {
 	// Execs counts the commands running in it now.
 	Execs int         `json:"execs"`
 	Spec  SandboxSpec `json:"spec"`
-	Usage Usage       `json:"usage"`
+	// ForkedFrom is the snapshot the sandbox was forked from, if any.
+	ForkedFrom string `json:"forked_from,omitempty"`
+	Usage      Usage  `json:"usage"`
 }
 
 // Usage is what a sandbox uses now, read from its cgroup.

@@ -113,6 +113,20 @@ PSS per desktop.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Desktop(ctx, d, o)
 			}),
+		newWarmSuiteCommand("fork", "Time snapshots and forks: pause, fork → usable, fan-out, memory per replica, against fresh sandboxes and replaying",
+			`fork starts a tine serve for the run. A golden sandbox builds a 20 MiB
+workspace of 400 files (and holds a 50 MiB Python process); the suite times
+its fs snapshot (wall, and how long it was frozen), then, interleaved, a fresh
+sandbox's create→ready, a fork of the snapshot until it answers with the
+workspace's digest recomputed from its files, and a fresh sandbox replaying
+the golden's steps; the wall time of forking N = 1, 4, 8, 16, 32 replicas
+with every one verified; the PSS per added idle replica; and a desktop's
+fork → usable (ACI: a window and a screenshot, and its marker file) against
+a fresh desktop's. -n/150 rounds (at least 10). The target: `+fmt.Sprintf("fs fork → usable p50 at most %gx a fresh sandbox's create→ready p50", bench.ForkTargets.FSForkOverCreate)+`.
+The memory tier (criu) is not built yet.`,
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
+				return bench.Fork(ctx, d, o)
+			}),
 		newWarmSuiteCommand("load", "Find the highest sustained request rate through one function with no failure",
 			`load drives the 16-import function with closed loops of 1, 2, 4, ... clients,
 3 s each, until the rate stops growing or a request fails, and reports the

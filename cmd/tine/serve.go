@@ -18,6 +18,7 @@ import (
 
 type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
+	stateDir                           string
 	maxSandboxes, pool                 int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
@@ -50,6 +51,13 @@ Desktops run the guest build next to this binary (tine-guest, which make
 build writes with libjpeg-turbo linked in) when there is one, else this
 binary (its JPEG is then image/jpeg, several times slower).
 
+Snapshots (tine snapshot, tine fork) live under --state-dir (default
+/var/lib/tine, hidden from sandboxes) and survive restarts; their layers
+are kept on a filesystem of their own (a sparse ext4 image,
+<state-dir>/store.img, loop-mounted on <state-dir>/store while the daemon
+runs) when the state directory shares the root filesystem, since overlayfs
+cannot stack a layer that lies inside the host's root over it.
+
 Sandboxes die with the daemon. At start it reaps what a killed daemon left
 (cgroups; processes and mounts die with their sandboxes' PID 1s); it does not
 re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
@@ -74,6 +82,7 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
 	fl.StringSliceVar(&f.poolPreload, "pool-preload", nil, "modules the runtime pool's Python zygote imports once, e.g. json,re,decimal (scripts registered with tine script put run on it)")
 	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the host's root filesystem, which every sandbox sees (read-only) as its base: sandboxes mount their own tmpfs over /run")
+	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/tine", "directory for what outlives the daemon: snapshots and their layers (one daemon per directory)")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
@@ -101,7 +110,7 @@ func runServe(f serveFlags) error {
 	if f.pool < 0 {
 		return usageError{fmt.Sprintf("invalid --pool %d: want 0 or more", f.pool)}
 	}
-	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool}
+	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir}
 	var err error
 	if f.maxMemory != "" {
 		if cfg.MaxMemoryBytes, err = parseSize("max-memory", f.maxMemory); err != nil {

@@ -30,7 +30,7 @@ func StartDaemon(tinePath string, pool int, extra ...string) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{Socket: filepath.Join(dir, "tine.sock"), dir: dir}
-	d.cmd = exec.Command(tinePath, append([]string{"serve", "--socket", d.Socket, "--data-dir", dir, "--pool", fmt.Sprint(pool)}, extra...)...)
+	d.cmd = exec.Command(tinePath, append([]string{"serve", "--socket", d.Socket, "--data-dir", dir, "--state-dir", filepath.Join(dir, "state"), "--pool", fmt.Sprint(pool)}, extra...)...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	logf, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {

@@ -240,12 +240,5 @@ func desktopPSS(ctx context.Context, c *client.Client, n int) (float64, []int64,
 		}
 		sums = append(sums, sum)
 	}
-	// Least squares over (i+1, sums[i]).
-	var sx, sy, sxx, sxy float64
-	for i, s := range sums {
-		x, y := float64(i+1), float64(s)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
-	}
-	k := float64(len(sums))
-	return (k*sxy - sx*sy) / (k*sxx - sx*sx), sums, nil
+	return slopeOf(sums), sums, nil
 }

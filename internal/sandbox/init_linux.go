@@ -118,7 +118,7 @@ func childMain(p *program) {
 		// A live sandbox: closing the error pipe tells the parent it is
 		// ready; PID 1 then reaps and launches commands until it is killed.
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotLaunch-1, 0)
-		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotLaunch+1, ^uintptr(0)>>1, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotUpper+1, ^uintptr(0)>>1, 0)
 		serve(p)
 	}
 	p.vfork.kind = vforkCommand

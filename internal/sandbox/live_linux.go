@@ -107,6 +107,39 @@ func (sb *Sandbox) Pid() int { return sb.init.pid }
 // host (through its PID 1), for confined file access.
 func (sb *Sandbox) Root() string { return "/proc/" + strconv.Itoa(sb.init.pid) + "/root" }
 
+// OpenUpper opens the sandbox's writable layer (the overlay's upper
+// directory: every file it created, changed or deleted, as whiteouts) for
+// reading. Freeze the sandbox first for a consistent copy.
+func (sb *Sandbox) OpenUpper() (*os.File, error) {
+	release, err := sb.use()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	path := "/proc/" + strconv.Itoa(sb.init.pid) + "/fd/" + strconv.Itoa(slotUpper)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the sandbox's writable layer: %w", err)
+	}
+	return f, nil
+}
+
+// Freeze stops every process of the sandbox (cgroup freezer) until Thaw.
+func (sb *Sandbox) Freeze() error {
+	if sb.init.group == nil {
+		return fmt.Errorf("%w: this sandbox has no cgroup (rootless)", cgroup.ErrNoFreezer)
+	}
+	return sb.init.group.Freeze()
+}
+
+// Thaw resumes a frozen sandbox.
+func (sb *Sandbox) Thaw() error {
+	if sb.init.group == nil {
+		return nil
+	}
+	return sb.init.group.Thaw()
+}
+
 // Spec returns the spec the sandbox was created from.
 func (sb *Sandbox) Spec() *Spec { return sb.plan.Spec }
 

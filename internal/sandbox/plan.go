@@ -171,11 +171,18 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
 	if rootless && s.RootFS == "" {
+		if len(s.Layers) > 0 {
+			return nil, fmt.Errorf("%w: a rootless sandbox over the host's root cannot stack layers (forks of snapshots need root)", ErrInvalidSpec)
+		}
 		if err := p.addRootlessHostRoot(stage); err != nil {
 			return nil, err
 		}
 	} else {
-		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", escapeOverlay(lower), stage, stage)
+		lowers := make([]string, 0, len(s.Layers)+1)
+		for _, l := range append(append([]string(nil), s.Layers...), lower) {
+			lowers = append(lowers, escapeOverlay(l))
+		}
+		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", strings.Join(lowers, ":"), stage, stage)
 		if rootless {
 			ovl += ",userxattr"
 		}

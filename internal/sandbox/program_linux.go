@@ -24,7 +24,8 @@ const (
 	slotTarget    = 7  // pidfd of the sandbox an exec joins
 	slotStdio     = 8  // 8, 9, 10: the command's stdin, stdout, stderr
 	slotLaunch    = 11 // a live sandbox's launch socket (see serve)
-	slotFirstFree = slotLaunch + 1
+	slotUpper     = 12 // a live sandbox's writable layer (O_PATH), for snapshots
+	slotFirstFree = slotUpper + 1
 )
 
 // slotBinds and up hold the bind sources, one detached mount each, until
@@ -196,6 +197,15 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	}
 	if pg.rootOpen {
 		pg.addSetup("close the new root", sys(unix.SYS_CLOSE, 0).using(3, 0))
+	}
+	if in.launch >= 0 {
+		// The upper layer is unreachable by path once the old root is
+		// detached; PID 1 keeps it open for the daemon to snapshot
+		// (Sandbox.OpenUpper). PID 1 is undumpable, so the sandbox's own
+		// processes cannot open it through /proc/1/fd.
+		pg.addSetup("keep the writable layer", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr(p.Stage+"/upper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC).saving(1))
+		pg.addSetup("keep the writable layer", sys(unix.SYS_DUP3, 0, slotUpper, unix.O_CLOEXEC).using(1, 0))
+		pg.addSetup("keep the writable layer", sys(unix.SYS_CLOSE, 0).using(1, 0))
 	}
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr(p.Root)))
 	dot := pg.cstr(".")

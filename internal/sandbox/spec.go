@@ -37,6 +37,9 @@ type Spec struct {
 	// RootFS is a directory used as the read-only base of the root; empty
 	// means the host's own root filesystem.
 	RootFS string
+	// Layers are read-only directories stacked over the base, topmost
+	// first (a snapshot's layers: a fork starts from them).
+	Layers []string
 	// DiskBytes caps the writable layer over the root.
 	DiskBytes int64
 	// Binds are host paths made visible inside.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -65,6 +66,27 @@ func (c *capacity) admit(memoryLimit int64) (release func(), err error) {
 			c.mu.Unlock()
 		})
 	}, nil
+}
+
+// admitN reserves room for n sandboxes alike, all or none: a fork's
+// replicas are made only when every one of them fits.
+func (c *capacity) admitN(memoryLimit int64, n int) ([]func(), error) {
+	shares := make([]func(), 0, n)
+	for range n {
+		release, err := c.admit(memoryLimit)
+		if err != nil {
+			for _, r := range shares {
+				r()
+			}
+			var ce *capacityError
+			if errors.As(err, &ce) {
+				ce.msg = fmt.Sprintf("capacity for %d sandboxes: %s", n, ce.msg)
+			}
+			return nil, err
+		}
+		shares = append(shares, release)
+	}
+	return shares, nil
 }
 
 // used reports the sandboxes and memory currently counted.

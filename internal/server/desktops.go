@@ -40,6 +40,7 @@ type desktop struct {
 	width, height int
 	readyMs       float64
 	guest         Process
+	spec          *api.DesktopSpec // what it was made from: its forks are made alike
 }
 
 // desktopNow returns b's desktop, nil for a plain sandbox (or a desktop
@@ -92,17 +93,27 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.startGuest(b, &req)
-	if err != nil {
+	if err := s.bootDesktop(b, &req, t0); err != nil {
 		s.destroy(b, "its desktop did not start")
 		return err
 	}
+	writeJSON(w, http.StatusCreated, s.desktopInfo(b))
+	return nil
+}
+
+// bootDesktop starts the guest (Xvfb, the window manager, the apps) in b
+// and makes b a desktop once it is ready; its ready time counts from t0.
+func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
+	d, err := s.startGuest(b, req)
+	if err != nil {
+		return err
+	}
 	d.readyMs = float64(time.Since(t0).Microseconds()) / 1000
+	d.spec = req
 	b.mu.Lock()
 	b.desktop = d
 	b.mu.Unlock()
 	s.log.Info("desktop ready", "id", b.id, "ms", d.readyMs)
-	writeJSON(w, http.StatusCreated, s.desktopInfo(b))
 	return nil
 }
 

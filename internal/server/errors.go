@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/tine-run/tine/internal/zygote"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -14,6 +13,9 @@ import (
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/sandbox"
+	"github.com/tine-run/tine/internal/snapshot"
+	"github.com/tine-run/tine/internal/store"
+	"github.com/tine-run/tine/internal/zygote"
 )
 
 // Errors of the daemon's own making; handlers wrap them with context.
@@ -27,6 +29,9 @@ var (
 	ErrCapacity        = errors.New("host budget spent")
 	ErrShuttingDown    = errors.New("the daemon is shutting down")
 	ErrNoFunctions     = errors.New("functions are unavailable")
+	ErrNoSnapshot      = errors.New("no such snapshot")
+	ErrNoSnapshots     = errors.New("snapshots are unavailable")
+	ErrConflictState   = errors.New("conflict")
 )
 
 // capacityError is ErrCapacity with the seconds a client should wait.
@@ -57,8 +62,14 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, zygote.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, ErrNoFunctions):
+	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer):
 		return http.StatusNotImplemented, api.CodeUnsupported
+	case errors.Is(err, ErrNoSnapshot), errors.Is(err, snapshot.ErrNotFound):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState):
+		return http.StatusConflict, api.CodeConflict
+	case errors.Is(err, store.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, api.CodeUnauthorized
 	case errors.Is(err, ErrNoSandbox), errors.Is(err, ErrNoRoute), errors.Is(err, inroot.ErrNotFound):

@@ -34,6 +34,8 @@ type box struct {
 	busy       int      // exec and file requests in flight
 	execs      int      // commands running
 	desktop    *desktop // set once a desktop's guest is ready
+
+	forkedFrom string // the snapshot it was forked from
 }
 
 // info describes b for the API.
@@ -41,7 +43,7 @@ func (b *box) info() api.Sandbox {
 	b.mu.Lock()
 	a := api.Sandbox{
 		ID: b.id, State: b.state, Pid: b.inst.Pid(), CreatedAt: b.created,
-		LastActiveAt: b.lastActive, Execs: b.execs, Spec: b.spec,
+		LastActiveAt: b.lastActive, Execs: b.execs, Spec: b.spec, ForkedFrom: b.forkedFrom,
 	}
 	if b.ttl > 0 {
 		t := b.created.Add(b.ttl)
@@ -174,6 +176,13 @@ func (s *Server) startBox(req api.SandboxSpec, spec *sandbox.Spec) (*box, error)
 	if err != nil {
 		return nil, err
 	}
+	return s.startAdmitted(req, spec, release, "")
+}
+
+// startAdmitted creates a sandbox whose share of the budget is reserved
+// (release gives it back) and adds it to the table; forkedFrom names the
+// snapshot it is a fork of.
+func (s *Server) startAdmitted(req api.SandboxSpec, spec *sandbox.Spec, release func(), forkedFrom string) (*box, error) {
 	inst, err := s.rt.Create(spec)
 	if err != nil {
 		release()
@@ -184,7 +193,7 @@ func (s *Server) startBox(req api.SandboxSpec, spec *sandbox.Spec) (*box, error)
 		id: newID(), spec: req, inst: inst, created: now, lastActive: now,
 		ttl:     time.Duration(req.TTLSeconds) * time.Second,
 		idle:    time.Duration(req.IdleTimeoutSeconds) * time.Second,
-		release: release, state: api.StateRunning,
+		release: release, state: api.StateRunning, forkedFrom: forkedFrom,
 	}
 	s.mu.Lock()
 	if s.closing {

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tine-run/tine/internal/snapshot"
 )
 
 // Defaults of Config.
@@ -72,6 +74,9 @@ type Config struct {
 	// ExpiryInterval is how often TTL and idle timeouts are checked
 	// (default 250ms).
 	ExpiryInterval time.Duration
+	// StateDir holds what outlives the daemon: snapshots and their layer
+	// store (empty: snapshots are unavailable).
+	StateDir string
 	// StreamWriteTimeout bounds one write to an exec stream's client
 	// (default 1m): a client that stops reading loses its stream, and its
 	// command is killed.
@@ -133,6 +138,10 @@ type Server struct {
 	runs     map[*trackedRun]struct{}
 	runsDone sync.WaitGroup
 
+	// catalog holds the snapshots, opened on first use (snapshots()).
+	catalogMu sync.Mutex
+	catalog   *snapshot.Catalog
+
 	stop    chan struct{}
 	stopped sync.WaitGroup
 }
@@ -158,6 +167,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Functions != nil {
 		// A function's sandbox is a sandbox: it counts like the others.
 		cfg.Functions.CountAgainst(s.capacity.admit)
+	}
+	if cfg.StateDir != "" && snapshot.Exists(cfg.StateDir) {
+		// Snapshots from before a restart are listed and forkable at once.
+		if _, err := s.snapshots(); err != nil {
+			return nil, err
+		}
 	}
 	s.metrics = newMetrics(s)
 	s.handler = s.newMux()
@@ -203,6 +218,11 @@ func (s *Server) Close() {
 		s.cfg.Functions.Close()
 	}
 	s.rt.Close()
+	s.catalogMu.Lock()
+	if s.catalog != nil {
+		s.catalog.Close()
+	}
+	s.catalogMu.Unlock()
 }
 
 // route is one entry of the API: method, path pattern, handler.
@@ -244,6 +264,12 @@ func (s *Server) routes() []route {
 		{"DELETE", "/v1/desktops/{id}", s.deleteDesktop},
 		{"GET", "/v1/desktops/{id}/aci", s.aci},
 		{"POST", "/v1/scripts/{digest}/invoke", s.invokeScript},
+		{"POST", "/v1/sandboxes/{id}/snapshots", s.createSnapshot},
+		{"POST", "/v1/sandboxes/{id}/fork", s.forkSandbox},
+		{"GET", "/v1/snapshots", s.listSnapshots},
+		{"GET", "/v1/snapshots/{sid}", s.getSnapshot},
+		{"DELETE", "/v1/snapshots/{sid}", s.deleteSnapshot},
+		{"POST", "/v1/snapshots/{sid}/fork", s.forkSnapshot},
 	}
 }
 

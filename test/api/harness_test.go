@@ -72,7 +72,7 @@ func startDaemonIn(t *testing.T, dir string, args ...string) *daemon {
 		t.Fatal(err)
 	}
 	d.log = logf.Name()
-	base := []string{"serve", "--socket", d.sock, "--debug"}
+	base := []string{"serve", "--socket", d.sock, "--debug", "--state-dir", filepath.Join(dir, "state")}
 	if i := slices.Index(args, defaultDataDir); i >= 0 {
 		args = slices.Delete(slices.Clone(args), i, i+1)
 	} else {

@@ -45,8 +45,9 @@ func (v Version) String() string {
 const Parent = "tine"
 
 // Controllers tine uses, in the order it sets them up. cpuacct exists only
-// on v1 (v2 accounts CPU time in every cgroup).
-var Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
+// on v1 (v2 accounts CPU time in every cgroup), and so does freezer (v2
+// freezes any group through cgroup.freeze).
+var Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 
 // ErrUnavailable means the host has no hierarchy where a limit can be enforced.
 var ErrUnavailable = errors.New("cgroup limits are unavailable on this host")

@@ -73,6 +73,11 @@ func (h *Host) Create(name string, lim Limits, longLived bool) (g *Group, err er
 	if longLived && h.Version == V1 && h.V1Mounts["cpuacct"] != "" {
 		want = append(want, "cpuacct")
 	}
+	// v1 freezes through its own controller (v2 through cgroup.freeze in
+	// every group): a live sandbox can be snapshotted.
+	if longLived && h.Version == V1 && h.V1Mounts["freezer"] != "" {
+		want = append(want, "freezer")
+	}
 	switch h.Version {
 	case V2:
 		if err := h.ensureV2Parent(); err != nil {
@@ -307,6 +312,10 @@ func (g *Group) Kill() {
 		if dir, ok := g.dirs[c]; ok {
 			killProcs(dir)
 		}
+	}
+	// A frozen v1 task does not die of SIGKILL until it is thawed.
+	if dir, ok := g.dirs["freezer"]; ok {
+		writeOptional(dir, "freezer.state", "THAWED")
 	}
 }
 

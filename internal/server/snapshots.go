@@ -1,0 +1,360 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/snapshot"
+	"github.com/tine-run/tine/internal/store"
+)
+
+// maxForks bounds one fork request; the capacity budget bounds them all.
+const maxForks = 256
+
+// snapshotter is what an Instance offers for the file tier
+// (*sandbox.Sandbox does).
+type snapshotter interface {
+	Freeze() error
+	Thaw() error
+	OpenUpper() (*os.File, error)
+}
+
+// recipe is what a snapshot keeps of its source's spec: enough to make a
+// fork of the same kind with the same settings.
+type recipe struct {
+	Sandbox api.SandboxSpec  `json:"sandbox"`
+	Desktop *api.DesktopSpec `json:"desktop,omitempty"`
+}
+
+// snapshots opens the catalog under the state directory on first use (it
+// may mount the layer store's filesystem, which a daemon that never
+// snapshots should not pay for).
+func (s *Server) snapshots() (*snapshot.Catalog, error) {
+	s.catalogMu.Lock()
+	defer s.catalogMu.Unlock()
+	if s.catalog != nil {
+		return s.catalog, nil
+	}
+	if s.cfg.StateDir == "" {
+		return nil, fmt.Errorf("%w: snapshots need a state directory (tine serve --state-dir)", ErrNoSnapshots)
+	}
+	c, err := snapshot.Open(s.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("open the snapshot catalog in %s: %w", s.cfg.StateDir, err)
+	}
+	s.catalog = c
+	return c, nil
+}
+
+func (s *Server) snapshotInfo(c *snapshot.Catalog, sn *snapshot.Snapshot) api.Snapshot {
+	return api.Snapshot{
+		ID: sn.ID, Name: sn.Name, Tier: sn.Tier, Kind: sn.Kind, Source: sn.Source, Parent: sn.Parent,
+		CreatedAt: sn.CreatedAt, Depth: len(sn.Layers), Bytes: sn.Bytes, PausedMs: sn.PausedMs, Forks: c.Users(sn.ID),
+	}
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var req api.SnapshotRequest
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	b, done, err := s.use(r)
+	if err != nil {
+		return err
+	}
+	defer done()
+	c, sn, err := s.takeSnapshot(b, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, s.snapshotInfo(c, sn))
+	return nil
+}
+
+// maxDepth bounds how many layers a fork stacks: overlayfs takes its
+// lower directories in one mount option string of at most a page.
+const maxDepth = 24
+
+// takeSnapshot captures b: frozen, its writable layer committed to the
+// store, thawed.
+func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalog, *snapshot.Snapshot, error) {
+	switch req.Tier {
+	case "", api.TierFS:
+	case api.TierMemory:
+		return nil, nil, fmt.Errorf("%w: the memory tier (criu) is not built yet; take an fs snapshot", ErrNoSnapshots)
+	default:
+		return nil, nil, fmt.Errorf("%w: tier %q: want \"fs\" or \"memory\"", ErrInvalidArgument, req.Tier)
+	}
+	if len(req.Name) > 256 {
+		return nil, nil, fmt.Errorf("%w: name is %d bytes: at most 256", ErrInvalidArgument, len(req.Name))
+	}
+	snap, ok := b.inst.(snapshotter)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: this runtime's sandboxes cannot be snapshotted", ErrNoSnapshots)
+	}
+	c, err := s.snapshots()
+	if err != nil {
+		return nil, nil, err
+	}
+	var parentLayers []store.Digest
+	if b.forkedFrom != "" {
+		p, err := c.Get(b.forkedFrom)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the snapshot %s was forked from: %w", b.id, err)
+		}
+		parentLayers = p.Layers
+	}
+	if len(parentLayers)+1 > maxDepth {
+		return nil, nil, fmt.Errorf("%w: sandbox %s is %d forks deep; a snapshot of it would stack %d layers, at most %d", ErrConflictState, b.id, len(parentLayers), len(parentLayers)+1, maxDepth)
+	}
+	rec := recipe{Sandbox: b.spec}
+	if d := b.desktopNow(); d != nil {
+		rec.Desktop = d.spec
+	}
+	spec, _ := json.Marshal(rec)
+
+	draft, err := c.Begin(snapshot.NewID())
+	if err != nil {
+		return nil, nil, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			draft.Abort()
+		}
+	}()
+	t0 := time.Now()
+	if err := snap.Freeze(); err != nil {
+		return nil, nil, fmt.Errorf("freeze sandbox %s: %w", b.id, err)
+	}
+	var paused time.Duration
+	thaw := func() {
+		if paused == 0 {
+			snap.Thaw()
+			paused = time.Since(t0)
+		}
+	}
+	layer, err := func() (store.Layer, error) {
+		defer thaw()
+		upper, err := snap.OpenUpper()
+		if err != nil {
+			return store.Layer{}, err
+		}
+		defer upper.Close()
+		// The sandbox runs again once its files are copied; the sync to
+		// disk happens while it runs.
+		return draft.CommitLayer(upper, 0, thaw)
+	}()
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot sandbox %s: %w", b.id, err)
+	}
+	kind := "sandbox"
+	if rec.Desktop != nil {
+		kind = "desktop"
+	}
+	sn := &snapshot.Snapshot{
+		Name: req.Name, Tier: snapshot.TierFS, Kind: kind, Source: b.id, Parent: b.forkedFrom,
+		CreatedAt: time.Now(), Layers: append([]store.Digest{layer.Digest}, parentLayers...),
+		Bytes: layer.Bytes, Spec: spec, PausedMs: float64(paused.Microseconds()) / 1000,
+	}
+	if err := draft.Commit(sn); err != nil {
+		return nil, nil, err
+	}
+	committed = true
+	s.log.Info("snapshot taken", "id", sn.ID, "sandbox", b.id, "tier", sn.Tier, "bytes", sn.Bytes, "paused_ms", sn.PausedMs)
+	return c, sn, nil
+}
+
+// lookupSnapshot finds the snapshot a request names.
+func (s *Server) lookupSnapshot(r *http.Request) (*snapshot.Catalog, *snapshot.Snapshot, error) {
+	c, err := s.snapshots()
+	if err != nil {
+		return nil, nil, err
+	}
+	id := r.PathValue("sid")
+	sn, err := c.Get(id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w %q (list them with GET /v1/snapshots)", ErrNoSnapshot, id)
+	}
+	return c, sn, nil
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.snapshots()
+	if err != nil {
+		return err
+	}
+	list := api.SnapshotList{Snapshots: []api.Snapshot{}}
+	for _, sn := range c.List() {
+		list.Snapshots = append(list.Snapshots, s.snapshotInfo(c, sn))
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
+	c, sn, err := s.lookupSnapshot(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.snapshotInfo(c, sn))
+	return nil
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	c, sn, err := s.lookupSnapshot(r)
+	if err != nil {
+		return err
+	}
+	if err := c.Delete(sn.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var req api.ForkRequest
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	c, sn, err := s.lookupSnapshot(r)
+	if err != nil {
+		return err
+	}
+	return s.answerFork(w, c, sn, &req, t0)
+}
+
+// forkSandbox is snapshot and fork in one call.
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.ForkRequest
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if _, err := forkCount(&req); err != nil {
+		return err // before the snapshot is taken
+	}
+	b, done, err := s.use(r)
+	if err != nil {
+		return err
+	}
+	c, sn, err := s.takeSnapshot(b, api.SnapshotRequest{Tier: req.Tier})
+	done()
+	if err != nil {
+		return err
+	}
+	return s.answerFork(w, c, sn, &req, t0)
+}
+
+func forkCount(req *api.ForkRequest) (int, error) {
+	n := req.Count
+	if n == 0 {
+		n = 1
+	}
+	if n < 1 || n > maxForks {
+		return 0, fmt.Errorf("%w: count %d: want 1 to %d", ErrInvalidArgument, req.Count, maxForks)
+	}
+	return n, nil
+}
+
+func (s *Server) answerFork(w http.ResponseWriter, c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest, t0 time.Time) error {
+	boxes, err := s.fork(c, sn, req)
+	if err != nil {
+		return err
+	}
+	out := api.ForkResult{Snapshot: s.snapshotInfo(c, sn), ForkMs: float64(time.Since(t0).Microseconds()) / 1000}
+	for _, b := range boxes {
+		if b.desktopNow() != nil {
+			out.Desktops = append(out.Desktops, s.desktopInfo(b))
+		} else {
+			out.Sandboxes = append(out.Sandboxes, b.info())
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// fork makes count replicas of sn, all or none: the budget is reserved for
+// all of them before the first is made, and a replica that fails takes
+// the others down with it.
+func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest) ([]*box, error) {
+	n, err := forkCount(req)
+	if err != nil {
+		return nil, err
+	}
+	var rec recipe
+	if err := json.Unmarshal(sn.Spec, &rec); err != nil {
+		return nil, fmt.Errorf("snapshot %s: its spec: %w", sn.ID, err)
+	}
+	sbReq := rec.Sandbox
+	if req.Limits != nil {
+		sbReq.Limits = *req.Limits
+	}
+	if req.TTLSeconds != nil {
+		sbReq.TTLSeconds = *req.TTLSeconds
+	}
+	if req.IdleTimeoutSeconds != nil {
+		sbReq.IdleTimeoutSeconds = *req.IdleTimeoutSeconds
+	}
+	sbReq.Env = append(append([]string(nil), sbReq.Env...), req.Env...)
+	spec, err := specFromAPI(&sbReq)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range sn.Layers {
+		spec.Layers = append(spec.Layers, c.Layers.Path(d))
+	}
+	if s.isClosing() {
+		return nil, ErrShuttingDown
+	}
+	shares, err := s.capacity.admitN(sbReq.Limits.MemoryBytes, n)
+	if err != nil {
+		return nil, err
+	}
+	boxes := make([]*box, n)
+	errs := make([]error, n)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			use, err := c.Use(sn.ID)
+			if err != nil {
+				shares[i]()
+				errs[i] = err
+				return
+			}
+			release := func() { shares[i](); use() }
+			one := *spec
+			b, err := s.startAdmitted(sbReq, &one, release, sn.ID)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			boxes[i] = b
+			if rec.Desktop != nil {
+				if errs[i] = s.bootDesktop(b, rec.Desktop, t0); errs[i] != nil {
+					s.destroy(b, "its desktop did not start")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, b := range boxes {
+			if b != nil && errs[i] == nil {
+				s.destroy(b, "another replica of its fork failed")
+			}
+		}
+		return nil, fmt.Errorf("fork snapshot %s: %w", sn.ID, err)
+	}
+	s.log.Info("snapshot forked", "id", sn.ID, "count", n)
+	return boxes, nil
+}

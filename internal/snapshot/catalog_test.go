@@ -1,0 +1,173 @@
+package snapshot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/store"
+)
+
+// open opens the catalog under state and closes it (unmounting its
+// store) when the test ends.
+func open(t *testing.T, state string) *Catalog {
+	t.Helper()
+	c, err := Open(state)
+	must(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upper makes a small tree standing in for a captured upper directory.
+func upper(t *testing.T, content string) *os.File {
+	t.Helper()
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "marker"), []byte(content), 0o644))
+	f, err := os.Open(dir)
+	must(t, err)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// take writes a snapshot with one new layer over parent's layers.
+func take(t *testing.T, c *Catalog, content string, parent *Snapshot) *Snapshot {
+	t.Helper()
+	d, err := c.Begin(NewID())
+	must(t, err)
+	l, err := d.CommitLayer(upper(t, content), 0, nil)
+	must(t, err)
+	s := &Snapshot{Tier: TierFS, Kind: "sandbox", Source: "abc", CreatedAt: time.Now(), Layers: []store.Digest{l.Digest}, Bytes: l.Bytes, Spec: []byte(`{"memory":"1g"}`)}
+	if parent != nil {
+		s.Parent = parent.ID
+		s.Layers = append(s.Layers, parent.Layers...)
+	}
+	must(t, d.Commit(s))
+	return s
+}
+
+func TestSnapshotsSurviveReopen(t *testing.T) {
+	require.Root(t)
+	state := t.TempDir()
+	c := open(t, state)
+	root := take(t, c, "golden", nil)
+	child := take(t, c, "fork", root)
+	if _, err := Open(state); err == nil || !strings.Contains(err.Error(), "in use by another tine daemon") {
+		t.Fatalf("a second Open of a held state directory = %v", err)
+	}
+	c.Close()
+	c2 := open(t, state)
+	got, err := c2.Get(child.ID)
+	must(t, err)
+	if got.Parent != root.ID || len(got.Layers) != 2 || got.Layers[1] != root.Layers[0] || string(got.Spec) != `{"memory":"1g"}` {
+		t.Errorf("reloaded %+v", got)
+	}
+	if list := c2.List(); len(list) != 2 || list[0].ID != root.ID {
+		t.Errorf("List after reopen = %v", list)
+	}
+	b, err := os.ReadFile(filepath.Join(c2.Layers.Path(got.Layers[0]), "marker"))
+	if err != nil || string(b) != "fork" {
+		t.Errorf("fork layer marker = %q, %v", b, err)
+	}
+}
+
+// TestInterruptedSnapshotLeavesNothing: a draft that never committed (the
+// daemon died mid-snapshot) is gone after the next Open, with its layer.
+func TestInterruptedSnapshotLeavesNothing(t *testing.T) {
+	require.Root(t)
+	state := t.TempDir()
+	c := open(t, state)
+	d, err := c.Begin(NewID())
+	must(t, err)
+	l, err := d.CommitLayer(upper(t, "half"), 0, nil)
+	must(t, err)
+	if !c.Layers.Has(l.Digest) {
+		t.Fatal("held layer missing before the crash")
+	}
+	c.lock.Close() // no Commit, no Abort: as after kill -9 (the mount stays)
+	c2 := open(t, state)
+	if len(c2.List()) != 0 {
+		t.Errorf("an uncommitted snapshot is listed: %v", c2.List())
+	}
+	if c2.Layers.Has(l.Digest) {
+		t.Error("the interrupted snapshot's layer survived")
+	}
+	entries, _ := os.ReadDir(filepath.Join(state, "snapshots"))
+	if len(entries) != 0 {
+		t.Errorf("snapshots/ holds %d entries after recovery", len(entries))
+	}
+}
+
+func TestDeleteRefusedInUseAndKeepsSharedLayers(t *testing.T) {
+	require.Root(t)
+	c := open(t, t.TempDir())
+	root := take(t, c, "golden", nil)
+	child := take(t, c, "fork", root)
+	release, err := c.Use(root.ID)
+	must(t, err)
+	if err := c.Delete(root.ID); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "1 live sandbox") {
+		t.Fatalf("delete in use = %v", err)
+	}
+	release()
+	release() // a second release is harmless
+	must(t, c.Delete(root.ID))
+	if !c.Layers.Has(root.Layers[0]) {
+		t.Error("deleting the parent removed a layer its child still stacks")
+	}
+	must(t, c.Delete(child.ID))
+	if list, _ := c.Layers.List(); len(list) != 0 {
+		t.Errorf("layers left after deleting every snapshot: %v", list)
+	}
+	if err := c.Delete(child.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second delete = %v", err)
+	}
+}
+
+func TestAbortRemovesOnlyItsLayers(t *testing.T) {
+	require.Root(t)
+	c := open(t, t.TempDir())
+	kept := take(t, c, "same", nil)
+	d, err := c.Begin(NewID())
+	must(t, err)
+	l, err := d.CommitLayer(upper(t, "same"), 0, nil) // same tree: shared layer
+	must(t, err)
+	if l.Digest != kept.Layers[0] {
+		t.Fatalf("identical trees got two layers")
+	}
+	d.Abort()
+	if !c.Layers.Has(l.Digest) {
+		t.Error("Abort removed a layer a committed snapshot names")
+	}
+}
+
+func TestVersionAndIDChecked(t *testing.T) {
+	require.Root(t)
+	state := t.TempDir()
+	c := open(t, state)
+	s := take(t, c, "x", nil)
+	meta := filepath.Join(c.Dir(s.ID), "snapshot.json")
+	b, _ := os.ReadFile(meta)
+	must(t, os.WriteFile(meta, []byte(strings.Replace(string(b), `"version":1`, `"version":99`, 1)), 0o600))
+	c.Close()
+	if _, err := Open(state); err == nil || !strings.Contains(err.Error(), "format version 99") {
+		t.Errorf("Open with a future format = %v", err)
+	}
+	for _, bad := range []string{"", "s", "../x", "S0123456789ab", "s0123456789aZ", "s0123456789abc"} {
+		if ValidID(bad) {
+			t.Errorf("ValidID(%q)", bad)
+		}
+	}
+	if !ValidID(NewID()) {
+		t.Error("NewID not valid")
+	}
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// overlayfs refuses a lower directory that lies inside another lower one
+// ("overlapping lowerdir", ELOOP), checked by walking up the dentries of
+// each layer's filesystem. A fork stacks layers over a base that is often
+// the host's root, of which every directory on the root filesystem is a
+// descendant; so the store's layers must live on a filesystem of their own.
+
+// DefaultImageBytes is the size of the store's filesystem image when one
+// must be made (sparse: it takes only the disk its layers use).
+const DefaultImageBytes = 32 << 30
+
+// EnsureOwnFilesystem makes dir a filesystem of its own when it shares one
+// with the host's root: an ext4 image dir+".img" (sparse, imageBytes, made
+// once with mkfs.ext4) loop-mounted on dir. An image already mounted there
+// (a daemon restarted) is used as it is, and one left unmounted is
+// mounted again; layers persist in it. mounted says whether this call
+// mounted it.
+//
+// The mount stays on the host after the daemon exits: it is the daemon's
+// persistent state, like the directory it replaces, and the loop device
+// is released when it is unmounted (autoclear).
+func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("layer store: %w", err)
+	}
+	var st, root unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return false, fmt.Errorf("layer store: %w", err)
+	}
+	if err := unix.Stat("/", &root); err != nil {
+		return false, fmt.Errorf("layer store: %w", err)
+	}
+	if st.Dev != root.Dev {
+		return false, nil // its own filesystem already
+	}
+	if imageBytes <= 0 {
+		imageBytes = DefaultImageBytes
+	}
+	image := dir + ".img"
+	if _, err := os.Stat(image); errors.Is(err, os.ErrNotExist) {
+		if err := makeImage(image, imageBytes); err != nil {
+			return false, err
+		}
+	}
+	loop, err := attachLoop(image)
+	if err != nil {
+		return false, err
+	}
+	// An autoclear device is released at its last close unless mounted:
+	// close it only after the mount holds it.
+	defer loop.Close()
+	if err := unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, ""); err != nil {
+		return false, fmt.Errorf("layer store: mount %s (%s) on %s: %w", image, loop.Name(), dir, err)
+	}
+	return true, nil
+}
+
+// makeImage creates a sparse ext4 image, through a temporary name so a
+// crash never leaves a half-made image under the real one.
+func makeImage(image string, size int64) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(image), &fs); err == nil {
+		if free := int64(fs.Bavail) * fs.Bsize; size > free {
+			size = max(free/2, 1<<30)
+		}
+	}
+	tmp := image + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("layer store: create image: %w", err)
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("layer store: size image: %w", err)
+	}
+	// -E root_owner: the filesystem's root belongs to root, 0700 below.
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1", "-L", "tine-store", tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("layer store: mkfs.ext4 %s: %v: %s (install e2fsprogs, or put the state directory on its own filesystem)", tmp, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(tmp, image); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("layer store: %w", err)
+	}
+	return nil
+}
+
+// attachLoop binds image to a free loop device and returns it open.
+func attachLoop(image string) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("layer store: open /dev/loop-control: %w (the loop driver is needed when the state directory shares the root filesystem)", err)
+	}
+	defer ctl.Close()
+	img, err := os.OpenFile(image, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("layer store: %w", err)
+	}
+	defer img.Close()
+	for range 8 { // another process can take the free device first
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("layer store: find a free loop device: %w", err)
+		}
+		dev := fmt.Sprintf("/dev/loop%d", n)
+		loop, err := os.OpenFile(dev, os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("layer store: %w", err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], image)
+		err = unix.IoctlLoopConfigure(int(loop.Fd()), &cfg)
+		if errors.Is(err, unix.EBUSY) {
+			loop.Close()
+			continue
+		}
+		if err != nil {
+			loop.Close()
+			return nil, fmt.Errorf("layer store: configure %s: %w", dev, err)
+		}
+		return loop, nil
+	}
+	return nil, errors.New("layer store: no free loop device after 8 tries")
+}
