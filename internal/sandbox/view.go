@@ -26,9 +26,11 @@ type view struct {
 
 // vfs is one filesystem of the view.
 type vfs struct {
-	// host is the host directory (or file) holding its content; "" for a
+	// hosts are the host directories (or the file) holding its content,
+	// topmost first: one, or an overlay's lower layers (a fork's snapshot
+	// layers over its base), merged as overlayfs merges them; none for a
 	// fresh filesystem, empty but for what the steps make in it.
-	host string
+	hosts []string
 	// kernel names a kernel filesystem (proc, sysfs) whose content the
 	// plan cannot know; nothing of the user's may be placed in one.
 	kernel string
@@ -61,7 +63,7 @@ type ventry struct {
 }
 
 func newView(root string) *view {
-	return &view{root: root, mounts: []*vmount{{at: "/", fs: &vfs{host: "/", made: map[string]ventry{}}}}}
+	return &view{root: root, mounts: []*vmount{{at: "/", fs: &vfs{hosts: []string{"/"}, made: map[string]ventry{}}}}}
 }
 
 // locate returns the mount visible at host-view path p and p's path in its
@@ -106,13 +108,54 @@ func (v *view) lookup(p string) ventry {
 	if m.fs.kernel != "" {
 		return ventry{kind: kindOther}
 	}
-	if m.fs.host == "" {
+	if len(m.fs.hosts) == 0 {
 		if key == "" {
 			return ventry{kind: kindDir}
 		}
 		return ventry{}
 	}
-	return lstatEntry(path.Join(m.fs.host, key))
+	for _, h := range m.fs.hosts {
+		hp := path.Join(h, key)
+		if e := lstatEntry(hp); e.kind != kindNone {
+			if isWhiteout(hp) {
+				return ventry{}
+			}
+			return e
+		}
+		if opaqueAbove(h, key) {
+			break // the layers below are hidden here
+		}
+	}
+	return ventry{}
+}
+
+// isWhiteout reports whether hostPath is an overlay whiteout (a character
+// device 0:0): the name is deleted in the layers below.
+func isWhiteout(hostPath string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(hostPath, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+// opaqueAbove reports whether a directory on key's way in layer h is
+// opaque (trusted.overlay.opaque=y), hiding the layers below it.
+func opaqueAbove(h, key string) bool {
+	for d := path.Dir(strings.Trim(key, "/")); ; d = path.Dir(d) {
+		if d == "." || d == "/" {
+			d = ""
+		}
+		if isOpaque(path.Join(h, d)) {
+			return true
+		}
+		if d == "" {
+			return false
+		}
+	}
+}
+
+func isOpaque(dir string) bool {
+	buf := make([]byte, 1)
+	n, err := unix.Lgetxattr(dir, "trusted.overlay.opaque", buf)
+	return err == nil && n == 1 && buf[0] == 'y'
 }
 
 func lstatEntry(hostPath string) ventry {
@@ -136,11 +179,25 @@ func lstatEntry(hostPath string) ventry {
 func (v *view) list(p string) []string {
 	m, key := v.locate(p)
 	seen := map[string]bool{}
-	if m.fs.host != "" && m.fs.kernel == "" {
-		if entries, err := os.ReadDir(path.Join(m.fs.host, key)); err == nil {
+	deleted := map[string]bool{}
+	for _, h := range m.fs.hosts {
+		if m.fs.kernel != "" {
+			break
+		}
+		dir := path.Join(h, key)
+		if entries, err := os.ReadDir(dir); err == nil {
 			for _, e := range entries {
-				seen[e.Name()] = true
+				switch {
+				case deleted[e.Name()]:
+				case isWhiteout(path.Join(dir, e.Name())):
+					deleted[e.Name()] = true
+				default:
+					seen[e.Name()] = true
+				}
 			}
+		}
+		if opaqueAbove(h, path.Join(key, "x")) { // key itself, or a directory above it
+			break
 		}
 	}
 	for k := range m.fs.made {
@@ -169,13 +226,13 @@ func (v *view) apply(st Step) {
 		m := &vmount{at: st.Target, seq: len(v.mounts)}
 		switch {
 		case st.FSType == "overlay":
-			m.fs = &vfs{host: overlayLower(st.Data), made: map[string]ventry{}}
+			m.fs = &vfs{hosts: overlayLowers(st.Data), made: map[string]ventry{}}
 		case st.Flags&unix.MS_BIND != 0 && covers(v.root, st.Source):
 			// A bind of something the setup made (/dev/null over a file).
 			src, key := v.locate(st.Source)
 			m.fs, m.sub = src.fs, key
 		case st.Flags&unix.MS_BIND != 0:
-			m.fs = &vfs{host: st.Source, made: map[string]ventry{}}
+			m.fs = &vfs{hosts: []string{st.Source}, made: map[string]ventry{}}
 		case st.FSType == "proc" || st.FSType == "sysfs":
 			m.fs = &vfs{kernel: st.FSType, made: map[string]ventry{}}
 		default:
@@ -183,7 +240,7 @@ func (v *view) apply(st Step) {
 		}
 		v.mounts = append(v.mounts, m)
 	case StepBind:
-		v.mounts = append(v.mounts, &vmount{at: st.Target, seq: len(v.mounts), fs: &vfs{host: st.Source, made: map[string]ventry{}}})
+		v.mounts = append(v.mounts, &vmount{at: st.Target, seq: len(v.mounts), fs: &vfs{hosts: []string{st.Source}, made: map[string]ventry{}}})
 	case StepMkdir, StepMknod, StepSymlink, StepTouch:
 		if v.lookup(st.Target).kind != kindNone {
 			return // EEXIST
@@ -202,30 +259,38 @@ func (v *view) apply(st Step) {
 	}
 }
 
-// overlayLower returns the (single) lower directory of overlay options.
-func overlayLower(data string) string {
+// overlayLowers returns the lower directories of overlay options, topmost
+// first.
+func overlayLowers(data string) []string {
 	for _, opt := range splitOverlayOptions(data) {
 		if l, ok := strings.CutPrefix(opt, "lowerdir="); ok {
-			return unescapeOverlay(l)
+			var out []string
+			for _, one := range splitUnescaped(l, ':') {
+				out = append(out, unescapeOverlay(one))
+			}
+			return out
 		}
 	}
-	return ""
+	return nil
 }
 
 // splitOverlayOptions splits at commas that escapeOverlay did not escape.
-func splitOverlayOptions(data string) []string {
+func splitOverlayOptions(data string) []string { return splitUnescaped(data, ',') }
+
+// splitUnescaped splits s at each sep that escapeOverlay did not escape.
+func splitUnescaped(s string, sep byte) []string {
 	var out []string
 	start := 0
-	for i := 0; i < len(data); i++ {
-		switch data[i] {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
 		case '\\':
 			i++
-		case ',':
-			out = append(out, data[start:i])
+		case sep:
+			out = append(out, s[start:i])
 			start = i + 1
 		}
 	}
-	return append(out, data[start:])
+	return append(out, s[start:])
 }
 
 func unescapeOverlay(s string) string {
