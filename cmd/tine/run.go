@@ -21,7 +21,7 @@ import (
 type runFlags struct {
 	memory, cpus, pids, timeout, disk string
 	rootfs, workdir, hostname         string
-	seccompMode                       string
+	seccompMode, hostView             string
 	volumes, env                      []string
 	tty                               bool
 	outcome                           string
@@ -68,6 +68,7 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.StringVar(&f.timeout, "timeout", "", "kill the whole sandbox after this long, e.g. 30s (exit 124, reason timeout)")
 	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root (relative to the current directory)")
+	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "/", "working directory inside the sandbox")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or KEY to pass the host's value (repeatable)")
@@ -103,6 +104,9 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 	if s.DiskBytes, err = parseSize("disk", f.disk); err != nil {
 		return nil, err
 	}
+	if s.HostView, err = parseHostView(f.hostView, f.rootfs); err != nil {
+		return nil, err
+	}
 	if s.Seccomp, err = seccomp.ParseMode(f.seccompMode); err != nil {
 		return nil, usageError{fmt.Sprintf("invalid --seccomp %q: want default, strict or unconfined", f.seccompMode)}
 	}
@@ -134,6 +138,21 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 	}
 	s.TTY = f.tty
 	return s, nil
+}
+
+// hostViewUsage is --host-view's help, for tine run and tine create.
+const hostViewUsage = "what the sandbox sees of the host's root: os (the operating system: /usr, /etc, /opt and the package databases; every other top-level directory, /var/log, /var/mail, /var/spool, the rest of /var/lib and the files of /etc others cannot read are empty) or full (everything but password hashes, SSH host keys and /root)"
+
+// parseHostView checks --host-view, which only applies to the host's root.
+func parseHostView(v, rootfs string) (sandbox.HostView, error) {
+	hv, err := sandbox.ParseHostView(v)
+	if err != nil {
+		return "", usageError{fmt.Sprintf("invalid --host-view %q: want os or full", v)}
+	}
+	if rootfs != "" && hv == sandbox.HostViewFull {
+		return "", usageError{"--host-view full is a view of the host's root; with --rootfs the root is that directory as it is: drop one of them"}
+	}
+	return hv, nil
 }
 
 func cutEnv(e string) (string, string, bool) {

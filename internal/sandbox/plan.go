@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,6 +31,11 @@ const (
 	StepMknod
 	StepSymlink
 	StepTouch // create an empty file to bind a file over
+	// StepUpper makes a directory or an empty file (Mode has S_IFDIR or
+	// S_IFREG) in an overlay's upper layer with exactly Mode, UID and GID;
+	// Data, when set, names the opaque xattr that hides the lower
+	// directory's entries (the host view, hostview.go).
+	StepUpper
 )
 
 // Step is one filesystem operation of the child's setup, in host-view paths
@@ -43,6 +49,8 @@ type Step struct {
 	Data   string
 	Mode   uint32
 	Dev    uint64
+	// UID and GID own a StepUpper entry.
+	UID, GID uint32
 	// Optional steps are skipped when their target does not exist (masks
 	// of /proc files a kernel may not have).
 	Optional bool
@@ -69,6 +77,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("symlink %s -> %s", s.Target, s.Source)
 	case StepTouch:
 		return "create " + s.Target
+	case StepUpper:
+		return "make " + s.Target + " in the upper layer"
 	}
 	return "step"
 }
@@ -159,13 +169,16 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
 	if rootless && s.RootFS == "" {
-		if err := p.addRootlessHostRoot(stage); err != nil {
+		if err := p.addRootlessHostRoot(stage, p.hostView()); err != nil {
 			return nil, err
 		}
 	} else {
 		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", escapeOverlay(lower), stage, stage)
 		if rootless {
 			ovl += ",userxattr"
+		}
+		if view := p.hostView(); view != nil {
+			p.addHostView(view, "/", stage+"/upper", "trusted.overlay.opaque", true)
 		}
 		mount("overlay", R, "overlay", nsd, ovl)
 	}
@@ -205,9 +218,10 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(R+"/sys", 0o555)
 	add(Step{Kind: StepMount, Source: "sysfs", Target: R + "/sys", FSType: "sysfs", Flags: nsd | unix.MS_NOEXEC | unix.MS_RDONLY, InNetns: true})
 
-	// The host's secret directories are empty in a sandbox over its root;
-	// binds into them land on the empty tmpfs.
-	if s.RootFS == "" {
+	// In the full host view, the host's secret directories are empty;
+	// binds into them land on the empty tmpfs. (The os view hides them in
+	// the upper layer.)
+	if s.RootFS == "" && s.HostView == HostViewFull {
 		for _, d := range hostSecretDirs {
 			add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: nsd, Data: "mode=0700,size=16m", Optional: true})
 		}
@@ -238,10 +252,10 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		}
 	}
 
-	// The host's secret files, when its root is the sandbox's base: the
-	// sandbox's root is uid 0, which owns them, so only a mask keeps them
-	// unread.
-	if s.RootFS == "" {
+	// The host's secret files, in the full host view: the sandbox's root
+	// is uid 0, which owns them, so only a mask keeps them unread. (The
+	// os view empties them in the upper layer.)
+	if s.RootFS == "" && s.HostView == HostViewFull {
 		for _, f := range hostSecretFiles() {
 			add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
 		}
@@ -263,16 +277,16 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	return p, nil
 }
 
-// hostSecretDirs are host directories a sandbox over the host's root gets
-// empty (a private tmpfs): root's home, and tine's own state (the daemon's
-// token when it listens on TCP with the old default data directory).
+// hostSecretDirs are host directories the full host view gets empty (a
+// private tmpfs): root's home, and tine's own state (the daemon's token
+// when it listens on TCP with the old default data directory).
 var hostSecretDirs = []string{"/root", "/var/lib/tine"}
 
-// hostSecretFiles lists the host files a sandbox over the host's root sees
-// as empty: password hashes and SSH host keys.
+// hostSecretFiles lists the host files the full host view shows as empty:
+// password hashes and SSH host keys.
 func hostSecretFiles() []string {
 	var out []string
-	for _, pattern := range []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key"} {
+	for _, pattern := range alwaysHidden {
 		m, _ := filepath.Glob(pattern)
 		out = append(out, m...)
 	}
@@ -288,7 +302,10 @@ var ownMounts = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": t
 // /proc, /sys, ...), so the root is a tmpfs holding one overlay per
 // top-level directory instead; a directory with mounts beneath it is bound
 // read-only, and top-level files and symlinks are recreated or bound.
-func (p *Plan) addRootlessHostRoot(stage string) error {
+// view, when not nil, is the os host view: hidden top-level entries are
+// empty, hidden ones below are made in an overlay's upper layer, or covered
+// by an empty tmpfs (or /dev/null) in a directory bound read-only.
+func (p *Plan) addRootlessHostRoot(stage string, view []viewEntry) error {
 	entries, err := os.ReadDir("/")
 	if err != nil {
 		return fmt.Errorf("%w: list the host's root: %v", ErrSetup, err)
@@ -303,7 +320,9 @@ func (p *Plan) addRootlessHostRoot(stage string) error {
 			continue
 		}
 		host, target := "/"+name, p.Root+"/"+name
-		switch {
+		switch hidden := slices.IndexFunc(view, func(v viewEntry) bool { return v.Path == host && v.Hide }); {
+		case hidden >= 0:
+			add(Step{Kind: StepUpper, Target: target, Mode: view[hidden].Mode})
 		case e.Type()&os.ModeSymlink != 0:
 			link, err := os.Readlink(host)
 			if err != nil {
@@ -314,10 +333,12 @@ func (p *Plan) addRootlessHostRoot(stage string) error {
 			add(Step{Kind: StepMkdir, Target: target, Mode: 0o755})
 			add(Step{Kind: StepMount, Source: host, Target: target, Flags: unix.MS_BIND | unix.MS_REC})
 			add(Step{Kind: StepMount, Target: target, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
+			p.coverHostView(view, host, p.Root)
 		case e.IsDir():
 			for _, d := range []string{stage + "/upper/" + name, stage + "/work/" + name, target} {
 				add(Step{Kind: StepMkdir, Target: d, Mode: 0o755})
 			}
+			p.addHostView(view, host, stage+"/upper/"+name, "user.overlay.opaque", false)
 			add(Step{Kind: StepMount, Source: "overlay", Target: target, FSType: "overlay", Flags: unix.MS_NOSUID | unix.MS_NODEV,
 				Data: fmt.Sprintf("lowerdir=%s,upperdir=%s/upper/%s,workdir=%s/work/%s,userxattr", escapeOverlay(host), stage, name, stage, name)})
 		case e.Type().IsRegular():

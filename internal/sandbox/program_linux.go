@@ -154,6 +154,10 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 			if st.InNetns != inNetns {
 				continue
 			}
+			if st.Kind == StepUpper {
+				pg.addUpper(st)
+				continue
+			}
 			o, err := pg.stepOp(st)
 			if err != nil {
 				return nil, err
@@ -437,6 +441,27 @@ func (pg *program) stepOp(st Step) (op, error) {
 		return sys(unix.SYS_MKNODAT, atFdcwd, pg.cstr(st.Target), uintptr(unix.S_IFREG|st.Mode), 0).tolerating(append(tol, unix.EEXIST)...), nil
 	}
 	return op{}, fmt.Errorf("unknown step kind %d", st.Kind)
+}
+
+// addUpper makes a StepUpper entry: the directory or empty file, its
+// owner, its exact mode (mkdir and mknod apply the umask, chown clears
+// set-id bits), and the opaque xattr.
+func (pg *program) addUpper(st Step) {
+	what := st.String()
+	target := pg.cstr(st.Target)
+	perm := uintptr(st.Mode & 0o7777)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		pg.addSetup(what, sys(unix.SYS_MKDIRAT, atFdcwd, target, perm).tolerating(unix.EEXIST))
+	} else {
+		pg.addSetup(what, sys(unix.SYS_MKNODAT, atFdcwd, target, unix.S_IFREG|perm, 0).tolerating(unix.EEXIST))
+	}
+	if st.UID != 0 || st.GID != 0 {
+		pg.addSetup(what, sys(unix.SYS_FCHOWNAT, atFdcwd, target, uintptr(st.UID), uintptr(st.GID), unix.AT_SYMLINK_NOFOLLOW))
+	}
+	pg.addSetup(what, sys(unix.SYS_FCHMODAT, atFdcwd, target, perm))
+	if st.Data != "" {
+		pg.addSetup(what, sys(unix.SYS_LSETXATTR, target, pg.cstr(st.Data), pg.cstr("y"), 1, 0))
+	}
 }
 
 // ifreqFlags is struct ifreq with the flags member.

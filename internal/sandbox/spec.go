@@ -37,6 +37,10 @@ type Spec struct {
 	// RootFS is a directory used as the read-only base of the root; empty
 	// means the host's own root filesystem.
 	RootFS string
+	// HostView is what a sandbox over the host's root sees of it: the
+	// operating system only (HostViewOS, the default), or all of it
+	// (HostViewFull). It does not apply to a RootFS.
+	HostView HostView
 	// DiskBytes caps the writable layer over the root.
 	DiskBytes int64
 	// Binds are host paths made visible inside.
@@ -57,6 +61,31 @@ type Spec struct {
 	// mounting a request's private /tmp) and seccomp's Zygote filter, which
 	// adds unshare of a user and mount namespace and mount to Seccomp's.
 	Zygote bool
+}
+
+// HostView selects how much of the host's root a sandbox sees.
+type HostView string
+
+const (
+	// HostViewOS shows the operating system (/usr, /etc, /opt, the
+	// package databases, ...) and hides the host's data: every other
+	// top-level directory, most of /var, and the files of /etc that are
+	// not world-readable are empty (see hostview.go).
+	HostViewOS HostView = "os"
+	// HostViewFull shows the whole host root, less the password hashes,
+	// SSH host keys, /root and tine's own state.
+	HostViewFull HostView = "full"
+)
+
+// ParseHostView parses --host-view; "" is the default, os.
+func ParseHostView(v string) (HostView, error) {
+	switch HostView(v) {
+	case "", HostViewOS:
+		return HostViewOS, nil
+	case HostViewFull:
+		return HostViewFull, nil
+	}
+	return "", fmt.Errorf("%w: host view %q: want os (the operating system only, the default) or full (the whole host root)", ErrInvalidSpec, v)
 }
 
 // Bind makes host path Source visible at Target inside the sandbox.
@@ -111,6 +140,12 @@ func (s *Spec) Validate() error {
 		if !st.IsDir() {
 			return fmt.Errorf("%w: --rootfs %s is not a directory", ErrInvalidSpec, s.RootFS)
 		}
+	}
+	if _, err := ParseHostView(string(s.HostView)); err != nil {
+		return err
+	}
+	if s.RootFS != "" && s.HostView == HostViewFull {
+		return fmt.Errorf("%w: --host-view full is a view of the host's root; with --rootfs the root is %s as it is", ErrInvalidSpec, s.RootFS)
 	}
 	if s.Workdir != "" && !path.IsAbs(s.Workdir) {
 		return fmt.Errorf("%w: --workdir %q must be an absolute path", ErrInvalidSpec, s.Workdir)
