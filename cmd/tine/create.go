@@ -15,6 +15,7 @@ type createFlags struct {
 	memory, cpus, pids, disk  string
 	rootfs, workdir, hostname string
 	seccompMode, network      string
+	hostView                  string
 	ttl, idle                 string
 	volumes, env              []string
 }
@@ -39,6 +40,7 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
 	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
+	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory of execs (default /)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every exec, or KEY to pass this shell's value (repeatable)")
@@ -69,7 +71,11 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 
 func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
 	s := &api.SandboxSpec{RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode, Network: f.network}
-	var err error
+	hv, err := parseHostView(f.hostView, f.rootfs)
+	if err != nil {
+		return nil, err
+	}
+	s.HostView = string(hv)
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err
 	}

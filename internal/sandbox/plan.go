@@ -120,7 +120,11 @@ var (
 		"/proc/timer_stats", "/proc/sched_debug", "/proc/interrupts",
 	}
 	maskedDirs    = []string{"/proc/acpi", "/proc/asound", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
-	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+		// PID 1's OOM score (set before these mounts, see addOOMScore):
+		// the tenant's root could otherwise raise it and choose when its
+		// reaper dies.
+		"/proc/1/oom_score_adj", "/proc/1/oom_adj", "/proc/1/task/1/oom_score_adj", "/proc/1/task/1/oom_adj"}
 )
 
 // NewPlan builds the plan for s. rootless selects a user-namespace sandbox.

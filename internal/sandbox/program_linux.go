@@ -140,6 +140,12 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg := newProgram()
 	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	pg.moveDescriptors(in)
+	if !in.userns {
+		// Through the host's /proc, before the sandbox's own shows this
+		// score read-only (plan.go's readOnlyPaths), and while PID 1 still
+		// has CAP_SYS_RESOURCE.
+		pg.addOOMScore("-1000")
+	}
 	if in.userns {
 		pg.addRelease(false)
 	}
@@ -184,9 +190,6 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	}
 	if c := p.command(); c != nil && c.tty {
 		pg.addPTY(c.size)
-	}
-	if !in.userns {
-		pg.addOOMScore("-1000") // before the capabilities (CAP_SYS_RESOURCE) go
 	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(p.command(), false, !in.userns)

@@ -128,6 +128,12 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	if s.DiskBytes == 0 {
 		s.DiskBytes = sandbox.DefaultDisk
 	}
+	switch a.HostView {
+	case "", string(sandbox.HostViewOS), string(sandbox.HostViewFull):
+		s.HostView = sandbox.HostView(a.HostView)
+	default:
+		return nil, bad("host_view %q: want \"os\" (the operating system only, the default) or \"full\" (the whole host root)", a.HostView)
+	}
 	if a.Seccomp != "" {
 		m, err := seccomp.ParseMode(a.Seccomp)
 		if err != nil {
