@@ -213,3 +213,32 @@ func TestLeftoversAfterSIGKILL(t *testing.T) {
 		t.Errorf("after tine gc, cgroups of the killed tine (pid %d) remain: %v\ngc said: %s", p.pid(), dirs, gc)
 	}
 }
+
+// The tenant cannot change its reaper's OOM score (raising it would let
+// it choose when PID 1 dies): every write to PID 1's score files fails and
+// the score stays; the same write to its own score works (the attempt is
+// real: the files are writable in general).
+func TestReaperOOMScoreReadOnly(t *testing.T) {
+	h := setup(t)
+	r := h.run("run", "--", "sh", "-c", `before=$(cat /proc/1/oom_score_adj); echo "before $before"
+for f in /proc/1/oom_score_adj /proc/1/task/1/oom_score_adj; do echo 1000 > $f && echo "wrote $f"; done
+for f in /proc/1/oom_adj /proc/1/task/1/oom_adj; do echo 15 > $f && echo "wrote $f"; done
+echo "after $(cat /proc/1/oom_score_adj)"
+echo 500 > /proc/self/oom_score_adj && echo "self $(cat /proc/self/oom_score_adj)"`)
+	if !strings.Contains(r.Stdout, "self 500\n") {
+		t.Fatalf("negative control: the command could not write its own oom_score_adj: %s", r)
+	}
+	if strings.Contains(r.Stdout, "wrote") {
+		t.Errorf("a write to PID 1's OOM score succeeded: %s", r)
+	}
+	lines := strings.Split(r.Stdout, "\n")
+	before, after := strings.TrimPrefix(lines[0], "before "), ""
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "after "); ok {
+			after = v
+		}
+	}
+	if before == "" || before != after || after == "1000" {
+		t.Errorf("PID 1's oom_score_adj went from %q to %q: %s", before, after, r)
+	}
+}
