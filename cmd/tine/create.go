@@ -35,10 +35,10 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 		Args: cobra.NoArgs,
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (default: the daemon's --default-memory)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU quota in cores, e.g. 0.5 or 2")
-	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
-	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
+	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads (default: the daemon's --default-pids)")
+	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
 	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable)")

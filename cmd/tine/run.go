@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/handoff"
+	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -62,11 +63,11 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (exceeding it kills the command: exit 137, reason oom)")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (exceeding it kills the command: exit 137, reason oom; default 1g as root, none rootless)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU quota in cores, e.g. 0.5 or 2")
-	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
+	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads (default 1024 as root, none rootless)")
 	fl.StringVar(&f.timeout, "timeout", "", "kill the whole sandbox after this long, e.g. 30s (exit 124, reason timeout)")
-	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
+	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root (relative to the current directory)")
 	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory)")
@@ -96,6 +97,9 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err
 	}
+	// Applied in-process where cgroups are driven; a daemon that takes
+	// the run applies its own (tine serve --default-memory, --default-pids).
+	s.DefaultLimits = cgroup.Limits{MemoryBytes: sandbox.DefaultMemory, Pids: sandbox.DefaultPids}
 	if f.timeout != "" {
 		if s.Timeout, err = parseDuration("timeout", f.timeout); err != nil {
 			return nil, err
@@ -229,7 +233,11 @@ func runOnce(f runFlags, args []string) error {
 	case "timeout":
 		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
 	case "oom":
-		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], f.memory)
+		limit := f.memory
+		if limit == "" {
+			limit = "the default; raise it with --memory"
+		}
+		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], limit)
 	}
 	if o.ExitCode != 0 {
 		return exitError{o.ExitCode}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
 )
 
@@ -21,6 +22,7 @@ type serveFlags struct {
 	maxSandboxes, pool                 int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
+	defaultPids                        int64
 	logJSON, debug                     bool
 }
 
@@ -77,7 +79,8 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
-	fl.StringVar(&f.defaultMemory, "default-memory", "512m", "what a sandbox without a memory limit counts against --max-memory")
+	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
+	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fl.BoolVar(&f.debug, "debug", false, "log every request")
 	return cmd
@@ -111,6 +114,10 @@ func runServe(f serveFlags) error {
 	if cfg.DefaultMemoryBytes, err = parseSize("default-memory", f.defaultMemory); err != nil {
 		return err
 	}
+	if f.defaultPids <= 0 {
+		return usageError{fmt.Sprintf("invalid --default-pids %d: want a positive whole number", f.defaultPids)}
+	}
+	cfg.DefaultPids = f.defaultPids
 	l := server.Listen{Socket: f.socket, SocketMode: 0o660, TCP: f.listen}
 	if f.listen != "" {
 		if f.tokenFile != "" {

@@ -148,7 +148,7 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.SetLimits(s.Limits); err != nil {
+	if err := sb.ApplyLimits(s); err != nil {
 		sb.Destroy()
 		return nil, err
 	}

@@ -244,6 +244,12 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 // ErrSandboxGone means the sandbox died or was destroyed.
 var ErrSandboxGone = errors.New("the sandbox is gone")
 
+// ApplyLimits sets the limits s asks for, its defaults included where
+// the sandbox has a cgroup (a pooled sandbox takes its run's limits).
+func (sb *Sandbox) ApplyLimits(s *Spec) error {
+	return sb.SetLimits(s.limits(sb.init.group != nil))
+}
+
 // SetLimits changes the sandbox's cgroup limits.
 func (sb *Sandbox) SetLimits(lim cgroup.Limits) error {
 	if sb.init.group == nil {

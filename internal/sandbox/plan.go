@@ -215,10 +215,17 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 	mount("devpts", R+"/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsData)
 	mount("tmpfs", R+"/dev/shm", "tmpfs", nsd, "mode=1777,size=67108864")
-	mkdir(R+"/tmp", 0o1777)
-	mount("tmpfs", R+"/tmp", "tmpfs", nsd, "mode=1777")
-	mkdir(R+"/run", 0o755)
-	mount("tmpfs", R+"/run", "tmpfs", nsd, "mode=0755")
+	// /tmp and /run are directories of the stage's tmpfs, bound: they
+	// share the --disk bytes with the writable layer, so a sandbox's
+	// storage (charged to its memory cgroup, being tmpfs) has one bound.
+	for _, d := range []struct {
+		name string
+		mode uint32
+	}{{"tmp", 0o1777}, {"run", 0o755}} {
+		add(Step{Kind: StepUpper, Target: stage + "/" + d.name, Mode: unix.S_IFDIR | d.mode})
+		mkdir(R+"/"+d.name, d.mode)
+		mount(stage+"/"+d.name, R+"/"+d.name, "", unix.MS_BIND, "")
+	}
 	mkdir(R+"/sys", 0o555)
 	add(Step{Kind: StepMount, Source: "sysfs", Target: R + "/sys", FSType: "sysfs", Flags: nsd | unix.MS_NOEXEC | unix.MS_RDONLY, InNetns: true})
 

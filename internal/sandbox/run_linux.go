@@ -155,7 +155,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
 	}
 	createGroup := func() error {
-		g, err := h.cgroup.Create(cgroup.NewName(), s.Limits, len(plan.Argv) == 0)
+		g, err := h.cgroup.Create(cgroup.NewName(), s.limits(true), len(plan.Argv) == 0)
 		if err != nil {
 			return err
 		}

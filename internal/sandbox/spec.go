@@ -17,8 +17,16 @@ import (
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 )
 
-// DefaultDisk is the default size of the writable layer over the root.
+// DefaultDisk is the default size of a sandbox's writable storage: the
+// layer over the root, /tmp and /run together.
 const DefaultDisk = 256 << 20
+
+// The limits tine run gives a sandbox that asks for none (Spec.DefaultLimits),
+// where tine drives cgroups.
+const (
+	DefaultMemory = 1 << 30
+	DefaultPids   = 1024
+)
 
 // DefaultPath is the PATH a sandboxed command gets unless -e sets one.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -47,6 +55,10 @@ type Spec struct {
 	Binds []Bind
 	// Limits are enforced through the cgroup driver.
 	Limits cgroup.Limits
+	// DefaultLimits fill the zero fields of Limits where tine drives
+	// cgroups (as root). A rootless sandbox has no cgroup, and ignores
+	// them: a default never makes a run fail.
+	DefaultLimits cgroup.Limits
 	// Timeout kills the whole sandbox after this long (0: none).
 	Timeout time.Duration
 	// Seccomp selects the syscall policy.
@@ -176,6 +188,25 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)
 	}
 	return nil
+}
+
+// limits returns the limits enforced on the sandbox: Limits, with
+// DefaultLimits in its zero fields when cgroups are driven.
+func (s *Spec) limits(driven bool) cgroup.Limits {
+	lim := s.Limits
+	if !driven {
+		return lim
+	}
+	if lim.MemoryBytes == 0 {
+		lim.MemoryBytes = s.DefaultLimits.MemoryBytes
+	}
+	if lim.Pids == 0 {
+		lim.Pids = s.DefaultLimits.Pids
+	}
+	if lim.CPUs == 0 {
+		lim.CPUs = s.DefaultLimits.CPUs
+	}
+	return lim
 }
 
 // Outcome is how a sandboxed command ended.

@@ -43,6 +43,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
+	s.setDefaultLimits(spec)
 
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {

@@ -153,6 +153,12 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	return s, nil
 }
 
+// setDefaultLimits gives spec the daemon's limits for those it does not
+// ask for (applied where cgroups are driven, see sandbox.Spec).
+func (s *Server) setDefaultLimits(spec *sandbox.Spec) {
+	spec.DefaultLimits = cgroup.Limits{MemoryBytes: s.cfg.DefaultMemoryBytes, Pids: s.cfg.DefaultPids}
+}
+
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.SandboxSpec
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
@@ -180,6 +186,7 @@ func (s *Server) startBox(req api.SandboxSpec, spec *sandbox.Spec) (*box, error)
 	if err != nil {
 		return nil, err
 	}
+	s.setDefaultLimits(spec)
 	inst, err := s.rt.Create(spec)
 	if err != nil {
 		release()

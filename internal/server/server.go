@@ -27,12 +27,15 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tine-run/tine/internal/sandbox"
 )
 
 // Defaults of Config.
 const (
 	DefaultMaxSandboxes   = 128
-	DefaultMemory         = 512 << 20
+	DefaultMemory         = sandbox.DefaultMemory
+	DefaultPids           = sandbox.DefaultPids
 	DefaultMaxBodyBytes   = 16 << 20
 	DefaultMaxFileBytes   = 1 << 30
 	DefaultMaxOutputBytes = 1 << 20
@@ -60,9 +63,13 @@ type Config struct {
 	// MaxMemoryBytes bounds the sum of the live sandboxes' memory limits
 	// (default: the host's physical memory).
 	MaxMemoryBytes int64
-	// DefaultMemoryBytes is what a sandbox without a memory limit counts
-	// against MaxMemoryBytes.
+	// DefaultMemoryBytes is the memory limit of a sandbox (or run) that
+	// asks for none, where cgroups are driven, and what it counts against
+	// MaxMemoryBytes either way.
 	DefaultMemoryBytes int64
+	// DefaultPids is the pids limit of a sandbox that asks for none, where
+	// cgroups are driven.
+	DefaultPids int64
 	// MaxBodyBytes bounds JSON request bodies (exec stdin travels in them).
 	MaxBodyBytes int64
 	// MaxFileBytes bounds an uploaded or downloaded file or archive.
@@ -97,6 +104,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DefaultMemoryBytes <= 0 {
 		c.DefaultMemoryBytes = min(DefaultMemory, c.MaxMemoryBytes)
+	}
+	if c.DefaultPids <= 0 {
+		c.DefaultPids = DefaultPids
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
