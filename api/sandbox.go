@@ -11,6 +11,9 @@ type SandboxSpec struct {
 	// HostView is what a sandbox over the host's root sees of it: "os"
 	// (the default: the operating system, not the host's data) or "full".
 	HostView string `json:"host_view,omitempty"`
+	// UserNS maps the sandbox's root to an unprivileged host uid range
+	// (as root too): no DAC override on host files.
+	UserNS bool `json:"userns,omitempty"`
 	// DiskBytes caps the writable layer over the root (default 256 MiB).
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// Env is KEY=VALUE pairs every exec gets (an exec's own env overrides).

@@ -16,6 +16,7 @@ type createFlags struct {
 	rootfs, workdir, hostname string
 	seccompMode, network      string
 	hostView                  string
+	userns                    bool
 	ttl, idle                 string
 	volumes, env              []string
 }
@@ -41,6 +42,7 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
 	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
+	fl.BoolVar(&f.userns, "userns", false, usernsUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory of execs (default /)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every exec, or KEY to pass this shell's value (repeatable)")
@@ -75,7 +77,7 @@ func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.HostView = string(hv)
+	s.HostView, s.UserNS = string(hv), f.userns
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err
 	}

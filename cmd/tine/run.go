@@ -26,7 +26,7 @@ type runFlags struct {
 	volumes, env                      []string
 	tty                               bool
 	outcome                           string
-	verbose, inProcess                bool
+	verbose, inProcess, userns        bool
 	socket                            string
 }
 
@@ -70,6 +70,7 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root (relative to the current directory)")
 	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
+	fl.BoolVar(&f.userns, "userns", false, usernsUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "/", "working directory inside the sandbox")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or KEY to pass the host's value (repeatable)")
@@ -141,11 +142,15 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 		}
 	}
 	s.TTY = f.tty
+	s.UserNS = f.userns
 	return s, nil
 }
 
 // hostViewUsage is --host-view's help, for tine run and tine create.
 const hostViewUsage = "what the sandbox sees of the host's root: os (the operating system: /usr, /etc, /opt and the package databases; every other top-level directory, /var/log, /var/mail, /var/spool, the rest of /var/lib and the files of /etc others cannot read are empty) or full (everything but password hashes, SSH host keys and /root)"
+
+// usernsUsage is --userns's help, for tine run and tine create.
+const usernsUsage = "run in a user namespace as root too: the sandbox's root is an unprivileged host uid (root's range in /etc/subuid, else 2147483648 on), with no DAC override on host files; host files show as owned by nobody inside"
 
 // parseHostView checks --host-view, which only applies to the host's root.
 func parseHostView(v, rootfs string) (sandbox.HostView, error) {

@@ -45,7 +45,7 @@ func base() *sandbox.Spec {
 // be tine run's default.
 func Fits(s *sandbox.Spec) bool {
 	return s.RootFS == "" && len(s.Binds) == 0 && !s.TTY &&
-		(s.HostView == "" || s.HostView == sandbox.HostViewOS) &&
+		(s.HostView == "" || s.HostView == sandbox.HostViewOS) && !s.UserNS &&
 		(s.DiskBytes == 0 || s.DiskBytes == sandbox.DefaultDisk) &&
 		(s.Hostname == "" || s.Hostname == "tine") &&
 		(s.Seccomp == "" || s.Seccomp == seccomp.Default)

@@ -298,7 +298,7 @@ func (p *Plan) hostView() []viewEntry {
 	if p.Spec.RootFS != "" || p.Spec.HostView == HostViewFull {
 		return nil
 	}
-	return hostViewEntries(!p.Rootless)
+	return hostViewEntries(!p.UserNS)
 }
 
 // coverHostView hides the view's entries beneath host, a directory bound

@@ -165,10 +165,11 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if sb.init.pidfd < 0 {
 		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
 	}
-	in, err := h.wallInputs(p.Spec.Seccomp, p.Rootless)
+	in, err := h.wallInputs(p.Spec.Seccomp, p.UserNS)
 	if err != nil {
 		return nil, err
 	}
+	in.asRoot = p.UserNS && !p.Rootless
 	if in.ruleset >= 0 {
 		defer unix.Close(in.ruleset)
 	}

@@ -86,8 +86,10 @@ func (s Step) String() string {
 // Plan is a Spec made concrete: every mount, rule and limit the sandbox
 // gets, as plain data. It is built without touching the kernel.
 type Plan struct {
-	Spec     *Spec
-	Rootless bool
+	Spec *Spec
+	// Rootless: run by an unprivileged user (in a user namespace, without
+	// cgroups). UserNS: in a user namespace (rootless, or Spec.UserNS).
+	Rootless, UserNS bool
 	// Stage is the directory the sandbox's tmpfs is mounted over, and Root
 	// where the new root is assembled in it (host view) before pivot_root.
 	Stage string
@@ -127,7 +129,8 @@ var (
 		"/proc/1/oom_score_adj", "/proc/1/oom_adj", "/proc/1/task/1/oom_score_adj", "/proc/1/task/1/oom_adj"}
 )
 
-// NewPlan builds the plan for s. rootless selects a user-namespace sandbox.
+// NewPlan builds the plan for s. rootless selects a user-namespace sandbox
+// run by an unprivileged user; s.UserNS one run by root.
 func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -136,7 +139,8 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if rootless {
 		stage = rootlessStageDir
 	}
-	p := &Plan{Spec: s, Rootless: rootless, Stage: stage, Root: stage + "/root"}
+	userns := rootless || s.UserNS
+	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
 		p.Hostname = "tine"
@@ -172,13 +176,13 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(stage+"/upper", 0o755)
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
-	if rootless && s.RootFS == "" {
+	if userns && s.RootFS == "" {
 		if err := p.addRootlessHostRoot(stage, p.hostView()); err != nil {
 			return nil, err
 		}
 	} else {
 		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", escapeOverlay(lower), stage, stage)
-		if rootless {
+		if userns {
 			ovl += ",userxattr"
 		}
 		if view := p.hostView(); view != nil {
@@ -194,7 +198,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mount("tmpfs", R+"/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536,nr_inodes=64")
 	for _, d := range devices {
 		node := R + "/dev/" + d.name
-		if rootless {
+		if userns {
 			// mknod is not allowed in a user namespace: bind the host's node.
 			add(Step{Kind: StepTouch, Target: node, Mode: 0o666})
 			mount("/dev/"+d.name, node, "", unix.MS_BIND, "")

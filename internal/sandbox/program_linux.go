@@ -63,7 +63,11 @@ type inputs struct {
 	// (ID maps) before any mount and makes its own network namespace.
 	// Otherwise it mounts first, then waits for the parent to place it in
 	// its cgroup and hand it the network namespace (made in parallel).
-	userns      bool
+	userns bool
+	// asRoot: the user namespace maps a range to unprivileged host ids
+	// (Spec.UserNS as root); the child, still the host's root, becomes the
+	// namespace's root once it is mapped.
+	asRoot      bool
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
 	filter      []unix.SockFilter
 	keepCaps    uint64
@@ -149,6 +153,7 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if in.userns {
 		pg.addRelease(false)
 	}
+	pg.addBecomeRoot(in)
 
 	// Filesystem.
 	pg.addSetup("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
@@ -219,12 +224,26 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	}
 	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
 	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
+	pg.addBecomeRoot(in)
 	if cmd.tty {
 		pg.addPTY(cmd.size)
 	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(cmd, true, !in.userns)
 	return pg, nil
+}
+
+// addBecomeRoot makes a child in a user namespace with a mapped range
+// (in.asRoot) that namespace's root: entering the namespace does not
+// change its ids, the host's root, which is not mapped there (files it
+// made would fail with EOVERFLOW); its host groups go too.
+func (pg *program) addBecomeRoot(in inputs) {
+	if !in.asRoot {
+		return
+	}
+	pg.addSetup("drop host groups", sys(unix.SYS_SETGROUPS, 0, 0))
+	pg.addSetup("become the namespace's root", sys(unix.SYS_SETRESGID, 0, 0, 0))
+	pg.addSetup("become the namespace's root", sys(unix.SYS_SETRESUID, 0, 0, 0))
 }
 
 // addOOMScore sets the process's oom_score_adj. A sandbox's PID 1 and an

@@ -53,6 +53,10 @@ type Spec struct {
 	DiskBytes int64
 	// Binds are host paths made visible inside.
 	Binds []Bind
+	// UserNS runs the sandbox in a user namespace as root too: its root is
+	// mapped to an unprivileged host uid and gid range (UserNSRange), so it
+	// has no DAC override on host files. (A rootless sandbox always has one.)
+	UserNS bool
 	// Limits are enforced through the cgroup driver.
 	Limits cgroup.Limits
 	// DefaultLimits fill the zero fields of Limits where tine drives

@@ -97,7 +97,7 @@ func specFromRun(req *handoff.Request) (*sandbox.Spec, error) {
 		return nil, err
 	}
 	spec, err := specFromAPI(&api.SandboxSpec{
-		RootFS: req.RootFS, HostView: req.HostView, DiskBytes: req.DiskBytes, Env: req.Env, Workdir: req.Workdir,
+		RootFS: req.RootFS, HostView: req.HostView, UserNS: req.UserNS, DiskBytes: req.DiskBytes, Env: req.Env, Workdir: req.Workdir,
 		Hostname: req.Hostname, Seccomp: req.Seccomp, Binds: req.Binds, Limits: req.Limits,
 	})
 	if err != nil {

@@ -123,7 +123,7 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	s := &sandbox.Spec{
 		Env: a.Env, Workdir: a.Workdir, Hostname: a.Hostname, RootFS: a.RootFS, DiskBytes: a.DiskBytes,
 		Limits:  cgroup.Limits{MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs, Pids: a.Limits.Pids},
-		Seccomp: seccomp.Default,
+		Seccomp: seccomp.Default, UserNS: a.UserNS,
 	}
 	if s.DiskBytes == 0 {
 		s.DiskBytes = sandbox.DefaultDisk
