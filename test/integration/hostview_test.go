@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tine-run/tine/internal/require"
 )
 
 // plant is a secret the test leaves on the host: a file holding token.
@@ -149,5 +151,44 @@ func TestHostViewFlagChecked(t *testing.T) {
 	r = h.run("run", "--host-view", "full", "--rootfs", t.TempDir(), "--", "true")
 	if r.Code != 2 || !strings.Contains(r.Stderr, "--rootfs") {
 		t.Errorf("--host-view full --rootfs: want exit 2 naming both: %s", r)
+	}
+}
+
+// With --userns the sandbox's root is an unprivileged host uid: even in
+// the full host view, files only the host's root may read stay unread
+// (EACCES), while (negative control) the same run without --userns reads
+// them; the operating system still works, and cgroup limits apply.
+func TestUserNSRootHasNoDACOverride(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "userns")
+	plants := plantSecrets(t, "tinehv"+randHex(4))
+	var script strings.Builder
+	script.WriteString("echo started; id -u; ")
+	for _, p := range plants {
+		script.WriteString("cat " + p.file + "; ")
+	}
+	script.WriteString("python3 -c 'print(\"python-ok\")'")
+
+	control := h.run("run", "--host-view", "full", "--", "sh", "-c", script.String())
+	r := h.run("run", "--host-view", "full", "--userns", "--", "sh", "-c", script.String())
+	if !strings.HasPrefix(r.Stdout, "started\n0\n") || !strings.Contains(r.Stdout, "python-ok\n") {
+		t.Fatalf("--userns: the command did not run as the namespace's root with a working OS: %s", r)
+	}
+	for _, p := range plants {
+		if !strings.Contains(control.Stdout, p.token) {
+			t.Errorf("negative control: without --userns the full view does not read %s: %s", p.file, control)
+		}
+		if strings.Contains(r.Stdout, p.token) {
+			t.Errorf("--userns: the root-only secret %s is readable inside", p.file)
+		}
+		if !strings.Contains(r.Stderr, p.file+": Permission denied") && !strings.Contains(r.Stderr, "Permission denied") {
+			t.Errorf("--userns: reading %s did not fail with EACCES: %s", p.file, r)
+		}
+	}
+	// In the os view --userns needs no masks in /etc (it does not walk
+	// it): the host's permissions refuse /etc/shadow.
+	r = h.run("run", "--userns", "--", "sh", "-c", "head -c1 /etc/shadow || echo refused")
+	if !strings.Contains(r.Stdout, "refused") {
+		t.Errorf("--userns: /etc/shadow opened: %s", r)
 	}
 }
