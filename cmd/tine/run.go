@@ -39,11 +39,15 @@ func newRunCommand() *cobra.Command {
 
 The sandbox has its own pid, mount, ipc, uts, net (only lo, up) and cgroup
 namespaces. Its root is the host's root filesystem (or --rootfs DIR) as the
-read-only base of an overlay whose writable layer is a tmpfs of --disk bytes:
-the command can write anywhere and nothing reaches the host. It gets a fresh
-/proc, a minimal /dev, tmpfs /tmp and /run, a read-only /sys, Docker's default
-seccomp policy and capabilities, no_new_privs, and Landlock rules that allow
-writes only beneath its writable mounts.
+read-only base of an overlay whose writable layer is a tmpfs of --disk bytes
+(shared with /tmp and /run): the command can write anywhere and nothing
+reaches the host. Of the host's root it sees the operating system only
+(--host-view os): other top-level directories, most of /var and the files of
+/etc that others cannot read are empty. It gets a fresh /proc, a minimal /dev,
+a read-only /sys, Docker's default seccomp policy and capabilities,
+no_new_privs, Landlock rules that allow writes only beneath its writable
+mounts, and as root 1g of memory and 1024 processes unless --memory and --pids
+say otherwise (--userns also maps its root to an unprivileged host uid).
 
 Exit codes: the command's own; 128+N when killed by signal N; 137 when killed
 for exceeding --memory (reason "oom"); 124 on --timeout (the whole process
