@@ -20,19 +20,20 @@ package sandbox
 // and a bind into it lands on it.
 //
 // Scanning /etc costs milliseconds, more than a whole run, so the result is
-// cached in memory and, for root, in /run/tine/hostview.json (/run is
+// cached in memory and, for root, in /run/tine/hostview (/run is
 // private in sandboxes). The cache holds the change time of every
 // directory it read: an entry added, removed or renamed anywhere, or a
 // directory whose mode changed, makes it stale; a file's own chmod changes
 // no directory, so the cache is also rebuilt after hostViewTTL.
 
 import (
-	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -73,29 +74,29 @@ func setOf(names ...string) map[string]bool {
 const hostViewTTL = time.Minute
 
 // hostViewCacheFile is where root keeps the view between runs.
-var hostViewCacheFile = path.Dir(StageDir) + "/hostview.json"
+var hostViewCacheFile = path.Dir(StageDir) + "/hostview"
 
 // viewEntry is a path of the host's root that the upper layer holds: a
 // hidden (empty) directory or file, or a directory on the way to one,
 // made with the host's mode and owner so the merged view looks the same.
 type viewEntry struct {
-	Path string `json:"p"`
-	Mode uint32 `json:"m"` // permission bits and S_IFDIR or S_IFREG
-	UID  uint32 `json:"u,omitempty"`
-	GID  uint32 `json:"g,omitempty"`
-	Hide bool   `json:"h,omitempty"`
+	Path string
+	Mode uint32 // permission bits and S_IFDIR or S_IFREG
+	UID  uint32
+	GID  uint32
+	Hide bool
 }
 
 func (e viewEntry) isDir() bool { return e.Mode&syscall.S_IFMT == syscall.S_IFDIR }
 
 // hostViewScan is a computed view and what it was computed from.
 type hostViewScan struct {
-	Built time.Time `json:"built"`
+	Built time.Time
 	// Perms says the permission trees were walked.
-	Perms bool `json:"perms"`
+	Perms bool
 	// Dirs are the directories read, with their change times (ns).
-	Dirs    map[string]int64 `json:"dirs"`
-	Entries []viewEntry      `json:"entries"` // sorted: parents first
+	Dirs    map[string]int64
+	Entries []viewEntry // sorted: parents first
 }
 
 var hostViewMemo struct {
@@ -148,30 +149,81 @@ func dirCtime(dir string) int64 {
 	return st.Ctim.Nano()
 }
 
+// The cache file is text, parsed faster than JSON on every run: a header
+// "tine-hostview 1 BUILT-NS PERMS", then "d CTIME-NS PATH" per directory
+// read and "e MODE UID GID HIDE PATH" per entry.
+const hostViewCacheHeader = "tine-hostview 1"
+
 func readHostViewCache() *hostViewScan {
 	b, err := os.ReadFile(hostViewCacheFile)
 	if err != nil {
 		return nil
 	}
-	var sc hostViewScan
-	if json.Unmarshal(b, &sc) != nil || !sc.Perms {
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	f := strings.Fields(lines[0])
+	if len(f) != 4 || f[0]+" "+f[1] != hostViewCacheHeader || f[3] != "1" {
 		return nil
 	}
-	return &sc
+	built, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return nil
+	}
+	sc := &hostViewScan{Built: time.Unix(0, built), Perms: true, Dirs: make(map[string]int64, len(lines))}
+	for _, line := range lines[1:] {
+		kind, rest, _ := strings.Cut(line, " ")
+		switch kind {
+		case "d":
+			ct, p, _ := strings.Cut(rest, " ")
+			n, err := strconv.ParseInt(ct, 10, 64)
+			if err != nil || p == "" {
+				return nil
+			}
+			sc.Dirs[p] = n
+		case "e":
+			f := strings.SplitN(rest, " ", 5)
+			if len(f) != 5 {
+				return nil
+			}
+			mode, err1 := strconv.ParseUint(f[0], 8, 32)
+			uid, err2 := strconv.ParseUint(f[1], 10, 32)
+			gid, err3 := strconv.ParseUint(f[2], 10, 32)
+			if err1 != nil || err2 != nil || err3 != nil || f[4] == "" {
+				return nil
+			}
+			sc.Entries = append(sc.Entries, viewEntry{Path: f[4], Mode: uint32(mode), UID: uint32(uid), GID: uint32(gid), Hide: f[3] == "1"})
+		default:
+			return nil
+		}
+	}
+	return sc
 }
 
 // writeHostViewCache replaces the cache file atomically; a failure only
-// costs the next run a scan.
+// costs the next run a scan. A path with a newline is not cached.
 func writeHostViewCache(sc *hostViewScan) {
-	b, err := json.Marshal(sc)
-	if err != nil {
-		return
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %d 1\n", hostViewCacheHeader, sc.Built.UnixNano())
+	for d, ct := range sc.Dirs {
+		if strings.Contains(d, "\n") {
+			return
+		}
+		fmt.Fprintf(&b, "d %d %s\n", ct, d)
+	}
+	for _, e := range sc.Entries {
+		if strings.Contains(e.Path, "\n") {
+			return
+		}
+		hide := 0
+		if e.Hide {
+			hide = 1
+		}
+		fmt.Fprintf(&b, "e %o %d %d %d %s\n", e.Mode, e.UID, e.GID, hide, e.Path)
 	}
 	f, err := os.CreateTemp(path.Dir(hostViewCacheFile), ".hostview-*")
 	if err != nil {
 		return
 	}
-	_, werr := f.Write(b)
+	_, werr := f.WriteString(b.String())
 	if cerr := f.Close(); werr != nil || cerr != nil || os.Rename(f.Name(), hostViewCacheFile) != nil {
 		os.Remove(f.Name())
 	}
