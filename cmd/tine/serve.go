@@ -35,9 +35,11 @@ func newServeCommand() *cobra.Command {
 docs/api.md) on a unix socket (mode 0660) and, with --listen, on TCP, where
 every request needs "Authorization: Bearer <token>". The token is read from
 --token-file, or generated once into <data-dir>/token (mode 0600; the default
-/run/tine is hidden from sandboxes, which mount their own tmpfs over /run; a
---data-dir or --token-file elsewhere on the host's root is readable inside
-every sandbox, which sees that root as its read-only base).
+/run/tine is hidden from sandboxes, which mount their own /run; a --data-dir
+or --token-file elsewhere on the host's root is readable inside sandboxes that
+see that part of it: every one with host_view full, and with the default os
+view those where it lies in /usr, /etc (world-readable), /opt or an allowed
+/var/lib directory).
 
 Clients (tine ps, create, exec, inspect, rm; the Go package client) find the
 daemon through --socket or TINE_SOCKET. tine run hands its runs to the daemon
@@ -45,8 +47,10 @@ when one answers there, with its own stdio; --pool sandboxes are kept ready
 for them.
 
 The host budget: at most --max-sandboxes live sandboxes whose memory limits
-add up to at most --max-memory (a sandbox without a limit counts
---default-memory). Past it, creates fail with 429 and Retry-After.
+add up to at most --max-memory (a sandbox without a limit gets and counts
+--default-memory). Past it, creates fail with 429 and Retry-After. Running as
+root, a sandbox or run that asks for no memory or pids limit gets
+--default-memory and --default-pids.
 
 Desktops run the guest build next to this binary (tine-guest, which make
 build writes with libjpeg-turbo linked in) when there is one, else this
@@ -75,7 +79,7 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070 (needs the token)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
 	fl.StringSliceVar(&f.poolPreload, "pool-preload", nil, "modules the runtime pool's Python zygote imports once, e.g. json,re,decimal (scripts registered with tine script put run on it)")
-	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the host's root filesystem, which every sandbox sees (read-only) as its base: sandboxes mount their own tmpfs over /run")
+	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the parts of the host's root that sandboxes see (read-only): sandboxes mount their own /run")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
