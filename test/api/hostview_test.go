@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -131,6 +132,28 @@ func TestUserNSThroughDaemon(t *testing.T) {
 	res := run(&api.SandboxSpec{HostView: "full", UserNS: true})
 	if !strings.HasPrefix(string(res.Stdout), "0\n") || strings.Contains(string(res.Stdout), token) || !strings.Contains(string(res.Stderr), "Permission denied") {
 		t.Errorf("userns: want uid 0 and EACCES on %s, got exit %d, %q, %q", secret, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// A terminal exec joins the sandbox's namespaces (not forked by its
+	// PID 1): it too is the namespace's root, refused the host's file, and
+	// what it creates is owned by root inside.
+	sb, err := d.c.Create(ctx, &api.SandboxSpec{HostView: "full", UserNS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.c.Delete(ctx, sb.ID)
+	st, err := d.c.ExecStream(ctx, sb.ID, &api.ExecRequest{TTY: true,
+		Argv: []string{"sh", "-c", "echo uid=$(id -u); touch /tmp/mine && stat -c owner=%u /tmp/mine; cat " + secret + " 2>&1 | tr -d '\\r'"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, st.Stderr)
+	var tty bytes.Buffer
+	io.Copy(&tty, st.Stdout)
+	if _, err := st.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tty.String(); !strings.Contains(got, "uid=0") || !strings.Contains(got, "owner=0") || !strings.Contains(got, "Permission denied") || strings.Contains(got, token) {
+		t.Errorf("userns terminal exec: want uid 0, a file owned by 0 and EACCES on %s, got %q", secret, got)
 	}
 	if out, _, code := handedRun(t, d, "--userns", "--host-view", "full", "--", "cat", secret); code == 0 || strings.Contains(out, token) {
 		t.Errorf("a handed --userns run reads %s: exit %d, %q", secret, code, out)
