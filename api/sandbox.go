@@ -8,6 +8,12 @@ type SandboxSpec struct {
 	// RootFS is a host directory used as the read-only base of the root;
 	// empty means the host's own root filesystem.
 	RootFS string `json:"rootfs,omitempty"`
+	// HostView is what a sandbox over the host's root sees of it: "os"
+	// (the default: the operating system, not the host's data) or "full".
+	HostView string `json:"host_view,omitempty"`
+	// UserNS maps the sandbox's root to an unprivileged host uid range
+	// (as root too): no DAC override on host files.
+	UserNS bool `json:"userns,omitempty"`
 	// DiskBytes caps the writable layer over the root (default 256 MiB).
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// Env is KEY=VALUE pairs every exec gets (an exec's own env overrides).

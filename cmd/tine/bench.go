@@ -31,8 +31,9 @@ the affected figures are NOT MEASURED (run again on a quiet host).`,
 	cmd.AddCommand(
 		newSuiteCommand("cold", "Time a one-shot `tine run` of /bin/true and python3 against bare exec, bwrap and unshare",
 			`cold starts /bin/true and /usr/bin/python3 -c pass, each bare (the floor),
-under tine run --memory 512m --pids 256 --cpus 1 in-process, the same handed to
-a tine serve started for the run (with a pool of ready sandboxes), under bwrap
+under tine run --memory 512m --pids 256 --cpus 1 in-process, the same with
+--userns, the same handed to a tine serve started for the run (with a pool of
+ready sandboxes), under bwrap
 and under unshare, interleaved, and compares each with bwrap. The targets:
 `+bench.ColdTargets[0].Text+`; `+bench.ColdTargets[1].Text+`.
 A peer that is not installed is reported as not available.`,

@@ -15,6 +15,8 @@ type createFlags struct {
 	memory, cpus, pids, disk  string
 	rootfs, workdir, hostname string
 	seccompMode, network      string
+	hostView                  string
+	userns                    bool
 	ttl, idle                 string
 	volumes, env              []string
 }
@@ -34,11 +36,13 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 		Args: cobra.NoArgs,
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (default: the daemon's --default-memory)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU quota in cores, e.g. 0.5 or 2")
-	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
-	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
+	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads (default: the daemon's --default-pids)")
+	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
+	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
+	fl.BoolVar(&f.userns, "userns", false, usernsUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; HOST may not be a symlink, GUEST is resolved inside the sandbox)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "default working directory of execs (default /)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every exec, or KEY to pass this shell's value (repeatable)")
@@ -69,7 +73,11 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 
 func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
 	s := &api.SandboxSpec{RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode, Network: f.network}
-	var err error
+	hv, err := parseHostView(f.hostView, f.rootfs)
+	if err != nil {
+		return nil, err
+	}
+	s.HostView, s.UserNS = string(hv), f.userns
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err
 	}

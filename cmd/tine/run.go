@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/handoff"
+	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -21,11 +22,11 @@ import (
 type runFlags struct {
 	memory, cpus, pids, timeout, disk string
 	rootfs, workdir, hostname         string
-	seccompMode                       string
+	seccompMode, hostView             string
 	volumes, env                      []string
 	tty                               bool
 	outcome                           string
-	verbose, inProcess                bool
+	verbose, inProcess, userns        bool
 	socket                            string
 }
 
@@ -38,11 +39,15 @@ func newRunCommand() *cobra.Command {
 
 The sandbox has its own pid, mount, ipc, uts, net (only lo, up) and cgroup
 namespaces. Its root is the host's root filesystem (or --rootfs DIR) as the
-read-only base of an overlay whose writable layer is a tmpfs of --disk bytes:
-the command can write anywhere and nothing reaches the host. It gets a fresh
-/proc, a minimal /dev, tmpfs /tmp and /run, a read-only /sys, Docker's default
-seccomp policy and capabilities, no_new_privs, and Landlock rules that allow
-writes only beneath its writable mounts.
+read-only base of an overlay whose writable layer is a tmpfs of --disk bytes
+(shared with /tmp and /run): the command can write anywhere and nothing
+reaches the host. Of the host's root it sees the operating system only
+(--host-view os): other top-level directories, most of /var and the files of
+/etc that others cannot read are empty. It gets a fresh /proc, a minimal /dev,
+a read-only /sys, Docker's default seccomp policy and capabilities,
+no_new_privs, Landlock rules that allow writes only beneath its writable
+mounts, and as root 1g of memory and 1024 processes unless --memory and --pids
+say otherwise (--userns also maps its root to an unprivileged host uid).
 
 Exit codes: the command's own; 128+N when killed by signal N; 137 when killed
 for exceeding --memory (reason "oom"); 124 on --timeout (the whole process
@@ -62,12 +67,14 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (exceeding it kills the command: exit 137, reason oom)")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m or 2g (exceeding it kills the command: exit 137, reason oom; default 1g as root, none rootless)")
 	fl.StringVar(&f.cpus, "cpus", "", "CPU quota in cores, e.g. 0.5 or 2")
-	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads")
+	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads (default 1024 as root, none rootless)")
 	fl.StringVar(&f.timeout, "timeout", "", "kill the whole sandbox after this long, e.g. 30s (exit 124, reason timeout)")
-	fl.StringVar(&f.disk, "disk", "256m", "size of the writable layer over the root")
+	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root (relative to the current directory)")
+	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
+	fl.BoolVar(&f.userns, "userns", false, usernsUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; a relative HOST is taken from the current directory; HOST may not be a symlink, GUEST is resolved inside the sandbox)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "/", "working directory inside the sandbox")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or KEY to pass the host's value (repeatable)")
@@ -95,12 +102,18 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err
 	}
+	// Applied in-process where cgroups are driven; a daemon that takes
+	// the run applies its own (tine serve --default-memory, --default-pids).
+	s.DefaultLimits = cgroup.Limits{MemoryBytes: sandbox.DefaultMemory, Pids: sandbox.DefaultPids}
 	if f.timeout != "" {
 		if s.Timeout, err = parseDuration("timeout", f.timeout); err != nil {
 			return nil, err
 		}
 	}
 	if s.DiskBytes, err = parseSize("disk", f.disk); err != nil {
+		return nil, err
+	}
+	if s.HostView, err = parseHostView(f.hostView, f.rootfs); err != nil {
 		return nil, err
 	}
 	if s.Seccomp, err = seccomp.ParseMode(f.seccompMode); err != nil {
@@ -133,7 +146,26 @@ func specFromFlags(f runFlags, args []string) (*sandbox.Spec, error) {
 		}
 	}
 	s.TTY = f.tty
+	s.UserNS = f.userns
 	return s, nil
+}
+
+// hostViewUsage is --host-view's help, for tine run and tine create.
+const hostViewUsage = "what the sandbox sees of the host's root: os (the operating system: /usr, /etc, /opt and the package databases; every other top-level directory, /var/log, /var/mail, /var/spool, the rest of /var/lib and the files of /etc others cannot read are empty) or full (everything but password hashes, SSH host keys and /root)"
+
+// usernsUsage is --userns's help, for tine run and tine create.
+const usernsUsage = "run in a user namespace as root too: the sandbox's root is an unprivileged host uid (root's range in /etc/subuid, else 2147483648 on), with no DAC override on host files; host files show as owned by nobody inside"
+
+// parseHostView checks --host-view, which only applies to the host's root.
+func parseHostView(v, rootfs string) (sandbox.HostView, error) {
+	hv, err := sandbox.ParseHostView(v)
+	if err != nil {
+		return "", usageError{fmt.Sprintf("invalid --host-view %q: want os or full", v)}
+	}
+	if rootfs != "" && hv == sandbox.HostViewFull {
+		return "", usageError{"--host-view full is a view of the host's root; with --rootfs the root is that directory as it is: drop one of them"}
+	}
+	return hv, nil
 }
 
 func cutEnv(e string) (string, string, bool) {
@@ -210,7 +242,11 @@ func runOnce(f runFlags, args []string) error {
 	case "timeout":
 		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
 	case "oom":
-		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], f.memory)
+		limit := f.memory
+		if limit == "" {
+			limit = "the default; raise it with --memory"
+		}
+		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], limit)
 	}
 	if o.ExitCode != 0 {
 		return exitError{o.ExitCode}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
 )
 
@@ -22,6 +23,7 @@ type serveFlags struct {
 	maxSandboxes, pool                 int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
+	defaultPids                        int64
 	logJSON, debug                     bool
 }
 
@@ -34,9 +36,11 @@ func newServeCommand() *cobra.Command {
 docs/api.md) on a unix socket (mode 0660) and, with --listen, on TCP, where
 every request needs "Authorization: Bearer <token>". The token is read from
 --token-file, or generated once into <data-dir>/token (mode 0600; the default
-/run/tine is hidden from sandboxes, which mount their own tmpfs over /run; a
---data-dir or --token-file elsewhere on the host's root is readable inside
-every sandbox, which sees that root as its read-only base).
+/run/tine is hidden from sandboxes, which mount their own /run; a --data-dir
+or --token-file elsewhere on the host's root is readable inside sandboxes that
+see that part of it: every one with host_view full, and with the default os
+view those where it lies in /usr, /etc (world-readable), /opt or an allowed
+/var/lib directory).
 
 Clients (tine ps, create, exec, inspect, rm; the Go package client) find the
 daemon through --socket or TINE_SOCKET. tine run hands its runs to the daemon
@@ -44,8 +48,10 @@ when one answers there, with its own stdio; --pool sandboxes are kept ready
 for them.
 
 The host budget: at most --max-sandboxes live sandboxes whose memory limits
-add up to at most --max-memory (a sandbox without a limit counts
---default-memory). Past it, creates fail with 429 and Retry-After.
+add up to at most --max-memory (a sandbox without a limit gets and counts
+--default-memory). Past it, creates fail with 429 and Retry-After. Running as
+root, a sandbox or run that asks for no memory or pids limit gets
+--default-memory and --default-pids.
 
 Desktops run the guest build next to this binary (tine-guest, which make
 build writes with libjpeg-turbo linked in) when there is one, else this
@@ -81,12 +87,13 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070 (needs the token)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: <data-dir>/token, generated)")
 	fl.StringSliceVar(&f.poolPreload, "pool-preload", nil, "modules the runtime pool's Python zygote imports once, e.g. json,re,decimal (scripts registered with tine script put run on it)")
-	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the host's root filesystem, which every sandbox sees (read-only) as its base: sandboxes mount their own tmpfs over /run")
+	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the parts of the host's root that sandboxes see (read-only): sandboxes mount their own /run")
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/tine", "directory for what outlives the daemon: snapshots and their layers (one daemon per directory)")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
-	fl.StringVar(&f.defaultMemory, "default-memory", "512m", "what a sandbox without a memory limit counts against --max-memory")
+	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
+	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fl.BoolVar(&f.debug, "debug", false, "log every request")
 	return cmd
@@ -120,6 +127,10 @@ func runServe(f serveFlags) error {
 	if cfg.DefaultMemoryBytes, err = parseSize("default-memory", f.defaultMemory); err != nil {
 		return err
 	}
+	if f.defaultPids <= 0 {
+		return usageError{fmt.Sprintf("invalid --default-pids %d: want a positive whole number", f.defaultPids)}
+	}
+	cfg.DefaultPids = f.defaultPids
 	l := server.Listen{Socket: f.socket, SocketMode: 0o660, TCP: f.listen}
 	if f.listen != "" {
 		if f.tokenFile != "" {

@@ -23,7 +23,8 @@ var ColdPayloads = [][]string{
 
 // ColdGroups is the cold-start suite: per payload, one group that runs it
 // bare (the floor), under tine run with limits (seccomp and Landlock are on
-// by default) in-process and handed to the daemon on socket, under bwrap
+// by default) in-process, in-process with --userns, and handed to the
+// daemon on socket, under bwrap
 // (the reference) and under unshare. tinePath is the tine binary to
 // measure; socket empty (or daemonWhy set) makes the daemon variant
 // unavailable.
@@ -37,6 +38,9 @@ func ColdGroups(tinePath, socket, daemonWhy string) []Group {
 		{"bare", nil, ""},
 		{"tine", slices.Concat([]string{tinePath, "run", "--in-process"}, limits), ""},
 		{"tine via daemon", slices.Concat([]string{tinePath, "run", "--socket", socket}, limits), daemonWhy},
+		// The same run with its root mapped to an unprivileged uid range:
+		// what the stronger wall costs.
+		{"tine --userns", slices.Concat([]string{tinePath, "run", "--in-process", "--userns"}, limits), ""},
 		{"bwrap", []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}, ""},
 		{"unshare", []string{"unshare", "-fpmn", "--mount-proc"}, ""},
 	}

@@ -25,7 +25,7 @@ func TestColdGroups(t *testing.T) {
 				t.Errorf("%s/%s: only the bare payload goes unverified", g.Name, v.Name)
 			}
 		}
-		if !slices.Equal(names, []string{"bare", "tine", "tine via daemon", "bwrap", "unshare"}) {
+		if !slices.Equal(names, []string{"bare", "tine", "tine via daemon", "tine --userns", "bwrap", "unshare"}) {
 			t.Errorf("%s: variants %v", g.Name, names)
 		}
 		tine := g.Variants[1].Argv

@@ -51,6 +51,8 @@ type Request struct {
 	Workdir   string     `json:"workdir,omitempty"`
 	Hostname  string     `json:"hostname,omitempty"`
 	RootFS    string     `json:"rootfs,omitempty"`
+	HostView  string     `json:"host_view,omitempty"`
+	UserNS    bool       `json:"userns,omitempty"`
 	DiskBytes int64      `json:"disk_bytes,omitempty"`
 	Binds     []api.Bind `json:"binds,omitempty"`
 	Limits    api.Limits `json:"limits,omitzero"`
@@ -74,7 +76,7 @@ type Started struct {
 
 // FromSpec turns a sandbox spec into a request.
 func FromSpec(s *sandbox.Spec) Request {
-	r := Request{Args: s.Args, Env: s.Env, Workdir: s.Workdir, Hostname: s.Hostname, RootFS: s.RootFS,
+	r := Request{Args: s.Args, Env: s.Env, Workdir: s.Workdir, Hostname: s.Hostname, RootFS: s.RootFS, HostView: string(s.HostView), UserNS: s.UserNS,
 		DiskBytes: s.DiskBytes, TimeoutMs: s.Timeout.Milliseconds(), Seccomp: string(s.Seccomp),
 		Limits: api.Limits{MemoryBytes: s.Limits.MemoryBytes, CPUs: s.Limits.CPUs, Pids: s.Limits.Pids}}
 	for _, b := range s.Binds {

@@ -45,6 +45,7 @@ func base() *sandbox.Spec {
 // be tine run's default.
 func Fits(s *sandbox.Spec) bool {
 	return s.RootFS == "" && len(s.Binds) == 0 && !s.TTY &&
+		(s.HostView == "" || s.HostView == sandbox.HostViewOS) && !s.UserNS &&
 		(s.DiskBytes == 0 || s.DiskBytes == sandbox.DefaultDisk) &&
 		(s.Hostname == "" || s.Hostname == "tine") &&
 		(s.Seccomp == "" || s.Seccomp == seccomp.Default)
@@ -147,7 +148,7 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.SetLimits(s.Limits); err != nil {
+	if err := sb.ApplyLimits(s); err != nil {
 		sb.Destroy()
 		return nil, err
 	}

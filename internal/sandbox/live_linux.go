@@ -202,10 +202,11 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if sb.init.pidfd < 0 {
 		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
 	}
-	in, err := h.wallInputs(p.Spec.Seccomp, p.Rootless)
+	in, err := h.wallInputs(p.Spec.Seccomp, p.UserNS)
 	if err != nil {
 		return nil, err
 	}
+	in.asRoot = p.UserNS && !p.Rootless
 	if in.ruleset >= 0 {
 		defer unix.Close(in.ruleset)
 	}
@@ -280,6 +281,12 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 
 // ErrSandboxGone means the sandbox died or was destroyed.
 var ErrSandboxGone = errors.New("the sandbox is gone")
+
+// ApplyLimits sets the limits s asks for, its defaults included where
+// the sandbox has a cgroup (a pooled sandbox takes its run's limits).
+func (sb *Sandbox) ApplyLimits(s *Spec) error {
+	return sb.SetLimits(s.limits(sb.init.group != nil))
+}
 
 // SetLimits changes the sandbox's cgroup limits.
 func (sb *Sandbox) SetLimits(lim cgroup.Limits) error {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tine-run/tine/internal/kernel/landlock"
@@ -32,6 +33,11 @@ const (
 	// StepBind binds Plan.Binds[Bind] (held by a descriptor from plan to
 	// mount) on Target, with Flags' MS_RDONLY, MS_NOSUID and MS_NODEV.
 	StepBind
+	// StepUpper makes a directory or an empty file (Mode has S_IFDIR or
+	// S_IFREG) in an overlay's upper layer with exactly Mode, UID and GID;
+	// Data, when set, names the opaque xattr that hides the lower
+	// directory's entries (the host view, hostview.go).
+	StepUpper
 )
 
 // Step is one filesystem operation of the child's setup, in host-view paths
@@ -45,6 +51,8 @@ type Step struct {
 	Data   string
 	Mode   uint32
 	Dev    uint64
+	// UID and GID own a StepUpper entry.
+	UID, GID uint32
 	// Optional steps are skipped when their target does not exist (masks
 	// of /proc files a kernel may not have).
 	Optional bool
@@ -79,6 +87,8 @@ func (s Step) String() string {
 		return "create " + s.Target
 	case StepBind:
 		return fmt.Sprintf("bind %s on %s", s.Source, s.Target)
+	case StepUpper:
+		return "make " + s.Target + " in the upper layer"
 	}
 	return "step"
 }
@@ -86,8 +96,10 @@ func (s Step) String() string {
 // Plan is a Spec made concrete: every mount, rule and limit the sandbox
 // gets, as plain data. It is built without touching the kernel.
 type Plan struct {
-	Spec     *Spec
-	Rootless bool
+	Spec *Spec
+	// Rootless: run by an unprivileged user (in a user namespace, without
+	// cgroups). UserNS: in a user namespace (rootless, or Spec.UserNS).
+	Rootless, UserNS bool
 	// Stage is the directory the sandbox's tmpfs is mounted over, and Root
 	// where the new root is assembled in it (host view) before pivot_root.
 	Stage string
@@ -122,10 +134,15 @@ var (
 		"/proc/timer_stats", "/proc/sched_debug", "/proc/interrupts",
 	}
 	maskedDirs    = []string{"/proc/acpi", "/proc/asound", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
-	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+		// PID 1's OOM score (set before these mounts, see addOOMScore):
+		// the tenant's root could otherwise raise it and choose when its
+		// reaper dies.
+		"/proc/1/oom_score_adj", "/proc/1/oom_adj", "/proc/1/task/1/oom_score_adj", "/proc/1/task/1/oom_adj"}
 )
 
-// NewPlan builds the plan for s. rootless selects a user-namespace sandbox.
+// NewPlan builds the plan for s. rootless selects a user-namespace sandbox
+// run by an unprivileged user; s.UserNS one run by root.
 func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -134,7 +151,8 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if rootless {
 		stage = rootlessStageDir
 	}
-	p := &Plan{Spec: s, Rootless: rootless, Stage: stage, Root: stage + "/root"}
+	userns := rootless || s.UserNS
+	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
 		p.Hostname = "tine"
@@ -170,20 +188,30 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(stage+"/upper", 0o755)
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
-	if rootless && s.RootFS == "" {
+	if userns && s.RootFS == "" {
 		if len(s.Layers) > 0 {
-			return nil, fmt.Errorf("%w: a rootless sandbox over the host's root cannot stack layers (forks of snapshots need root)", ErrInvalidSpec)
+			return nil, fmt.Errorf("%w: a rootless or --userns sandbox over the host's root cannot stack layers (forks of snapshots need root without --userns)", ErrInvalidSpec)
 		}
-		if err := p.addRootlessHostRoot(stage); err != nil {
+		if err := p.addRootlessHostRoot(stage, p.hostView()); err != nil {
 			return nil, err
 		}
 	} else {
-		lowers := make([]string, 0, len(s.Layers)+1)
-		for _, l := range append(append([]string(nil), s.Layers...), lower) {
-			lowers = append(lowers, escapeOverlay(l))
+		// The os view's hidden entries go in a layer of their own, just
+		// over the base: they hide the host's data and nothing above, so
+		// a fork's snapshot layers (stacked over them) keep what the
+		// golden wrote in /root or /home, and the upper, which a snapshot
+		// captures, holds only the sandbox's own writes.
+		lowers := append(append([]string(nil), s.Layers...), lower)
+		if view := p.hostView(); view != nil {
+			mkdir(stage+"/view", 0o755)
+			p.addHostView(view, "/", stage+"/view", "trusted.overlay.opaque", true)
+			lowers = slices.Insert(lowers, len(lowers)-1, stage+"/view")
+		}
+		for i, l := range lowers {
+			lowers[i] = escapeOverlay(l)
 		}
 		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", strings.Join(lowers, ":"), stage, stage)
-		if rootless {
+		if userns {
 			ovl += ",userxattr"
 		}
 		mount("overlay", R, "overlay", nsd, ovl)
@@ -196,7 +224,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mount("tmpfs", R+"/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536,nr_inodes=64")
 	for _, d := range devices {
 		node := R + "/dev/" + d.name
-		if rootless {
+		if userns {
 			// mknod is not allowed in a user namespace: bind the host's node.
 			add(Step{Kind: StepTouch, Target: node, Mode: 0o666})
 			mount("/dev/"+d.name, node, "", unix.MS_BIND, "")
@@ -217,16 +245,24 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 	mount("devpts", R+"/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsData)
 	mount("tmpfs", R+"/dev/shm", "tmpfs", nsd, "mode=1777,size=67108864")
-	mkdir(R+"/tmp", 0o1777)
-	mount("tmpfs", R+"/tmp", "tmpfs", nsd, "mode=1777")
-	mkdir(R+"/run", 0o755)
-	mount("tmpfs", R+"/run", "tmpfs", nsd, "mode=0755")
+	// /tmp and /run are directories of the stage's tmpfs, bound: they
+	// share the --disk bytes with the writable layer, so a sandbox's
+	// storage (charged to its memory cgroup, being tmpfs) has one bound.
+	for _, d := range []struct {
+		name string
+		mode uint32
+	}{{"tmp", 0o1777}, {"run", 0o755}} {
+		add(Step{Kind: StepUpper, Target: stage + "/" + d.name, Mode: unix.S_IFDIR | d.mode})
+		mkdir(R+"/"+d.name, d.mode)
+		mount(stage+"/"+d.name, R+"/"+d.name, "", unix.MS_BIND, "")
+	}
 	mkdir(R+"/sys", 0o555)
 	add(Step{Kind: StepMount, Source: "sysfs", Target: R + "/sys", FSType: "sysfs", Flags: nsd | unix.MS_NOEXEC | unix.MS_RDONLY, InNetns: true})
 
-	// The host's secret directories are empty in a sandbox over its root;
-	// binds into them land on the empty tmpfs.
-	if s.RootFS == "" {
+	// In the full host view, the host's secret directories are empty;
+	// binds into them land on the empty tmpfs. (The os view hides them in
+	// the upper layer.)
+	if s.RootFS == "" && s.HostView == HostViewFull {
 		for _, d := range hostSecretDirs {
 			add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: nsd, Data: "mode=0700,size=16m", Optional: true})
 		}
@@ -238,10 +274,10 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		return nil, err
 	}
 
-	// The host's secret files, when its root is the sandbox's base: the
-	// sandbox's root is uid 0, which owns them, so only a mask keeps them
-	// unread.
-	if s.RootFS == "" {
+	// The host's secret files, in the full host view: the sandbox's root
+	// is uid 0, which owns them, so only a mask keeps them unread. (The
+	// os view empties them in the upper layer.)
+	if s.RootFS == "" && s.HostView == HostViewFull {
 		for _, f := range hostSecretFiles() {
 			add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
 		}
@@ -263,16 +299,16 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	return p, nil
 }
 
-// hostSecretDirs are host directories a sandbox over the host's root gets
-// empty (a private tmpfs): root's home, and tine's own state (the daemon's
-// token when it listens on TCP with the old default data directory).
+// hostSecretDirs are host directories the full host view gets empty (a
+// private tmpfs): root's home, and tine's own state (the daemon's token
+// when it listens on TCP with the old default data directory).
 var hostSecretDirs = []string{"/root", "/var/lib/tine"}
 
-// hostSecretFiles lists the host files a sandbox over the host's root sees
-// as empty: password hashes and SSH host keys.
+// hostSecretFiles lists the host files the full host view shows as empty:
+// password hashes and SSH host keys.
 func hostSecretFiles() []string {
 	var out []string
-	for _, pattern := range []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key"} {
+	for _, pattern := range alwaysHidden {
 		m, _ := filepath.Glob(pattern)
 		out = append(out, m...)
 	}
@@ -288,7 +324,10 @@ var ownMounts = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": t
 // /proc, /sys, ...), so the root is a tmpfs holding one overlay per
 // top-level directory instead; a directory with mounts beneath it is bound
 // read-only, and top-level files and symlinks are recreated or bound.
-func (p *Plan) addRootlessHostRoot(stage string) error {
+// view, when not nil, is the os host view: hidden top-level entries are
+// empty, hidden ones below are made in an overlay's upper layer, or covered
+// by an empty tmpfs (or /dev/null) in a directory bound read-only.
+func (p *Plan) addRootlessHostRoot(stage string, view []viewEntry) error {
 	entries, err := os.ReadDir("/")
 	if err != nil {
 		return fmt.Errorf("%w: list the host's root: %v", ErrSetup, err)
@@ -303,7 +342,9 @@ func (p *Plan) addRootlessHostRoot(stage string) error {
 			continue
 		}
 		host, target := "/"+name, p.Root+"/"+name
-		switch {
+		switch hidden := slices.IndexFunc(view, func(v viewEntry) bool { return v.Path == host && v.Hide }); {
+		case hidden >= 0:
+			add(Step{Kind: StepUpper, Target: target, Mode: view[hidden].Mode})
 		case e.Type()&os.ModeSymlink != 0:
 			link, err := os.Readlink(host)
 			if err != nil {
@@ -314,10 +355,12 @@ func (p *Plan) addRootlessHostRoot(stage string) error {
 			add(Step{Kind: StepMkdir, Target: target, Mode: 0o755})
 			add(Step{Kind: StepMount, Source: host, Target: target, Flags: unix.MS_BIND | unix.MS_REC})
 			add(Step{Kind: StepMount, Target: target, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
+			p.coverHostView(view, host, p.Root)
 		case e.IsDir():
 			for _, d := range []string{stage + "/upper/" + name, stage + "/work/" + name, target} {
 				add(Step{Kind: StepMkdir, Target: d, Mode: 0o755})
 			}
+			p.addHostView(view, host, stage+"/upper/"+name, "user.overlay.opaque", false)
 			add(Step{Kind: StepMount, Source: "overlay", Target: target, FSType: "overlay", Flags: unix.MS_NOSUID | unix.MS_NODEV,
 				Data: fmt.Sprintf("lowerdir=%s,upperdir=%s/upper/%s,workdir=%s/work/%s,userxattr", escapeOverlay(host), stage, name, stage, name)})
 		case e.Type().IsRegular():

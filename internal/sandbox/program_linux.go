@@ -76,7 +76,11 @@ type inputs struct {
 	// (ID maps) before any mount and makes its own network namespace.
 	// Otherwise it mounts first, then waits for the parent to place it in
 	// its cgroup and hand it the network namespace (made in parallel).
-	userns      bool
+	userns bool
+	// asRoot: the user namespace maps a range to unprivileged host ids
+	// (Spec.UserNS as root); the child, still the host's root, becomes the
+	// namespace's root once it is mapped.
+	asRoot      bool
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
 	filter      []unix.SockFilter
 	keepCaps    uint64
@@ -168,9 +172,16 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg := newProgram()
 	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	pg.moveDescriptors(in)
+	if !in.userns {
+		// Through the host's /proc, before the sandbox's own shows this
+		// score read-only (plan.go's readOnlyPaths), and while PID 1 still
+		// has CAP_SYS_RESOURCE.
+		pg.addOOMScore("-1000")
+	}
 	if in.userns {
 		pg.addRelease(false)
 	}
+	pg.addBecomeRoot(in)
 
 	// Filesystem.
 	pg.addSetup("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
@@ -184,6 +195,10 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 		}
 		for _, st := range p.Steps {
 			if st.InNetns != inNetns {
+				continue
+			}
+			if st.Kind == StepUpper {
+				pg.addUpper(st)
 				continue
 			}
 			o, err := pg.stepOp(st)
@@ -227,9 +242,6 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if c := p.command(); c != nil && c.tty {
 		pg.addPTY(c.size)
 	}
-	if !in.userns {
-		pg.addOOMScore("-1000") // before the capabilities (CAP_SYS_RESOURCE) go
-	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(p.command(), false, !in.userns)
 	if in.launch >= 0 {
@@ -258,12 +270,26 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	}
 	pg.addSetup("join the sandbox's namespaces", sys(unix.SYS_SETNS, slotTarget, ns))
 	pg.addSetup("close the sandbox's pidfd", sys(unix.SYS_CLOSE, slotTarget))
+	pg.addBecomeRoot(in)
 	if cmd.tty {
 		pg.addPTY(cmd.size)
 	}
 	pg.addWalls(p, in)
 	pg.addCommandProcess(cmd, true, !in.userns)
 	return pg, nil
+}
+
+// addBecomeRoot makes a child in a user namespace with a mapped range
+// (in.asRoot) that namespace's root: entering the namespace does not
+// change its ids, the host's root, which is not mapped there (files it
+// made would fail with EOVERFLOW); its host groups go too.
+func (pg *program) addBecomeRoot(in inputs) {
+	if !in.asRoot {
+		return
+	}
+	pg.addSetup("drop host groups", sys(unix.SYS_SETGROUPS, 0, 0))
+	pg.addSetup("become the namespace's root", sys(unix.SYS_SETRESGID, 0, 0, 0))
+	pg.addSetup("become the namespace's root", sys(unix.SYS_SETRESUID, 0, 0, 0))
 }
 
 // addOOMScore sets the process's oom_score_adj. A sandbox's PID 1 and an
@@ -504,6 +530,27 @@ func (pg *program) pathOp(st Step) (op, error) {
 		return sys(unix.SYS_MKNODAT, atFdcwd, pg.cstr(st.Target), uintptr(unix.S_IFREG|st.Mode), 0).tolerating(append(tol, unix.EEXIST)...), nil
 	}
 	return op{}, fmt.Errorf("unknown step kind %d", st.Kind)
+}
+
+// addUpper makes a StepUpper entry: the directory or empty file, its
+// owner, its exact mode (mkdir and mknod apply the umask, chown clears
+// set-id bits), and the opaque xattr.
+func (pg *program) addUpper(st Step) {
+	what := st.String()
+	target := pg.cstr(st.Target)
+	perm := uintptr(st.Mode & 0o7777)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		pg.addSetup(what, sys(unix.SYS_MKDIRAT, atFdcwd, target, perm).tolerating(unix.EEXIST))
+	} else {
+		pg.addSetup(what, sys(unix.SYS_MKNODAT, atFdcwd, target, unix.S_IFREG|perm, 0).tolerating(unix.EEXIST))
+	}
+	if st.UID != 0 || st.GID != 0 {
+		pg.addSetup(what, sys(unix.SYS_FCHOWNAT, atFdcwd, target, uintptr(st.UID), uintptr(st.GID), unix.AT_SYMLINK_NOFOLLOW))
+	}
+	pg.addSetup(what, sys(unix.SYS_FCHMODAT, atFdcwd, target, perm))
+	if st.Data != "" {
+		pg.addSetup(what, sys(unix.SYS_LSETXATTR, target, pg.cstr(st.Data), pg.cstr("y"), 1, 0))
+	}
 }
 
 // ifreqFlags is struct ifreq with the flags member.

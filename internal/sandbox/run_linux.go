@@ -107,7 +107,7 @@ func Start(s *Spec) (*Process, error) {
 // startPlan starts a sandbox from a plan; tests use it to run plans with a
 // wall taken away, to prove the next one holds.
 func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
-	s, rootless := plan.Spec, plan.Rootless
+	s, rootless, userns := plan.Spec, plan.Rootless, plan.UserNS
 	stdio, err := stdioFDs(s.Stdio)
 	if err != nil {
 		return nil, err
@@ -119,10 +119,11 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if s.Zygote && mode != seccomp.Unconfined {
 		mode = seccomp.Zygote
 	}
-	in, err := h.wallInputs(mode, rootless)
+	in, err := h.wallInputs(mode, userns)
 	if err != nil {
 		return nil, err
 	}
+	in.asRoot = userns && !rootless
 	if in.ruleset >= 0 && s.Zygote {
 		unix.Close(in.ruleset) // requests restrict themselves (RequestWalls)
 		in.ruleset = -1
@@ -152,7 +153,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	// The network namespace is the costliest one to create (~0.8 ms here):
 	// make it on another thread while this one prepares the rest.
 	var netns chan netnsResult
-	if !rootless {
+	if !userns {
 		netns = make(chan netnsResult, 1)
 		go func() { netns <- newNetNS() }()
 		undo = append(undo, func() {
@@ -170,7 +171,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
 	}
 	createGroup := func() error {
-		g, err := h.cgroup.Create(cgroup.NewName(), s.Limits, len(plan.Argv) == 0)
+		g, err := h.cgroup.Create(cgroup.NewName(), s.limits(true), len(plan.Argv) == 0)
 		if err != nil {
 			return err
 		}
@@ -209,10 +210,13 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 
 	flags := uint64(unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
-	if rootless {
+	if userns {
 		// A namespace made by the parent would belong to the host's user
 		// namespace, where the child cannot mount sysfs for it.
-		flags |= unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP | unix.CLONE_NEWNET
+		flags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNET
+	}
+	if rootless {
+		flags |= unix.CLONE_NEWCGROUP // no cgroup to be placed in first
 	}
 	pg, err := compileBoot(plan, in)
 	if err != nil {
@@ -234,8 +238,8 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
 	undo = append(undo, func() { pr.kill(); pr.reapQuietly() })
 
-	if rootless {
-		if err := writeIDMaps(pid); err != nil {
+	if userns {
+		if err := writeIDMaps(pid, rootless); err != nil {
 			return nil, err
 		}
 	}
@@ -248,7 +252,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		}
 	}
 	var rights []byte
-	if !rootless {
+	if !userns {
 		r := <-netns
 		netns <- netnsResult{fd: -1} // the undo above finds nothing more to close
 		if r.err != nil {
@@ -575,15 +579,27 @@ type cloneArgs struct {
 	cgroup     uint64
 }
 
-func writeIDMaps(pid int) error {
+// writeIDMaps maps the sandbox's users: a rootless sandbox's root to the
+// user who runs tine (only one id can be mapped without privilege); as
+// root, ids 0 to UserNSSize-1 to the unprivileged host range UserNSRange,
+// so the sandbox's users (apt's _apt, nobody, ...) exist and setgroups
+// works.
+func writeIDMaps(pid int, rootless bool) error {
 	dir := fmt.Sprintf("/proc/%d/", pid)
-	if err := os.WriteFile(dir+"uid_map", fmt.Appendf(nil, "0 %d 1", os.Geteuid()), 0); err != nil {
+	uidMap, gidMap := fmt.Sprintf("0 %d 1", os.Geteuid()), fmt.Sprintf("0 %d 1", os.Getegid())
+	if !rootless {
+		uid, gid := UserNSRange()
+		uidMap, gidMap = fmt.Sprintf("0 %d %d", uid, UserNSSize), fmt.Sprintf("0 %d %d", gid, UserNSSize)
+	}
+	if err := os.WriteFile(dir+"uid_map", []byte(uidMap), 0); err != nil {
 		return fmt.Errorf("%w: map user: %v", ErrSetup, err)
 	}
-	if err := os.WriteFile(dir+"setgroups", []byte("deny"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: deny setgroups: %v", ErrSetup, err)
+	if rootless {
+		if err := os.WriteFile(dir+"setgroups", []byte("deny"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: deny setgroups: %v", ErrSetup, err)
+		}
 	}
-	if err := os.WriteFile(dir+"gid_map", fmt.Appendf(nil, "0 %d 1", os.Getegid()), 0); err != nil {
+	if err := os.WriteFile(dir+"gid_map", []byte(gidMap), 0); err != nil {
 		return fmt.Errorf("%w: map group: %v", ErrSetup, err)
 	}
 	return nil

@@ -17,8 +17,16 @@ import (
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 )
 
-// DefaultDisk is the default size of the writable layer over the root.
+// DefaultDisk is the default size of a sandbox's writable storage: the
+// layer over the root, /tmp and /run together.
 const DefaultDisk = 256 << 20
+
+// The limits tine run gives a sandbox that asks for none (Spec.DefaultLimits),
+// where tine drives cgroups.
+const (
+	DefaultMemory = 1 << 30
+	DefaultPids   = 1024
+)
 
 // DefaultPath is the PATH a sandboxed command gets unless -e sets one.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -40,12 +48,24 @@ type Spec struct {
 	// Layers are read-only directories stacked over the base, topmost
 	// first (a snapshot's layers: a fork starts from them).
 	Layers []string
+	// HostView is what a sandbox over the host's root sees of it: the
+	// operating system only (HostViewOS, the default), or all of it
+	// (HostViewFull). It does not apply to a RootFS.
+	HostView HostView
 	// DiskBytes caps the writable layer over the root.
 	DiskBytes int64
 	// Binds are host paths made visible inside.
 	Binds []Bind
+	// UserNS runs the sandbox in a user namespace as root too: its root is
+	// mapped to an unprivileged host uid and gid range (UserNSRange), so it
+	// has no DAC override on host files. (A rootless sandbox always has one.)
+	UserNS bool
 	// Limits are enforced through the cgroup driver.
 	Limits cgroup.Limits
+	// DefaultLimits fill the zero fields of Limits where tine drives
+	// cgroups (as root). A rootless sandbox has no cgroup, and ignores
+	// them: a default never makes a run fail.
+	DefaultLimits cgroup.Limits
 	// Timeout kills the whole sandbox after this long (0: none).
 	Timeout time.Duration
 	// Seccomp selects the syscall policy.
@@ -60,6 +80,31 @@ type Spec struct {
 	// mounting a request's private /tmp) and seccomp's Zygote filter, which
 	// adds unshare of a user and mount namespace and mount to Seccomp's.
 	Zygote bool
+}
+
+// HostView selects how much of the host's root a sandbox sees.
+type HostView string
+
+const (
+	// HostViewOS shows the operating system (/usr, /etc, /opt, the
+	// package databases, ...) and hides the host's data: every other
+	// top-level directory, most of /var, and the files of /etc that are
+	// not world-readable are empty (see hostview.go).
+	HostViewOS HostView = "os"
+	// HostViewFull shows the whole host root, less the password hashes,
+	// SSH host keys, /root and tine's own state.
+	HostViewFull HostView = "full"
+)
+
+// ParseHostView parses --host-view; "" is the default, os.
+func ParseHostView(v string) (HostView, error) {
+	switch HostView(v) {
+	case "", HostViewOS:
+		return HostViewOS, nil
+	case HostViewFull:
+		return HostViewFull, nil
+	}
+	return "", fmt.Errorf("%w: host view %q: want os (the operating system only, the default) or full (the whole host root)", ErrInvalidSpec, v)
 }
 
 // Bind makes host path Source visible at Target inside the sandbox.
@@ -116,6 +161,12 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("%w: --rootfs %s is not a directory", ErrInvalidSpec, s.RootFS)
 		}
 	}
+	if _, err := ParseHostView(string(s.HostView)); err != nil {
+		return err
+	}
+	if s.RootFS != "" && s.HostView == HostViewFull {
+		return fmt.Errorf("%w: --host-view full is a view of the host's root; with --rootfs the root is %s as it is", ErrInvalidSpec, s.RootFS)
+	}
 	if s.Workdir != "" && !path.IsAbs(s.Workdir) {
 		return fmt.Errorf("%w: --workdir %q must be an absolute path", ErrInvalidSpec, s.Workdir)
 	}
@@ -139,6 +190,25 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)
 	}
 	return nil
+}
+
+// limits returns the limits enforced on the sandbox: Limits, with
+// DefaultLimits in its zero fields when cgroups are driven.
+func (s *Spec) limits(driven bool) cgroup.Limits {
+	lim := s.Limits
+	if !driven {
+		return lim
+	}
+	if lim.MemoryBytes == 0 {
+		lim.MemoryBytes = s.DefaultLimits.MemoryBytes
+	}
+	if lim.Pids == 0 {
+		lim.Pids = s.DefaultLimits.Pids
+	}
+	if lim.CPUs == 0 {
+		lim.CPUs = s.DefaultLimits.CPUs
+	}
+	return lim
 }
 
 // Outcome is how a sandboxed command ended.

@@ -43,6 +43,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
+	s.setDefaultLimits(spec)
 
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -96,7 +97,7 @@ func specFromRun(req *handoff.Request) (*sandbox.Spec, error) {
 		return nil, err
 	}
 	spec, err := specFromAPI(&api.SandboxSpec{
-		RootFS: req.RootFS, DiskBytes: req.DiskBytes, Env: req.Env, Workdir: req.Workdir,
+		RootFS: req.RootFS, HostView: req.HostView, UserNS: req.UserNS, DiskBytes: req.DiskBytes, Env: req.Env, Workdir: req.Workdir,
 		Hostname: req.Hostname, Seccomp: req.Seccomp, Binds: req.Binds, Limits: req.Limits,
 	})
 	if err != nil {

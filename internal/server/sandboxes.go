@@ -125,10 +125,16 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	s := &sandbox.Spec{
 		Env: a.Env, Workdir: a.Workdir, Hostname: a.Hostname, RootFS: a.RootFS, DiskBytes: a.DiskBytes,
 		Limits:  cgroup.Limits{MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs, Pids: a.Limits.Pids},
-		Seccomp: seccomp.Default,
+		Seccomp: seccomp.Default, UserNS: a.UserNS,
 	}
 	if s.DiskBytes == 0 {
 		s.DiskBytes = sandbox.DefaultDisk
+	}
+	switch a.HostView {
+	case "", string(sandbox.HostViewOS), string(sandbox.HostViewFull):
+		s.HostView = sandbox.HostView(a.HostView)
+	default:
+		return nil, bad("host_view %q: want \"os\" (the operating system only, the default) or \"full\" (the whole host root)", a.HostView)
 	}
 	if a.Seccomp != "" {
 		m, err := seccomp.ParseMode(a.Seccomp)
@@ -147,6 +153,12 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// setDefaultLimits gives spec the daemon's limits for those it does not
+// ask for (applied where cgroups are driven, see sandbox.Spec).
+func (s *Server) setDefaultLimits(spec *sandbox.Spec) {
+	spec.DefaultLimits = cgroup.Limits{MemoryBytes: s.cfg.DefaultMemoryBytes, Pids: s.cfg.DefaultPids}
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -183,6 +195,7 @@ func (s *Server) startBox(req api.SandboxSpec, spec *sandbox.Spec) (*box, error)
 // (release gives it back) and adds it to the table; forkedFrom names the
 // snapshot it is a fork of.
 func (s *Server) startAdmitted(req api.SandboxSpec, spec *sandbox.Spec, release func(), forkedFrom string) (*box, error) {
+	s.setDefaultLimits(spec)
 	inst, err := s.rt.Create(spec)
 	if err != nil {
 		release()

@@ -28,13 +28,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
 )
 
 // Defaults of Config.
 const (
 	DefaultMaxSandboxes   = 128
-	DefaultMemory         = 512 << 20
+	DefaultMemory         = sandbox.DefaultMemory
+	DefaultPids           = sandbox.DefaultPids
 	DefaultMaxBodyBytes   = 16 << 20
 	DefaultMaxFileBytes   = 1 << 30
 	DefaultMaxOutputBytes = 1 << 20
@@ -62,9 +64,13 @@ type Config struct {
 	// MaxMemoryBytes bounds the sum of the live sandboxes' memory limits
 	// (default: the host's physical memory).
 	MaxMemoryBytes int64
-	// DefaultMemoryBytes is what a sandbox without a memory limit counts
-	// against MaxMemoryBytes.
+	// DefaultMemoryBytes is the memory limit of a sandbox (or run) that
+	// asks for none, where cgroups are driven, and what it counts against
+	// MaxMemoryBytes either way.
 	DefaultMemoryBytes int64
+	// DefaultPids is the pids limit of a sandbox that asks for none, where
+	// cgroups are driven.
+	DefaultPids int64
 	// MaxBodyBytes bounds JSON request bodies (exec stdin travels in them).
 	MaxBodyBytes int64
 	// MaxFileBytes bounds an uploaded or downloaded file or archive.
@@ -102,6 +108,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DefaultMemoryBytes <= 0 {
 		c.DefaultMemoryBytes = min(DefaultMemory, c.MaxMemoryBytes)
+	}
+	if c.DefaultPids <= 0 {
+		c.DefaultPids = DefaultPids
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

@@ -175,6 +175,26 @@ func TestRootless(t *testing.T) {
 		t.Errorf("a rootless sandbox's write to /etc reached the host")
 	}
 
+	// The os host view applies rootless too: a world-readable file in /srv,
+	// which (negative control) the user reads on the host, is hidden.
+	dir := "/srv/tinehv-" + h.marker
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(dir+"/data", []byte("token-"+h.marker), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat := exec.Command("cat", dir+"/data")
+	cat.SysProcAttr = &syscall.SysProcAttr{Credential: as.cred}
+	if out, err := cat.Output(); err != nil || !strings.Contains(string(out), "token-") {
+		t.Fatalf("negative control: the user cannot read %s/data on the host: %v %q", dir, err, out)
+	}
+	r = h.runWith(as, "run", "--", "sh", "-c", "echo started; cat "+dir+"/data")
+	if !strings.HasPrefix(r.Stdout, "started\n") || strings.Contains(r.Stdout, "token-") {
+		t.Errorf("rootless: /srv's data is readable inside (or the run failed): %s", r)
+	}
+
 	r = h.runWith(as, "run", "--memory", "64m", "--", "true")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "--memory") || !strings.Contains(r.Stderr, "root") {
 		t.Errorf("rootless --memory 64m: want a failure naming --memory and root, got:\n%s", r)

@@ -213,3 +213,105 @@ func TestLeftoversAfterSIGKILL(t *testing.T) {
 		t.Errorf("after tine gc, cgroups of the killed tine (pid %d) remain: %v\ngc said: %s", p.pid(), dirs, gc)
 	}
 }
+
+// The tenant cannot change its reaper's OOM score (raising it would let
+// it choose when PID 1 dies): every write to PID 1's score files fails and
+// the score stays; the same write to its own score works (the attempt is
+// real: the files are writable in general).
+func TestReaperOOMScoreReadOnly(t *testing.T) {
+	h := setup(t)
+	r := h.run("run", "--", "sh", "-c", `before=$(cat /proc/1/oom_score_adj); echo "before $before"
+for f in /proc/1/oom_score_adj /proc/1/task/1/oom_score_adj; do echo 1000 > $f && echo "wrote $f"; done
+for f in /proc/1/oom_adj /proc/1/task/1/oom_adj; do echo 15 > $f && echo "wrote $f"; done
+echo "after $(cat /proc/1/oom_score_adj)"
+echo 500 > /proc/self/oom_score_adj && echo "self $(cat /proc/self/oom_score_adj)"`)
+	if !strings.Contains(r.Stdout, "self 500\n") {
+		t.Fatalf("negative control: the command could not write its own oom_score_adj: %s", r)
+	}
+	if strings.Contains(r.Stdout, "wrote") {
+		t.Errorf("a write to PID 1's OOM score succeeded: %s", r)
+	}
+	lines := strings.Split(r.Stdout, "\n")
+	before, after := strings.TrimPrefix(lines[0], "before "), ""
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "after "); ok {
+			after = v
+		}
+	}
+	if before == "" || before != after || after == "1000" {
+		t.Errorf("PID 1's oom_score_adj went from %q to %q: %s", before, after, r)
+	}
+}
+
+// /tmp and /run share the --disk bytes with the writable layer: filling
+// either past --disk fails with ENOSPC inside (a write below it works),
+// and the run itself ends normally.
+func TestTmpAndRunBoundedByDisk(t *testing.T) {
+	h := setup(t)
+	for _, dir := range []string{"/tmp", "/run"} {
+		r := h.run("run", "--disk", "32m", "--", "sh", "-c",
+			"dd if=/dev/zero of="+dir+"/small bs=1M count=16 2>/dev/null && echo small-ok && rm "+dir+"/small; "+
+				"dd if=/dev/zero of="+dir+"/fill bs=1M count=64 || echo fill-failed; echo size $(stat -c %s "+dir+"/fill)")
+		if !strings.Contains(r.Stdout, "small-ok\n") {
+			t.Fatalf("%s: negative control: a 16 MiB write failed: %s", dir, r)
+		}
+		if !strings.Contains(r.Stdout, "fill-failed\n") || !strings.Contains(r.Stderr, "No space left on device") {
+			t.Errorf("%s: a 64 MiB write with --disk 32m did not fail with ENOSPC: %s", dir, r)
+		}
+		if r.Code != 0 {
+			t.Errorf("%s: the run did not end normally: %s", dir, r)
+		}
+	}
+}
+
+// Without --pids, a run as root is held at the default pids limit: a
+// process that forks without end stops with EAGAIN below 1024.
+func TestDefaultPidsLimit(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "cgroup")
+	require.Binary(t, python)
+	r := h.run("run", "--timeout", "60s", "--", python, "-c", `
+import os, time
+n = 0
+try:
+    while n < 3000:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("stopped", n, e.errno, flush=True)
+print("forked", n, flush=True)`)
+	var n, errno int
+	if _, err := fmt.Sscanf(r.Stdout, "stopped %d %d", &n, &errno); err != nil || errno != int(syscall.EAGAIN) {
+		t.Fatalf("forking without --pids never hit a limit (want \"stopped N %d\"): %s", syscall.EAGAIN, r)
+	}
+	if n < 900 || n >= 1024 {
+		t.Errorf("forks stopped after %d processes, want just under the default 1024: %s", n, r)
+	}
+}
+
+// Without --memory, a run as root is held at the default memory limit: a
+// command that allocates 1.5 GiB is OOM-killed (exit 137, reason oom).
+func TestDefaultMemoryLimit(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "cgroup")
+	require.Binary(t, python)
+	out := filepath.Join(t.TempDir(), "outcome.json")
+	r := h.run("run", "--outcome", out, "--", python, "-c", `
+print("allocating", flush=True)
+chunks = [bytearray(1 << 20) for _ in range(1536)]
+print("survived", len(chunks), "MiB", flush=True)`)
+	if !strings.Contains(r.Stdout, "allocating") {
+		t.Fatalf("the command did not run: %s", r)
+	}
+	if strings.Contains(r.Stdout, "survived") || r.Code != 137 {
+		t.Errorf("1.5 GiB without --memory was not killed: %s", r)
+	}
+	if o, _ := readOutcome(t, out); o.Reason != "oom" {
+		t.Errorf("outcome reason %q, want oom", o.Reason)
+	}
+	if !strings.Contains(r.Stderr, "--memory") {
+		t.Errorf("the OOM message does not say how to raise the default: %s", r)
+	}
+}
