@@ -14,10 +14,12 @@ package sandbox
 //     world-readable is empty, and every directory others cannot enter is
 //     empty.
 //
-// An empty directory or file is made in the overlay's upper layer before
+// An empty directory or file is made in a layer of the overlay's own
+// (stage/view, on the stage's tmpfs), stacked just over the base, before
 // the overlay is mounted (an opaque directory hides the lower one's
-// entries), so it costs no mount, is writable like the rest of the root,
-// and a bind into it lands on it.
+// entries): it costs no mount, is writable like the rest of the root
+// (writes go to the upper), a bind into it lands on it, and it hides the
+// host's data but not a fork's snapshot layers, which stack above it.
 //
 // Scanning /etc costs milliseconds, more than a whole run, so the result is
 // cached in memory and, for root, in /run/tine/hostview (/run is
@@ -76,7 +78,7 @@ const hostViewTTL = time.Minute
 // hostViewCacheFile is where root keeps the view between runs.
 var hostViewCacheFile = path.Dir(StageDir) + "/hostview"
 
-// viewEntry is a path of the host's root that the upper layer holds: a
+// viewEntry is a path of the host's root that the view layer holds: a
 // hidden (empty) directory or file, or a directory on the way to one,
 // made with the host's mode and owner so the merged view looks the same.
 type viewEntry struct {

@@ -3,25 +3,29 @@ package sandbox
 import (
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// The os view is made in the upper layer before the overlay is mounted:
-// /root (on every host, and not the operating system's) is an opaque
-// empty directory there; the full view has no such entries, and hides
-// /root with a tmpfs as before.
-func TestPlanHostViewInUpperLayer(t *testing.T) {
+// The os view is made in a layer of its own (stage/view) before the
+// overlay is mounted, stacked just over the base: /root (on every host,
+// and not the operating system's) is an opaque empty directory there; the
+// full view has no such entries, and hides /root with a tmpfs as before.
+func TestPlanHostViewInItsLayer(t *testing.T) {
 	p, err := NewPlan(&Spec{Args: []string{"true"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	overlay := stepIndex(p, func(s Step) bool { return s.FSType == "overlay" })
-	root := stepIndex(p, func(s Step) bool { return s.Kind == StepUpper && s.Target == p.Stage+"/upper/root" })
+	root := stepIndex(p, func(s Step) bool { return s.Kind == StepUpper && s.Target == p.Stage+"/view/root" })
 	if root < 0 || overlay < 0 || root > overlay {
-		t.Fatalf("os view: /root in the upper layer at %d, overlay at %d; want it before", root, overlay)
+		t.Fatalf("os view: /root in the view layer at %d, overlay at %d; want it before", root, overlay)
+	}
+	if data := p.Steps[overlay].Data; !strings.Contains(data, "lowerdir="+p.Stage+"/view:/,") {
+		t.Fatalf("overlay %q: want the view layer just over the base", data)
 	}
 	if st := p.Steps[root]; st.Data != "trusted.overlay.opaque" || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		t.Fatalf("os view: /root is %+v, want an opaque directory", st)

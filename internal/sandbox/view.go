@@ -231,6 +231,9 @@ func (v *view) apply(st Step) {
 			// A bind of something the setup made (/dev/null over a file).
 			src, key := v.locate(st.Source)
 			m.fs, m.sub = src.fs, key
+		case st.Flags&unix.MS_BIND != 0 && covers(path.Dir(v.root), st.Source):
+			// A directory of the stage's fresh tmpfs (/tmp, /run): empty.
+			m.fs = &vfs{made: map[string]ventry{}}
 		case st.Flags&unix.MS_BIND != 0:
 			m.fs = &vfs{hosts: []string{st.Source}, made: map[string]ventry{}}
 		case st.FSType == "proc" || st.FSType == "sysfs":

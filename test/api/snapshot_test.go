@@ -232,7 +232,7 @@ func TestDesktopForkFiles(t *testing.T) {
 	ctx := context.Background()
 	golden, _ := startDesktop(t, d, []string{"xterm"})
 	nonce := marker()
-	sh(t, d.c, golden.ID, "echo "+nonce+" > /etc/tine-notes.txt")
+	sh(t, d.c, golden.ID, "echo "+nonce+" > /root/notes.txt")
 	res, err := d.c.ForkSandbox(ctx, golden.ID, &api.ForkRequest{Count: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestDesktopForkFiles(t *testing.T) {
 		if r.Width != golden.Width || r.Height != golden.Height || r.ForkedFrom != res.Snapshot.ID {
 			t.Errorf("replica %s: %dx%d forked from %q", r.ID, r.Width, r.Height, r.ForkedFrom)
 		}
-		if got := readSandboxFile(d, r.ID, "/etc/tine-notes.txt"); got != nonce+"\n" {
+		if got := readSandboxFile(d, r.ID, "/root/notes.txt"); got != nonce+"\n" {
 			t.Errorf("replica %s: notes %q", r.ID, got)
 		}
 		a, err := d.c.DialACI(ctx, r.ID)
@@ -260,16 +260,16 @@ func TestDesktopForkFiles(t *testing.T) {
 			t.Errorf("replica %s: screenshot %+v, %d bytes, %v", r.ID, reply, len(img), err)
 		}
 		if i == 0 {
-			if _, err := a.Exec(ctx, []string{"/bin/sh", "-c", "echo own > /etc/tine-own.txt"}, nil, 10*time.Second); err != nil {
+			if _, err := a.Exec(ctx, []string{"/bin/sh", "-c", "echo own > /root/own.txt"}, nil, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}
 		a.Close()
 	}
-	if got := readSandboxFile(d, res.Desktops[1].ID, "/etc/tine-own.txt"); got != "" {
+	if got := readSandboxFile(d, res.Desktops[1].ID, "/root/own.txt"); got != "" {
 		t.Errorf("replica 1 sees replica 0's file: %q", got)
 	}
-	if got := readSandboxFile(d, golden.ID, "/etc/tine-own.txt"); got != "" {
+	if got := readSandboxFile(d, golden.ID, "/root/own.txt"); got != "" {
 		t.Errorf("the golden sees a replica's file: %q", got)
 	}
 }
