@@ -13,6 +13,7 @@
 #     writes its reply (8-byte length, JSON) to its reply pipe.
 # Standard library only: this runs on whatever Python the root has.
 import ctypes
+import fcntl
 import importlib.util
 import json
 import marshal
@@ -27,8 +28,12 @@ import time
 import traceback
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
-MS_NOSUID, MS_NODEV = 2, 4
+CLONE_NEWNET = 0x40000000
+SIOCSIFFLAGS = 0x8914
+IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -123,7 +128,18 @@ class Agent:
         # child then copies.
         self.c_unshare, self.c_mount, self.c_syscall, self.c_prctl = libc.unshare, libc.mount, libc.syscall, libc.prctl
         self.has_shm = os.path.isdir("/dev/shm")
+        self.has_pts = os.path.isdir("/dev/pts")
+        # A request's own namespaces: mounts (its /tmp, /dev/shm, /dev/pts),
+        # SysV IPC and POSIX message queues (gone with its last process,
+        # segments and all), and the network (a loopback of its own, so
+        # concurrent requests cannot reach each other's listeners).
+        self.unshare_flags = CLONE_NEWNS | CLONE_NEWIPC
+        if cfg.get("network", "isolated") == "isolated":
+            self.unshare_flags |= CLONE_NEWNET
+        self.lo_up = struct.pack("16sH14x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+        self.pts_opts = b"newinstance,ptmxmode=0666,mode=0620"
         self.flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+        self.noexec = ctypes.c_ulong(MS_NOSUID | MS_NOEXEC)
         self.ll_size = ctypes.c_size_t(len(self.ll_attr)) if self.ll_attr is not None else None
         self.cap_ref = ctypes.byref(self.cap_hdr)
         self.fprog_ref = ctypes.byref(self.fprog) if self.filter_buf is not None else None
@@ -227,10 +243,20 @@ class Agent:
         # Only calls of functions and objects prepared in the zygote: what
         # a request touches of the zygote's memory, it copies.
         sysc = self.c_syscall
-        check(self.c_unshare(CLONE_NEWNS), "unshare mount namespace")
+        check(self.c_unshare(self.unshare_flags), "unshare mount, ipc and network namespaces")
+        if self.unshare_flags & CLONE_NEWNET:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, self.lo_up)
+            finally:
+                s.close()
         check(self.c_mount(b"tmpfs", b"/tmp", b"tmpfs", self.flags, self.tmp_opts), "mount private /tmp")
         if self.has_shm:
             check(self.c_mount(b"tmpfs", b"/dev/shm", b"tmpfs", self.flags, self.tmp_opts), "mount private /dev/shm")
+        if self.has_pts:
+            # Its own pseudo-terminals: in the sandbox's devpts, any request
+            # could open another's /dev/pts/N and read what it wrote there.
+            check(self.c_mount(b"devpts", b"/dev/pts", b"devpts", self.noexec, self.pts_opts), "mount private /dev/pts")
         if self.ll_attr is not None:
             rs = check(sysc(self.sys_ll_create, self.ll_attr, self.ll_size, 0), "landlock ruleset")
             for _, attr in self.ll_open:
