@@ -259,11 +259,11 @@ func (m *Manager) invoke(ctx context.Context, f *function, payload []byte, req r
 		inv.Timings.Cold, inv.Timings.WarmMs = cold, warmMs
 		switch f.spec.Runtime {
 		case RuntimeExec:
-			err = f.invokeExec(ctx, w.sb, w.groups, payload, inv, arrived)
+			err = f.invokeExec(ctx, w.zyg, w.groups, payload, inv, arrived)
 		case RuntimeNode:
 			err = f.invokeNode(ctx, w.nodes, payload, req, inv, arrived)
 		default:
-			err = f.invokePython(ctx, w.zyg, w.groups, payload, req, inv, arrived)
+			err = f.invokeForked(ctx, w.zyg, w.groups, payload, req, inv, arrived)
 		}
 		if errors.Is(err, errZygoteGone) && attempt == 0 {
 			<-w.zyg.dead // ensureWarm sees it gone and warms a new one

@@ -283,9 +283,11 @@ class Agent:
             hdr = json.loads(msg)
         except ValueError:
             os._exit(72)  # not from the daemon: nothing to answer
-        cache = None
-        if hdr.get("cache"):  # a pipe for the script's compiled code
-            cache, cgroups = cgroups[0], cgroups[1:]
+        src = cache = None
+        if hdr.get("script"):  # its source, then its code or a pipe for it
+            src, cgroups = cgroups[0], cgroups[1:]
+            if hdr.get("pyc") or hdr.get("cache"):
+                cache, cgroups = cgroups[0], cgroups[1:]
         try:
             for fd in cgroups:
                 os.write(fd, b"0")
@@ -293,7 +295,7 @@ class Agent:
             os._exit(70)  # the request was cancelled and its cgroup removed
         t_admit = time.monotonic_ns()
         t = [t_fork, t_start, t_admit, 0, 0]
-        result = error = b64 = None
+        result = error = b64 = ended = None
         try:
             if walled is None:
                 self.isolate()
@@ -305,10 +307,14 @@ class Agent:
             os.dup2(err, 2)
             os.dup2(reply, 3)
             os.dup2(payload, 4, inheritable=False)
+            keep = 5
+            if src is not None:
+                os.dup2(src, keep, inheritable=False)
+                src, keep = keep, keep + 1
             if cache is not None:
-                os.dup2(cache, 5, inheritable=False)
-                cache = 5
-            os.closerange(6 if cache else 5, 1 << 20)
+                os.dup2(cache, keep, inheritable=False)
+                cache, keep = keep, keep + 1
+            os.closerange(keep, 1 << 20)
             reply, payload = 3, 4
             if hdr.get("exec"):
                 # A pre-started worker of another runtime (node): walled in
@@ -320,34 +326,40 @@ class Agent:
                 argv = hdr["exec"]
                 os.execvp(argv[0], argv)
             os.set_inheritable(reply, False)
-            # random's own fork hook has reseeded its global generator in
-            # this process (os.fork runs it); numpy's has no such hook.
-            np = sys.modules.get("numpy")
-            if np is not None:
-                np.random.seed()
-            body = b""
-            while True:
-                chunk = os.read(payload, 1 << 20)
-                if not chunk:
-                    break
-                body += chunk
-            os.close(payload)
-            t[3] = time.monotonic_ns()
-            handler = self.handler
-            if hdr.get("script"):
-                handler = self.load_script(hdr["script"], hdr.get("pyc"), cache)
-            event = body if hdr.get("raw") else json.loads(body or b"null")
-            value = handler(event)
-            if hasattr(value, "__await__"):
-                import asyncio
-
-                async def wait():
-                    return await value
-                value = asyncio.run(wait())
-            if isinstance(value, (bytes, bytearray, memoryview)):
-                b64 = __import__("base64").b64encode(bytes(value)).decode()
+            if hdr.get("spawn"):
+                os.dup2(payload, 0)
+                os.close(payload)
+                t[3] = time.monotonic_ns()
+                ended = self.spawn(hdr["spawn"])
             else:
-                result = self.strict.encode(value)  # a TypeError here is the handler's error
+                # random's own fork hook has reseeded its global generator in
+                # this process (os.fork runs it); numpy's has no such hook.
+                np = sys.modules.get("numpy")
+                if np is not None:
+                    np.random.seed()
+                body = b""
+                while True:
+                    chunk = os.read(payload, 1 << 20)
+                    if not chunk:
+                        break
+                    body += chunk
+                os.close(payload)
+                t[3] = time.monotonic_ns()
+                handler = self.handler
+                if hdr.get("script"):
+                    handler = self.load_script(hdr["script"], src, cache, hdr.get("pyc"))
+                event = body if hdr.get("raw") else json.loads(body or b"null")
+                value = handler(event)
+                if hasattr(value, "__await__"):
+                    import asyncio
+
+                    async def wait():
+                        return await value
+                    value = asyncio.run(wait())
+                if isinstance(value, (bytes, bytearray, memoryview)):
+                    b64 = __import__("base64").b64encode(bytes(value)).decode()
+                else:
+                    result = self.strict.encode(value)  # a TypeError here is the handler's error
         except BaseException as e:  # SystemExit too: the handler may not end the child
             error = e
         t[4] = time.monotonic_ns()
@@ -362,7 +374,9 @@ class Agent:
         os.dup2(null, 1)
         os.dup2(null, 2)
         times = '"t":{"fork":%d,"start":%d,"admitted":%d,"isolated":%d,"ran":%d}}' % tuple(t)
-        if error is None and result is not None:
+        if ended is not None:
+            b = ended + times
+        elif error is None and result is not None:
             b = '{"status":"ok","result":' + result + "," + times
         elif error is None:
             b = '{"status":"ok","result_base64":"' + b64 + '",' + times
@@ -377,24 +391,57 @@ class Agent:
             view = view[os.write(reply, view):]
         os._exit(0)
 
-    def load_script(self, digest, pyc, cache):
-        # Compiled code is cached by the daemon: this child compiles once
-        # and hands the code over on the cache pipe *before* any of the
-        # script runs, so no script can forge another's cached code.
-        base = os.path.join(self.cfg.get("scripts_dir", "/tine/scripts"), digest)
+    def spawn(self, argv):
+        # A runtime-exec request: its command runs as a process of its own
+        # inside this child's walls and cgroup (stdin the payload, stdout
+        # the result); the answer is how it ended. Python ignores SIGPIPE
+        # and SIGXFSZ, which the command must not inherit.
+        try:
+            pid = os.posix_spawnp(argv[0], argv, os.environ, setsigmask=(),
+                                  setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD))
+        except OSError as e:
+            os.write(2, ("%s: %s\n" % (argv[0], e.strerror)).encode())
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+            return self.exited(argv[0], code, 0)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        if os.WIFSIGNALED(status):
+            return self.exited(argv[0], 128 + os.WTERMSIG(status), os.WTERMSIG(status))
+        return self.exited(argv[0], os.WEXITSTATUS(status), 0)
+
+    def exited(self, name, code, sig):
+        if sig:
+            e = {"type": "Crashed", "message": "%s was killed by signal %d" % (name, sig)}
+            return '{"status":"crashed","exit_code":%d,"signal":%d,"error":%s,' % (code, sig, self.lenient.encode(e))
+        if code:
+            e = {"type": "ExitStatus", "message": "%s exited with code %d" % (name, code)}
+            return '{"status":"error","exit_code":%d,"error":%s,' % (code, self.lenient.encode(e))
+        return '{"status":"ok","exit_code":0,'
+
+    def load_script(self, digest, src, cache, pyc):
+        # The daemon hands this child its script's descriptors, and nothing
+        # of the other scripts: src, the source, and cache, either the
+        # stored compiled code (pyc) or a pipe for it. A child that had to
+        # compile hands the code over *before* any of the script runs, so
+        # no script can forge another's cached code.
         code = None
         if pyc:
+            with os.fdopen(cache, "rb") as f:
+                data = f.read()
+            cache = None
             try:
-                with open(base + ".pyc", "rb") as f:
-                    data = f.read()
                 if data[:len(importlib.util.MAGIC_NUMBER)] == importlib.util.MAGIC_NUMBER:
                     code = marshal.loads(data[len(importlib.util.MAGIC_NUMBER):])
-            except (OSError, ValueError, EOFError, TypeError):
+            except (ValueError, EOFError, TypeError):
                 code = None
+        with os.fdopen(src, "rb") as f:
+            text = f.read() if code is None else None
         if code is None:
-            with open(base + ".py", "rb") as f:
-                src = f.read()
-            code = compile(src, "script " + digest[:12], "exec")
+            code = compile(text, "script " + digest[:12], "exec")
             if cache is not None:
                 try:
                     view = memoryview(importlib.util.MAGIC_NUMBER + marshal.dumps(code))
