@@ -467,3 +467,51 @@ def handler(e):
 		t.Errorf("a script read another's %s: %q", path, content)
 	}
 }
+
+const ptyHandler = holdPrelude + `
+import errno
+
+def handler(e):
+    if e["op"] == "read":
+        found = {}
+        for n in os.listdir("/dev/pts"):
+            if not n.isdigit():
+                continue
+            try:
+                fd = os.open("/dev/pts/" + n, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+                found[n] = os.read(fd, 64).decode(errors="replace")
+            except OSError as x:
+                found[n] = errno.errorcode.get(x.errno, str(x.errno))
+        return found
+    master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
+    _libc.grantpt(master)
+    _libc.unlockpt(master)
+    _libc.ptsname.restype = ctypes.c_char_p
+    name = _libc.ptsname(master).decode()
+    os.write(master, ((e["secret"] + "\n") * 2).encode())
+    # Within the request its terminal works: one line read back, one left.
+    fd = os.open(name, os.O_RDWR | os.O_NOCTTY)
+    mine = os.read(fd, 64).decode()
+    ready_and_held(e["mark"])
+    return {"pts": name, "mine": mine}
+`
+
+// A request cannot read (or type into) another's pseudo-terminal: each
+// request has a devpts instance of its own.
+func TestFunctionRequestsShareNoPTY(t *testing.T) {
+	d := startDaemon(t)
+	entry := writeHandler(t, ptyHandler)
+	putFunction(t, d, api.FunctionSpec{Name: "pty", Entry: entry, Concurrency: 2})
+	secret := "s3cret-" + marker()
+	held := hold(t, d, entry, "pty", map[string]any{"op": "open", "secret": secret})
+	found := resultOf[map[string]string](t, invoke(t, d, "pty", map[string]any{"op": "read"}))
+	mine := resultOf[map[string]string](t, held.release())
+	if mine["mine"] != secret+"\n" {
+		t.Errorf("within the request, its terminal %s read back %q: the attempt proves nothing", mine["pts"], mine["mine"])
+	}
+	for n, v := range found {
+		if strings.Contains(v, secret) {
+			t.Errorf("a concurrent request read the other's /dev/pts/%s: %q", n, v)
+		}
+	}
+}
