@@ -225,11 +225,12 @@ const entryTarget = "/tine/fn"
 
 // agentConfig is the agent's first message.
 type agentConfig struct {
-	Entry      string                `json:"entry,omitempty"`
-	Handler    string                `json:"handler"`
-	Preload    []string              `json:"preload"`
-	TmpBytes   int64                 `json:"tmp_bytes"`
-	Walls      *sandbox.RequestWalls `json:"walls"`
+	Entry    string                `json:"entry,omitempty"`
+	Handler  string                `json:"handler"`
+	Preload  []string              `json:"preload"`
+	TmpBytes int64                 `json:"tmp_bytes"`
+	Network  string                `json:"network"`
+	Walls    *sandbox.RequestWalls `json:"walls"`
 }
 
 // agentReady is the agent's answer to its config.
@@ -283,7 +284,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		}
 		close(z.dead)
 	}()
-	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Walls: walls}
+	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Network: f.spec.Network, Walls: walls}
 	if f.spec.Runtime == RuntimePython {
 		cfg.Entry, cfg.Preload = entryInside(f.spec.Entry), f.spec.Preload
 	}

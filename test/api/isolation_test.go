@@ -298,7 +298,8 @@ def handler(e):
 
 // Concurrent requests of one function cannot reach each other over
 // loopback TCP or UDP, abstract unix sockets, or unix socket files: each
-// request has a network namespace (and /tmp, /dev/shm) of its own.
+// request has a network namespace (and /tmp, /dev/shm) of its own, unless
+// the spec says network = "shared".
 func TestFunctionRequestsShareNoLoopback(t *testing.T) {
 	require.Landlock(t, 6)
 	d := startDaemon(t)
@@ -327,6 +328,17 @@ func TestFunctionRequestsShareNoLoopback(t *testing.T) {
 		t.Errorf("a concurrent request connected to the other's TCP listener on 127.0.0.1")
 	}
 	t.Logf("the concurrent request's attempts: %v", tried)
+
+	// network = "shared" says they may: the same attempt then carries.
+	putFunction(t, d, api.FunctionSpec{Name: "netshared", Entry: entry, Concurrency: 2, Network: "shared"})
+	held = hold(t, d, entry, "netshared", map[string]any{"op": "listen"})
+	tried = resultOf[map[string]string](t, invoke(t, d, "netshared", map[string]any{"op": "connect"}))
+	got = resultOf[listened](t, held.release())
+	for _, ch := range []string{"tcp", "udp"} {
+		if got.FromOthers[ch] != "hello" {
+			t.Errorf("network shared: the concurrent request's %s message did not arrive (%v, its attempts %v)", ch, got.FromOthers, tried)
+		}
+	}
 }
 
 // A runtime-exec request cannot leave anything outside its own /tmp and
