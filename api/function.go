@@ -8,7 +8,8 @@ type FunctionSpec struct {
 	Name string `json:"name"`
 	// Runtime is "python" (a zygote forked per request), "node" (workers
 	// started ahead, one per request) or "exec" (a fresh process of
-	// Command per request in a sandbox kept up).
+	// Command per request in a sandbox kept up, walled in as a Python
+	// request is: it may write only its private /tmp and /dev/shm).
 	Runtime string `json:"runtime"`
 	// Entry is the host path of the handler's .py file (python) or
 	// module (node: .js, .cjs, .mjs); its
