@@ -25,7 +25,8 @@ type FunctionSpec struct {
 	// Preload are modules imported once in the zygote.
 	Preload []string `json:"preload,omitempty"`
 	// Python is the interpreter (default: python3 on the sandbox's PATH).
-	// Node functions need it too: their workers start from a Python zygote.
+	// Node and exec functions need it too: their workers and commands
+	// start from a Python zygote.
 	Python string `json:"python,omitempty"`
 	// Node is the node binary (default: node on the sandbox's PATH).
 	Node string `json:"node,omitempty"`

@@ -195,6 +195,9 @@ func Validate(s *api.FunctionSpec) error {
 		if s.Entry != "" || len(s.Preload) > 0 || s.Handler != "" {
 			return bad("entry, handler and preload are for runtime python; runtime exec takes command")
 		}
+		if s.Python != "" && !filepath.IsAbs(s.Python) {
+			return bad("python %q: want an absolute path to the interpreter (its zygote spawns the command)", s.Python)
+		}
 	case RuntimeNode:
 		if !filepath.IsAbs(s.Entry) || !slices.Contains([]string{".js", ".cjs", ".mjs"}, filepath.Ext(s.Entry)) {
 			return bad("runtime node needs entry, an absolute path to the handler's .js, .cjs or .mjs module (got %q)", s.Entry)

@@ -527,3 +527,57 @@ func TestFunctionRequestsShareNoPTY(t *testing.T) {
 		}
 	}
 }
+
+const procHandler = holdPrelude + `
+def handler(e):
+    open("/tmp/mine", "w").write("private")
+    if e["op"] == "hold":
+        ready_and_held(e["mark"])
+        return os.getpid()
+    def attempt(path):
+        try:
+            if path.endswith("/tmp"):
+                return sorted(os.listdir(path))
+            return open(path, "rb").read(64).decode(errors="replace")
+        except OSError as x:
+            return x.strerror
+    # Its own, through /proc/self: the way in works.
+    out = {"self": {p: attempt("/proc/self/" + p) for p in ("root/tmp", "environ")}}
+    sib = "/proc/%d/" % e["pid"]
+    out["sibling"] = {p: attempt(sib + p) for p in ("root/tmp", "cwd/tmp", "environ", "mem", "maps", "ns/net", "ns/ipc")}
+    return out
+`
+
+// A request cannot get at a concurrent one's private /tmp, memory,
+// environment or namespaces through /proc/<pid> (the zygote and its
+// requests are undumpable, and Landlock scopes ptrace).
+func TestFunctionRequestsCannotReachSiblingsThroughProc(t *testing.T) {
+	d := startDaemon(t)
+	entry := writeHandler(t, procHandler)
+	putFunction(t, d, api.FunctionSpec{Name: "proc", Entry: entry, Concurrency: 2})
+	held := hold(t, d, entry, "proc", map[string]any{"op": "hold"})
+	pids := procsNamed(held.mark)
+	if len(pids) != 1 {
+		held.release()
+		t.Fatalf("processes named %s: %v, want the held request", held.mark, pids)
+	}
+	// The sandbox's pid for it: its NSpid's last field.
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(pids[0]) + "/status")
+	var inner string
+	for line := range strings.Lines(string(status)) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "NSpid:" {
+			inner = f[len(f)-1]
+		}
+	}
+	n, _ := strconv.Atoi(inner)
+	r := resultOf[struct{ Self, Sibling map[string]any }](t, invoke(t, d, "proc", map[string]any{"op": "look", "pid": n}))
+	held.release()
+	if tmp, _ := r.Self["root/tmp"].([]any); len(tmp) != 1 || tmp[0] != "mine" {
+		t.Errorf("the request could not list its own /proc/self/root/tmp (%v): the attempt proves nothing", r.Self)
+	}
+	for path, v := range r.Sibling {
+		if v != "Permission denied" {
+			t.Errorf("/proc/<sibling %d>/%s: %v, want permission denied", n, path, v)
+		}
+	}
+}
