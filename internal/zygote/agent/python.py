@@ -1,14 +1,16 @@
 # tine's Python zygote agent, embedded in the tine binary and launched by
 # the daemon inside a zygote sandbox. It imports the function's modules
 # once, then forks one child per request. Each child walls itself in
-# (private /tmp in its own mount namespace, Landlock, capabilities,
-# seccomp), admits itself into its request's cgroup, runs the handler,
-# replies and exits. The fork and the walls do not depend on the request,
+# (its own mount, IPC and network namespaces with a private /tmp, /dev/shm
+# and /dev/pts, Landlock, capabilities, seccomp), admits itself into its
+# request's cgroup, runs the handler (a pool script; or spawns a
+# runtime-exec command and waits for it), replies and exits. The fork and the walls do not depend on the request,
 # so the zygote keeps SPARES children forked and walled in ahead, each
 # waiting on a socket of its own; a request goes to a spare when there is
 # one (then a new spare is forked) and to a fresh fork otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
 #   daemon -> agent: one config message (JSON), then requests: a JSON
-#     header with descriptors [reply, payload, stdout, stderr, cgroup...].
+#     header with descriptors [reply, payload, stdout, stderr, (a pool
+#     script's source, then its compiled code or a pipe for it), cgroup...].
 #   agent -> daemon: one ready message (JSON), then nothing: each child
 #     writes its reply (8-byte length, JSON) to its reply pipe.
 # Standard library only: this runs on whatever Python the root has.
