@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -419,6 +420,23 @@ func TestWarmExecEndings(t *testing.T) {
 		if c.name == "sigpipe" && inv.Stderr != "" {
 			t.Errorf("yes | head: stderr %q (SIGPIPE ignored in the command?)", inv.Stderr)
 		}
+	}
+	// Its environment is the sandbox's default, nothing of the Python that
+	// spawned it (which sets LC_CTYPE when it coerces the C locale).
+	putFunction(t, d, api.FunctionSpec{Name: "env", Runtime: "exec", Command: []string{"env"}})
+	inv, err := d.c.InvokeRaw(ctx, "env", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := base64.StdEncoding.DecodeString(inv.ResultBase64)
+	var keys []string
+	for line := range strings.Lines(string(out)) {
+		k, _, _ := strings.Cut(line, "=")
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"HOME", "HOSTNAME", "PATH"}) {
+		t.Errorf("the command's environment:\n%s", out)
 	}
 }
 

@@ -145,6 +145,12 @@ class Agent:
         self.ll_size = ctypes.c_size_t(len(self.ll_attr)) if self.ll_attr is not None else None
         self.cap_ref = ctypes.byref(self.cap_hdr)
         self.fprog_ref = ctypes.byref(self.fprog) if self.filter_buf is not None else None
+        # A runtime-exec command's environment: the zygote's, which is the
+        # sandbox's default, without the LC_CTYPE Python set when it coerced
+        # the C locale at start (PEP 538; nothing else sets it here).
+        self.command_env = dict(os.environ)
+        if self.command_env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8"):
+            del self.command_env["LC_CTYPE"]
         self.spares = []  # the zygote's ends of the spares' sockets, oldest first
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
@@ -399,7 +405,7 @@ class Agent:
         # the result); the answer is how it ended. Python ignores SIGPIPE
         # and SIGXFSZ, which the command must not inherit.
         try:
-            pid = os.posix_spawnp(argv[0], argv, os.environ, setsigmask=(),
+            pid = os.posix_spawnp(argv[0], argv, self.command_env, setsigmask=(),
                                   setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD))
         except OSError as e:
             os.write(2, ("%s: %s\n" % (argv[0], e.strerror)).encode())
