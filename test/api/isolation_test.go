@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"strings"
 	"sync"
 	"testing"
@@ -597,5 +598,47 @@ func TestFunctionRequestsCannotReachSiblingsThroughProc(t *testing.T) {
 		if v != "Permission denied" {
 			t.Errorf("/proc/<sibling %d>/%s: %v, want permission denied", n, path, v)
 		}
+	}
+}
+
+// A runtime-exec request cannot read a concurrent one's environment or
+// memory map (dumpable after its execve, as every command is, but in a
+// Landlock domain of its own, which scopes ptrace and /proc access).
+func TestWarmExecRequestsCannotReadEachOther(t *testing.T) {
+	d := startDaemon(t)
+	mark := marker()
+	putFunction(t, d, api.FunctionSpec{Name: "peek", Runtime: "exec", Concurrency: 2, Limits: api.FunctionLimits{TimeoutSeconds: 30}, Command: []string{"sh", "-c", `
+read mode
+if [ "$mode" = hold ]; then exec ` + strings.Join(sleeper(mark)[2:], " ") + `; fi
+for p in /proc/[0-9]*; do
+  if grep -q ` + sleeperArg(mark) + ` $p/cmdline 2>/dev/null && [ "$(cat $p/comm)" = sleep ]; then
+    for f in environ maps; do
+      if out=$(head -c 40 $p/$f 2>&1); then echo "read $f"; else echo "refused $f: $out"; fi
+    done
+  fi
+done
+# Its own, for comparison: the way in works.
+head -c 40 /proc/self/environ >/dev/null && echo "own environ"
+echo done`}})
+	var wg sync.WaitGroup
+	wg.Go(func() { d.c.InvokeRaw(context.Background(), "peek", []byte("hold\n")) })
+	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) > 0 }) {
+		t.Fatal("the holding request never started its sleep")
+	}
+	inv, err := d.c.InvokeRaw(context.Background(), "peek", []byte("look\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range hostProcs(sleeperArg(mark)) {
+		syscall.Kill(pid, syscall.SIGKILL) // the holder is done
+	}
+	wg.Wait()
+	out, _ := base64.StdEncoding.DecodeString(inv.ResultBase64)
+	s := string(out)
+	if !strings.Contains(s, "own environ\n") || !strings.Contains(s, " environ: ") && !strings.Contains(s, "read environ") {
+		t.Fatalf("the look did not run or did not find the holder:\n%s", s)
+	}
+	if strings.Contains(s, "read ") {
+		t.Errorf("a request read a concurrent one's /proc files:\n%s", s)
 	}
 }
