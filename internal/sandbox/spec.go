@@ -78,7 +78,8 @@ type Spec struct {
 	// may fork requests that wall themselves in (RequestWalls) before user
 	// code runs. PID 1 therefore has no Landlock domain (a domain forbids
 	// mounting a request's private /tmp) and seccomp's Zygote filter, which
-	// adds unshare of a user and mount namespace and mount to Seccomp's.
+	// adds unshare of a user, mount, IPC and network namespace and mount to
+	// Seccomp's.
 	Zygote bool
 }
 

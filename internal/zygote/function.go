@@ -84,7 +84,7 @@ func (f *function) timeout() time.Duration {
 // warmState is what a request runs on.
 type warmState struct {
 	sb     *sandbox.Sandbox
-	zyg    *zygoteProc // nil for runtime exec
+	zyg    *zygoteProc
 	groups *groupPool
 	nodes  *nodePool // runtime node only
 }
@@ -105,7 +105,7 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 			f.zyg = nil
 			go z.close() // its socket
 		}
-		if f.sb != nil && (f.spec.Runtime == RuntimeExec || f.zyg != nil) {
+		if f.sb != nil && f.zyg != nil {
 			select {
 			case <-f.sb.Done():
 			default:
@@ -157,8 +157,10 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 	}
 }
 
-// warm makes the function's sandbox (reusing old if it is still alive) and,
-// for python, starts its zygote and waits until it has imported everything.
+// warm makes the function's sandbox (reusing old if it is still alive),
+// starts its zygote and waits until it has imported everything (for exec
+// and node, only the agent itself: their requests are children it forks
+// that wall themselves in and exec).
 // A new sandbox first takes its share of the host budget; budget gives it
 // back, at most once: when the sandbox is destroyed here or by cool, or
 // dies on its own.
@@ -189,9 +191,6 @@ func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.San
 		go func(done <-chan struct{}) { <-done; once() }(sb.Done())
 		budget = once
 	}
-	if f.spec.Runtime == RuntimeExec {
-		return sb, budget, nil, nil
-	}
 	if z, err = f.startZygote(sb); err != nil {
 		budget()
 		sb.Destroy()
@@ -204,7 +203,7 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 	l := f.spec.Limits
 	n := int64(f.spec.Concurrency)
 	s := &sandbox.Spec{
-		Zygote:   f.spec.Runtime != RuntimeExec,
+		Zygote:   true,
 		Seccomp:  seccomp.Default,
 		Hostname: f.spec.Name,
 		Limits: cgroup.Limits{
@@ -215,28 +214,23 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 	if f.spec.Entry != "" {
 		s.Binds = append(s.Binds, sandbox.Bind{Source: filepath.Dir(f.spec.Entry), Target: entryTarget, ReadOnly: true})
 	}
-	if f.scripts != "" {
-		s.Binds = append(s.Binds, sandbox.Bind{Source: f.scripts, Target: scriptsTarget, ReadOnly: true})
-	}
 	return s
 }
 
-// Where a function's sandbox sees its entry's directory and a pool's the
-// registered scripts (read-only binds). Not under /tmp, which each request
-// replaces with its own.
-const (
-	entryTarget   = "/tine/fn"
-	scriptsTarget = "/tine/scripts"
-)
+// entryTarget is where a function's sandbox sees its entry's directory (a
+// read-only bind). Not under /tmp, which each request replaces with its
+// own. The pool's scripts are not in its sandbox at all: each request is
+// handed its own script's descriptors, so no script can read another.
+const entryTarget = "/tine/fn"
 
 // agentConfig is the agent's first message.
 type agentConfig struct {
-	Entry      string                `json:"entry,omitempty"`
-	Handler    string                `json:"handler"`
-	Preload    []string              `json:"preload"`
-	ScriptsDir string                `json:"scripts_dir,omitempty"`
-	TmpBytes   int64                 `json:"tmp_bytes"`
-	Walls      *sandbox.RequestWalls `json:"walls"`
+	Entry    string                `json:"entry,omitempty"`
+	Handler  string                `json:"handler"`
+	Preload  []string              `json:"preload"`
+	TmpBytes int64                 `json:"tmp_bytes"`
+	Network  string                `json:"network"`
+	Walls    *sandbox.RequestWalls `json:"walls"`
 }
 
 // agentReady is the agent's answer to its config.
@@ -290,12 +284,9 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		}
 		close(z.dead)
 	}()
-	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Walls: walls}
+	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Network: f.spec.Network, Walls: walls}
 	if f.spec.Runtime == RuntimePython {
 		cfg.Entry, cfg.Preload = entryInside(f.spec.Entry), f.spec.Preload
-	}
-	if f.scripts != "" {
-		cfg.ScriptsDir = scriptsTarget
 	}
 	b, _ := json.Marshal(cfg)
 	var ready agentReady
@@ -401,16 +392,25 @@ type childReply struct {
 	T            struct {
 		Fork, Start, Admitted, Isolated, Ran int64
 	} `json:"t"`
+	// How a runtime-exec request's command ended: its exit code, or the
+	// signal that killed it.
+	ExitCode *int `json:"exit_code"`
+	Signal   int  `json:"signal"`
 }
 
 // request is one call's daemon side.
 type request struct {
 	script string
 	raw    bool
+	// command: a runtime-exec request, whose child spawns it (payload on
+	// stdin, stdout the result) and answers with how it ended.
+	command []string
 }
 
-// invoke runs one request through the zygote.
-func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *groupPool, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
+// invokeForked runs one request as a child of the zygote, walled in like
+// every request: the function's handler, a pool script, or (runtime exec)
+// the function's command.
+func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *groupPool, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
 	rg, err := groups.take()
 	if err != nil {
 		return err
@@ -422,11 +422,22 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 		return io.err
 	}
 	h := map[string]any{"script": req.script, "raw": req.raw}
+	if req.command != nil {
+		h["spawn"] = req.command
+	}
 	fds := []int{io.replyW, io.payload, io.outW, io.errW}
 	var cache *codeCache
 	if req.script != "" {
-		if cache = f.scriptCache(req.script); cache.cached {
+		src, err := os.Open(filepath.Join(f.scripts, req.script+".py"))
+		if err != nil {
+			return fmt.Errorf("%w: script %s: %v", ErrNoFunction, req.script, err)
+		}
+		defer src.Close()
+		fds = append(fds, int(src.Fd()))
+		if cache = f.scriptCache(req.script); cache.pyc != nil {
+			defer cache.pyc.Close()
 			h["pyc"] = true
+			fds = append(fds, int(cache.pyc.Fd()))
 		} else if cache.w != nil {
 			h["cache"] = true
 			fds = append(fds, int(cache.w.Fd()))
@@ -457,6 +468,10 @@ func (f *function) invokePython(ctx context.Context, z *zygoteProc, groups *grou
 	inv.Timings.Reply = nsMs(got - t.Ran)
 	if t.Isolated == 0 { // failed while walling itself in
 		inv.Timings.Isolate, inv.Timings.Run = nsMs(t.Ran-t.Admitted), 0
+	}
+	inv.ExitCode = rep.ExitCode
+	if rep.Signal != 0 && rg.oomKilled() {
+		inv.Status, inv.Error = api.StatusOOM, f.oomError()
 	}
 	return nil
 }
@@ -519,11 +534,12 @@ func (f *function) oomError() *api.InvocationError {
 }
 
 // codeCache is a pool script's compiled code on the daemon's side: either
-// already stored next to the script, or a pipe the request's process
-// writes it into (before any of the script runs) for the daemon to store.
+// already stored next to the script (opened, for the request), or a pipe
+// the request's process writes it into (before any of the script runs) for
+// the daemon to store.
 type codeCache struct {
-	cached bool
-	w      *os.File // the child's end, until sent
+	pyc *os.File // the stored code, for the request to read
+	w   *os.File // the child's end, until sent
 }
 
 // maxCompiled bounds a script's compiled code.
@@ -532,8 +548,8 @@ const maxCompiled = 16 << 20
 func (f *function) scriptCache(digest string) *codeCache {
 	path := filepath.Join(f.scripts, digest+".pyc")
 	c := &codeCache{}
-	if _, err := os.Stat(path); err == nil {
-		c.cached = true
+	if pyc, err := os.Open(path); err == nil {
+		c.pyc = pyc
 		return c
 	}
 	r, w, err := os.Pipe()

@@ -1,11 +1,13 @@
 // Package zygote runs warm functions: a sandbox kept up per function, and
-// in it either a Python zygote (an agent embedded in this package, which
-// imports the function once and forks a child per request) or, for
-// runtime exec, a fresh process per request launched by the sandbox's
-// PID 1. Every request gets a cgroup of its own, with the function's
-// per-request limits, that its process joins before anything of it runs
-// and that is killed when the request ends. The runtime pool is a Python
-// zygote with no entry: requests name a registered script by digest.
+// in it a Python zygote (an agent embedded in this package, which imports
+// the function once and forks a child per request; for runtime exec the
+// child spawns the function's command, for node it execs a worker). Every
+// request walls itself in (its own mount, IPC and network namespaces,
+// Landlock, capabilities, seccomp) and gets a cgroup of its own, with the
+// function's per-request limits, that its process joins before anything
+// of it runs and that is killed when the request ends. The runtime pool is
+// a Python zygote with no entry: requests name a registered script by
+// digest and are handed its descriptors.
 package zygote
 
 import (
@@ -259,11 +261,11 @@ func (m *Manager) invoke(ctx context.Context, f *function, payload []byte, req r
 		inv.Timings.Cold, inv.Timings.WarmMs = cold, warmMs
 		switch f.spec.Runtime {
 		case RuntimeExec:
-			err = f.invokeExec(ctx, w.sb, w.groups, payload, inv, arrived)
+			err = f.invokeExec(ctx, w.zyg, w.groups, payload, inv, arrived)
 		case RuntimeNode:
 			err = f.invokeNode(ctx, w.nodes, payload, req, inv, arrived)
 		default:
-			err = f.invokePython(ctx, w.zyg, w.groups, payload, req, inv, arrived)
+			err = f.invokeForked(ctx, w.zyg, w.groups, payload, req, inv, arrived)
 		}
 		if errors.Is(err, errZygoteGone) && attempt == 0 {
 			<-w.zyg.dead // ensureWarm sees it gone and warms a new one

@@ -31,6 +31,21 @@ const (
 	MaxConcurrency = 256
 )
 
+// What a function's requests share of the network (FunctionSpec.Network).
+const (
+	// NetworkIsolated: each request has a network namespace of its own.
+	NetworkIsolated = "isolated"
+	// NetworkShared: requests share the sandbox's loopback.
+	NetworkShared = "shared"
+)
+
+func validNetwork(n string) error {
+	if n != "" && n != NetworkIsolated && n != NetworkShared {
+		return fmt.Errorf("%w: network %q: want %q (each request its own loopback, the default) or %q (the function's requests can reach each other's listeners)", ErrInvalidSpec, n, NetworkIsolated, NetworkShared)
+	}
+	return nil
+}
+
 // Runtimes a function can have.
 const (
 	RuntimePython = "python"
@@ -48,6 +63,7 @@ type tomlSpec struct {
 	Preload     []string `toml:"preload"`
 	Python      string   `toml:"python"`
 	Node        string   `toml:"node"`
+	Network     string   `toml:"network"`
 	Concurrency int      `toml:"concurrency"`
 	ColdAfter   string   `toml:"cold_after"`
 	Limits      struct {
@@ -73,15 +89,18 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, network, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
 	}
 	s := &api.FunctionSpec{
 		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
-		Preload: t.Preload, Python: t.Python, Node: t.Node, Concurrency: t.Concurrency,
+		Preload: t.Preload, Python: t.Python, Node: t.Node, Network: t.Network, Concurrency: t.Concurrency,
 		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
 	}
 	if s.Entry != "" && !filepath.IsAbs(s.Entry) {
 		s.Entry = filepath.Join(dir, s.Entry)
+	}
+	if err := validNetwork(s.Network); err != nil {
+		return nil, fmt.Errorf("%w (line %d)", err, lineOf(src, toml.Key{"network"}))
 	}
 	if t.Limits.Memory != "" {
 		if s.Limits.MemoryBytes, err = units.ParseSize(t.Limits.Memory); err != nil {
@@ -176,6 +195,9 @@ func Validate(s *api.FunctionSpec) error {
 		if s.Entry != "" || len(s.Preload) > 0 || s.Handler != "" {
 			return bad("entry, handler and preload are for runtime python; runtime exec takes command")
 		}
+		if s.Python != "" && !filepath.IsAbs(s.Python) {
+			return bad("python %q: want an absolute path to the interpreter (its zygote spawns the command)", s.Python)
+		}
 	case RuntimeNode:
 		if !filepath.IsAbs(s.Entry) || !slices.Contains([]string{".js", ".cjs", ".mjs"}, filepath.Ext(s.Entry)) {
 			return bad("runtime node needs entry, an absolute path to the handler's .js, .cjs or .mjs module (got %q)", s.Entry)
@@ -201,6 +223,12 @@ func Validate(s *api.FunctionSpec) error {
 		}
 	default:
 		return bad("runtime %q: want python, node or exec", s.Runtime)
+	}
+	if err := validNetwork(s.Network); err != nil {
+		return err
+	}
+	if s.Network == "" {
+		s.Network = NetworkIsolated
 	}
 	if s.Concurrency == 0 {
 		s.Concurrency = DefaultConcurrency

@@ -25,7 +25,7 @@ timeout = "2.5"
 		t.Fatal(err)
 	}
 	if s.Entry != "/srv/fn/handler.py" || s.Runtime != RuntimePython || s.Handler != "main" || s.Concurrency != 8 ||
-		s.ColdAfterSeconds != 90 || s.Limits.MemoryBytes != 128<<20 || s.Limits.CPUs != 0.5 || s.Limits.Pids != 32 || s.Limits.TimeoutSeconds != 2.5 {
+		s.ColdAfterSeconds != 90 || s.Network != NetworkIsolated || s.Limits.MemoryBytes != 128<<20 || s.Limits.CPUs != 0.5 || s.Limits.Pids != 32 || s.Limits.TimeoutSeconds != 2.5 {
 		t.Errorf("parsed %+v", s)
 	}
 
@@ -42,6 +42,8 @@ timeout = "2.5"
 		{"name = \"a\"\nruntime = \"exec\"\n", "needs command"},
 		{"name = \"a\"\nentry = \"h.py\"\npreload = [\"os; rm\"]\n", `preload "os; rm"`},
 		{"name = \"a\"\nentry = \"h.py\"\nconcurrency = 100000\n", "concurrency 100000"},
+		{"name = \"a\"\nentry = \"h.py\"\n\nnetwork = \"host\"\n", `network "host": want "isolated"`},
+		{"name = \"a\"\nentry = \"h.py\"\n\nnetwork = \"host\"\n", "(line 4)"},
 	} {
 		_, err := ParseSpec([]byte(c.src), "/srv/fn")
 		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {

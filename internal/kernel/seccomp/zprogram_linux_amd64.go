@@ -818,7 +818,7 @@ var zygoteProgram = []unix.SockFilter{
 	{Code: 0x0054, Jt: 0, Jf: 0, K: 0xffffffff},
 	{Code: 0x0015, Jt: 0, Jf: 4, K: 0x0},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x10},
-	{Code: 0x0054, Jt: 0, Jf: 0, K: 0xeffdffff},
+	{Code: 0x0054, Jt: 0, Jf: 0, K: 0xa7fdffff},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x0},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7fff0000},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},

@@ -1,18 +1,21 @@
 # tine's Python zygote agent, embedded in the tine binary and launched by
 # the daemon inside a zygote sandbox. It imports the function's modules
 # once, then forks one child per request. Each child walls itself in
-# (private /tmp in its own mount namespace, Landlock, capabilities,
-# seccomp), admits itself into its request's cgroup, runs the handler,
-# replies and exits. The fork and the walls do not depend on the request,
+# (its own mount, IPC and network namespaces with a private /tmp, /dev/shm
+# and /dev/pts, Landlock, capabilities, seccomp), admits itself into its
+# request's cgroup, runs the handler (a pool script; or spawns a
+# runtime-exec command and waits for it), replies and exits. The fork and the walls do not depend on the request,
 # so the zygote keeps SPARES children forked and walled in ahead, each
 # waiting on a socket of its own; a request goes to a spare when there is
 # one (then a new spare is forked) and to a fresh fork otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
 #   daemon -> agent: one config message (JSON), then requests: a JSON
-#     header with descriptors [reply, payload, stdout, stderr, cgroup...].
+#     header with descriptors [reply, payload, stdout, stderr, (a pool
+#     script's source, then its compiled code or a pipe for it), cgroup...].
 #   agent -> daemon: one ready message (JSON), then nothing: each child
 #     writes its reply (8-byte length, JSON) to its reply pipe.
 # Standard library only: this runs on whatever Python the root has.
 import ctypes
+import fcntl
 import importlib.util
 import json
 import marshal
@@ -27,8 +30,12 @@ import time
 import traceback
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
-MS_NOSUID, MS_NODEV = 2, 4
+CLONE_NEWNET = 0x40000000
+SIOCSIFFLAGS = 0x8914
+IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -123,10 +130,27 @@ class Agent:
         # child then copies.
         self.c_unshare, self.c_mount, self.c_syscall, self.c_prctl = libc.unshare, libc.mount, libc.syscall, libc.prctl
         self.has_shm = os.path.isdir("/dev/shm")
+        self.has_pts = os.path.isdir("/dev/pts")
+        # A request's own namespaces: mounts (its /tmp, /dev/shm, /dev/pts),
+        # SysV IPC and POSIX message queues (gone with its last process,
+        # segments and all), and the network (a loopback of its own, so
+        # concurrent requests cannot reach each other's listeners).
+        self.unshare_flags = CLONE_NEWNS | CLONE_NEWIPC
+        if cfg.get("network", "isolated") == "isolated":
+            self.unshare_flags |= CLONE_NEWNET
+        self.lo_up = struct.pack("16sH14x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+        self.pts_opts = b"newinstance,ptmxmode=0666,mode=0620"
         self.flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+        self.noexec = ctypes.c_ulong(MS_NOSUID | MS_NOEXEC)
         self.ll_size = ctypes.c_size_t(len(self.ll_attr)) if self.ll_attr is not None else None
         self.cap_ref = ctypes.byref(self.cap_hdr)
         self.fprog_ref = ctypes.byref(self.fprog) if self.filter_buf is not None else None
+        # A runtime-exec command's environment: the zygote's, which is the
+        # sandbox's default, without the LC_CTYPE Python set when it coerced
+        # the C locale at start (PEP 538; nothing else sets it here).
+        self.command_env = dict(os.environ)
+        if self.command_env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8"):
+            del self.command_env["LC_CTYPE"]
         self.spares = []  # the zygote's ends of the spares' sockets, oldest first
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
@@ -227,10 +251,20 @@ class Agent:
         # Only calls of functions and objects prepared in the zygote: what
         # a request touches of the zygote's memory, it copies.
         sysc = self.c_syscall
-        check(self.c_unshare(CLONE_NEWNS), "unshare mount namespace")
+        check(self.c_unshare(self.unshare_flags), "unshare mount, ipc and network namespaces")
+        if self.unshare_flags & CLONE_NEWNET:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, self.lo_up)
+            finally:
+                s.close()
         check(self.c_mount(b"tmpfs", b"/tmp", b"tmpfs", self.flags, self.tmp_opts), "mount private /tmp")
         if self.has_shm:
             check(self.c_mount(b"tmpfs", b"/dev/shm", b"tmpfs", self.flags, self.tmp_opts), "mount private /dev/shm")
+        if self.has_pts:
+            # Its own pseudo-terminals: in the sandbox's devpts, any request
+            # could open another's /dev/pts/N and read what it wrote there.
+            check(self.c_mount(b"devpts", b"/dev/pts", b"devpts", self.noexec, self.pts_opts), "mount private /dev/pts")
         if self.ll_attr is not None:
             rs = check(sysc(self.sys_ll_create, self.ll_attr, self.ll_size, 0), "landlock ruleset")
             for _, attr in self.ll_open:
@@ -257,9 +291,11 @@ class Agent:
             hdr = json.loads(msg)
         except ValueError:
             os._exit(72)  # not from the daemon: nothing to answer
-        cache = None
-        if hdr.get("cache"):  # a pipe for the script's compiled code
-            cache, cgroups = cgroups[0], cgroups[1:]
+        src = cache = None
+        if hdr.get("script"):  # its source, then its code or a pipe for it
+            src, cgroups = cgroups[0], cgroups[1:]
+            if hdr.get("pyc") or hdr.get("cache"):
+                cache, cgroups = cgroups[0], cgroups[1:]
         try:
             for fd in cgroups:
                 os.write(fd, b"0")
@@ -267,7 +303,7 @@ class Agent:
             os._exit(70)  # the request was cancelled and its cgroup removed
         t_admit = time.monotonic_ns()
         t = [t_fork, t_start, t_admit, 0, 0]
-        result = error = b64 = None
+        result = error = b64 = ended = None
         try:
             if walled is None:
                 self.isolate()
@@ -279,10 +315,14 @@ class Agent:
             os.dup2(err, 2)
             os.dup2(reply, 3)
             os.dup2(payload, 4, inheritable=False)
+            keep = 5
+            if src is not None:
+                os.dup2(src, keep, inheritable=False)
+                src, keep = keep, keep + 1
             if cache is not None:
-                os.dup2(cache, 5, inheritable=False)
-                cache = 5
-            os.closerange(6 if cache else 5, 1 << 20)
+                os.dup2(cache, keep, inheritable=False)
+                cache, keep = keep, keep + 1
+            os.closerange(keep, 1 << 20)
             reply, payload = 3, 4
             if hdr.get("exec"):
                 # A pre-started worker of another runtime (node): walled in
@@ -294,34 +334,40 @@ class Agent:
                 argv = hdr["exec"]
                 os.execvp(argv[0], argv)
             os.set_inheritable(reply, False)
-            # random's own fork hook has reseeded its global generator in
-            # this process (os.fork runs it); numpy's has no such hook.
-            np = sys.modules.get("numpy")
-            if np is not None:
-                np.random.seed()
-            body = b""
-            while True:
-                chunk = os.read(payload, 1 << 20)
-                if not chunk:
-                    break
-                body += chunk
-            os.close(payload)
-            t[3] = time.monotonic_ns()
-            handler = self.handler
-            if hdr.get("script"):
-                handler = self.load_script(hdr["script"], hdr.get("pyc"), cache)
-            event = body if hdr.get("raw") else json.loads(body or b"null")
-            value = handler(event)
-            if hasattr(value, "__await__"):
-                import asyncio
-
-                async def wait():
-                    return await value
-                value = asyncio.run(wait())
-            if isinstance(value, (bytes, bytearray, memoryview)):
-                b64 = __import__("base64").b64encode(bytes(value)).decode()
+            if hdr.get("spawn"):
+                os.dup2(payload, 0)
+                os.close(payload)
+                t[3] = time.monotonic_ns()
+                ended = self.spawn(hdr["spawn"])
             else:
-                result = self.strict.encode(value)  # a TypeError here is the handler's error
+                # random's own fork hook has reseeded its global generator in
+                # this process (os.fork runs it); numpy's has no such hook.
+                np = sys.modules.get("numpy")
+                if np is not None:
+                    np.random.seed()
+                body = b""
+                while True:
+                    chunk = os.read(payload, 1 << 20)
+                    if not chunk:
+                        break
+                    body += chunk
+                os.close(payload)
+                t[3] = time.monotonic_ns()
+                handler = self.handler
+                if hdr.get("script"):
+                    handler = self.load_script(hdr["script"], src, cache, hdr.get("pyc"))
+                event = body if hdr.get("raw") else json.loads(body or b"null")
+                value = handler(event)
+                if hasattr(value, "__await__"):
+                    import asyncio
+
+                    async def wait():
+                        return await value
+                    value = asyncio.run(wait())
+                if isinstance(value, (bytes, bytearray, memoryview)):
+                    b64 = __import__("base64").b64encode(bytes(value)).decode()
+                else:
+                    result = self.strict.encode(value)  # a TypeError here is the handler's error
         except BaseException as e:  # SystemExit too: the handler may not end the child
             error = e
         t[4] = time.monotonic_ns()
@@ -336,7 +382,9 @@ class Agent:
         os.dup2(null, 1)
         os.dup2(null, 2)
         times = '"t":{"fork":%d,"start":%d,"admitted":%d,"isolated":%d,"ran":%d}}' % tuple(t)
-        if error is None and result is not None:
+        if ended is not None:
+            b = ended + times
+        elif error is None and result is not None:
             b = '{"status":"ok","result":' + result + "," + times
         elif error is None:
             b = '{"status":"ok","result_base64":"' + b64 + '",' + times
@@ -351,24 +399,57 @@ class Agent:
             view = view[os.write(reply, view):]
         os._exit(0)
 
-    def load_script(self, digest, pyc, cache):
-        # Compiled code is cached by the daemon: this child compiles once
-        # and hands the code over on the cache pipe *before* any of the
-        # script runs, so no script can forge another's cached code.
-        base = os.path.join(self.cfg.get("scripts_dir", "/tine/scripts"), digest)
+    def spawn(self, argv):
+        # A runtime-exec request: its command runs as a process of its own
+        # inside this child's walls and cgroup (stdin the payload, stdout
+        # the result); the answer is how it ended. Python ignores SIGPIPE
+        # and SIGXFSZ, which the command must not inherit.
+        try:
+            pid = os.posix_spawnp(argv[0], argv, self.command_env, setsigmask=(),
+                                  setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD))
+        except OSError as e:
+            os.write(2, ("%s: %s\n" % (argv[0], e.strerror)).encode())
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+            return self.exited(argv[0], code, 0)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        if os.WIFSIGNALED(status):
+            return self.exited(argv[0], 128 + os.WTERMSIG(status), os.WTERMSIG(status))
+        return self.exited(argv[0], os.WEXITSTATUS(status), 0)
+
+    def exited(self, name, code, sig):
+        if sig:
+            e = {"type": "Crashed", "message": "%s was killed by signal %d" % (name, sig)}
+            return '{"status":"crashed","exit_code":%d,"signal":%d,"error":%s,' % (code, sig, self.lenient.encode(e))
+        if code:
+            e = {"type": "ExitStatus", "message": "%s exited with code %d" % (name, code)}
+            return '{"status":"error","exit_code":%d,"error":%s,' % (code, self.lenient.encode(e))
+        return '{"status":"ok","exit_code":0,'
+
+    def load_script(self, digest, src, cache, pyc):
+        # The daemon hands this child its script's descriptors, and nothing
+        # of the other scripts: src, the source, and cache, either the
+        # stored compiled code (pyc) or a pipe for it. A child that had to
+        # compile hands the code over *before* any of the script runs, so
+        # no script can forge another's cached code.
         code = None
         if pyc:
+            with os.fdopen(cache, "rb") as f:
+                data = f.read()
+            cache = None
             try:
-                with open(base + ".pyc", "rb") as f:
-                    data = f.read()
                 if data[:len(importlib.util.MAGIC_NUMBER)] == importlib.util.MAGIC_NUMBER:
                     code = marshal.loads(data[len(importlib.util.MAGIC_NUMBER):])
-            except (OSError, ValueError, EOFError, TypeError):
+            except (ValueError, EOFError, TypeError):
                 code = None
+        with os.fdopen(src, "rb") as f:
+            text = f.read() if code is None else None
         if code is None:
-            with open(base + ".py", "rb") as f:
-                src = f.read()
-            code = compile(src, "script " + digest[:12], "exec")
+            code = compile(text, "script " + digest[:12], "exec")
             if cache is not None:
                 try:
                     view = memoryview(importlib.util.MAGIC_NUMBER + marshal.dumps(code))

@@ -194,6 +194,7 @@ class FunctionSpec:
     preload: list[str] | None = None
     python: str | None = None
     node: str | None = None
+    network: str | None = None  # isolated (default) or shared
     concurrency: int | None = None
     cold_after_seconds: float | None = None
     limits: FunctionLimits | None = None

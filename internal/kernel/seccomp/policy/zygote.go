@@ -6,8 +6,9 @@ import (
 )
 
 // Zygote mode is Default plus what a warm function's forked request needs
-// to build its own walls before user code runs: unshare of a user and a
-// mount namespace (nothing else), and mount/umount2 for its private /tmp.
+// to build its own walls before user code runs: unshare of a user, a mount,
+// an IPC and a network namespace (nothing else), and mount/umount2 for its
+// private /tmp.
 // Outside a user namespace of its own the process lacks CAP_SYS_ADMIN, so
 // mount stays refused by the kernel; inside one, every mount it inherited
 // is locked. Each request then loads Default on top (filters stack; the
@@ -15,7 +16,7 @@ import (
 // The zygote itself runs this mode: docs/decisions/0007-warm-functions.md.
 
 // zygoteUnshareFlags are the only flags unshare may carry.
-const zygoteUnshareFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+const zygoteUnshareFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET
 
 func zygote(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 	out := *p
