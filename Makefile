@@ -9,7 +9,7 @@ PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
 APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs xvfb openbox xterm gcc libc6-dev libjpeg62-turbo-dev
 
-.PHONY: build demo test deps clean bench
+.PHONY: build demo test deps clean bench chaos
 
 # Two static binaries. bin/tine is pure Go (CGO_ENABLED=0): no dynamic
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
@@ -54,6 +54,14 @@ test: deps build
 	CGO_ENABLED=1 $(GO) vet -tags turbojpeg ./internal/desktop/encode/
 	CGO_ENABLED=1 $(GO) test -count=1 -tags turbojpeg ./internal/desktop/encode/
 	$(PYTHON) -m unittest discover -s sdk/python/tests
+
+# The chaos test alone, longer: SIGKILL of the daemon, tine run, desktop
+# guests and zygotes at random moments, checking after each round that
+# nothing is left behind. CHAOS_SEED=N replays a run (its log prints it).
+CHAOS_ROUNDS ?= 400
+CHAOS_SEED   ?= 0
+chaos: deps build
+	$(GO) test -count=1 -timeout 60m -v -run 'TestChaos$$' ./test/api/ -args -chaos.rounds=$(CHAOS_ROUNDS) -chaos.seed=$(CHAOS_SEED)
 
 bench: build
 	./$(BIN) bench cold

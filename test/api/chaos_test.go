@@ -23,7 +23,7 @@ import (
 )
 
 var (
-	chaosRounds = flag.Int("chaos.rounds", 0, "rounds of TestChaos (default $TINE_CHAOS_ROUNDS, else 40)")
+	chaosRounds = flag.Int("chaos.rounds", 0, "rounds of TestChaos (default $TINE_CHAOS_ROUNDS, else 60)")
 	chaosSeed   = flag.Uint64("chaos.seed", 0, "seed of TestChaos (default: from the clock; the test logs it)")
 )
 
@@ -41,7 +41,7 @@ func TestChaos(t *testing.T) {
 		rounds, _ = strconv.Atoi(os.Getenv("TINE_CHAOS_ROUNDS"))
 	}
 	if rounds <= 0 {
-		rounds = 40
+		rounds = 60
 	}
 	seed := *chaosSeed
 	if seed == 0 {
@@ -50,7 +50,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d, %d rounds (again: go test ./test/api -run TestChaos -args -chaos.seed=%d -chaos.rounds=%d)", seed, rounds, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, seed^0x7ea))
 
-	c := &chaos{t: t, dir: t.TempDir(), mark: marker()}
+	c := &chaos{t: t, dir: t.TempDir(), mark: marker(), killed: map[string]int{}}
 	c.tmp = filepath.Join(c.dir, "tmp")
 	os.Mkdir(c.tmp, 0o755)
 	c.handler = writeHandler(t, "import subprocess\ndef handler(n):\n    subprocess.run(['sleep', '0.02'])\n    return n\n")
@@ -84,6 +84,13 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("round %d (seed %d) left the above behind", i, seed)
 		}
 	}
+	// The negative control: the rounds killed trees, not empty air.
+	t.Logf("processes in the killed trees, by victim: %v", c.killed)
+	for v, n := range c.killed {
+		if n == 0 {
+			t.Errorf("the rounds that killed a %s found nothing to kill", v)
+		}
+	}
 }
 
 // chaos is TestChaos's state: the current daemon and what it made.
@@ -94,6 +101,9 @@ type chaos struct {
 	mark    string // in the argv of every command the rounds start
 	handler string
 	d       *daemon
+	// killed counts, per victim, the processes of the trees killed: the
+	// proof that the rounds killed something.
+	killed map[string]int
 }
 
 func (c *chaos) start() {
@@ -169,6 +179,7 @@ func (c *chaos) round(victim, op string, delay time.Duration) {
 	case "daemon":
 		old := c.d
 		snap := descendants(old.pid())
+		c.killed[victim] += 1 + len(snap)
 		old.kill()
 		cancel()
 		wg.Wait()
@@ -191,6 +202,7 @@ func (c *chaos) round(victim, op string, delay time.Duration) {
 		// Its sandbox: PID 1 (its parent) and everything below it.
 		snap := descendants(ppidOf(pid))
 		snap[ppidOf(pid)] = startTimeOf(ppidOf(pid))
+		c.killed[victim] += len(snap)
 		syscall.Kill(pid, syscall.SIGKILL)
 		if victim == "zygote" {
 			// The function comes back: a later call is served.
@@ -228,6 +240,7 @@ func (c *chaos) runRound(op string, delay time.Duration) {
 	}
 	time.Sleep(delay)
 	snap := descendants(cmd.Process.Pid)
+	c.killed["run"] += 1 + len(snap)
 	cmd.Process.Kill()
 	cmd.Wait()
 	if op == "run in-process" {
@@ -304,6 +317,22 @@ func (c *chaos) checkGone(snap map[int]uint64, killed int) {
 	t.Helper()
 	if !eventually(patience, func() bool { return len(alive(snap)) == 0 }) {
 		t.Errorf("processes of the killed tree remain:%s", describe(alive(snap)))
+	}
+	// Sandbox PID 1s and exec helpers are clones of a daemon, so they carry
+	// its argv, which names this test's directory: any such process not
+	// under the live daemon is left over from a killed one.
+	stray := func() []int {
+		live := descendants(c.d.pid())
+		var out []int
+		for _, pid := range hostProcs(c.dir) {
+			if _, ok := live[pid]; !ok && pid != c.d.pid() {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	if !eventually(patience, func() bool { return len(stray()) == 0 }) {
+		t.Errorf("processes of a killed daemon remain:%s", describe(stray()))
 	}
 	arg := sleeperArg(c.mark)
 	if !eventually(patience, func() bool { return len(hostProcs(arg)) == 0 }) {
