@@ -30,14 +30,14 @@ const reaperArg0 = "tine-aci-exec"
 // The reaper role starts before anything else of the binary it is in (the
 // tine binary, or a test binary of a package that imports aci).
 func init() {
-	if len(os.Args) > 2 && os.Args[0] == reaperArg0 {
-		os.Exit(reaperMain(os.Args[1], os.Args[2:]))
+	if len(os.Args) > 3 && os.Args[0] == reaperArg0 {
+		os.Exit(reaperMain(os.Args[1], os.Args[2], os.Args[3:]))
 	}
 }
 
 // reaperCommand is the command that runs argv under a reaper with timeout.
 func reaperCommand(timeout time.Duration, argv []string) *exec.Cmd {
-	cmd := exec.Command("/proc/self/exe", append([]string{strconv.FormatInt(timeout.Milliseconds(), 10)}, argv...)...)
+	cmd := exec.Command("/proc/self/exe", append([]string{strconv.Itoa(os.Getpid()), strconv.FormatInt(timeout.Milliseconds(), 10)}, argv...)...)
 	cmd.Args[0] = reaperArg0
 	return cmd
 }
@@ -47,7 +47,7 @@ type reaped struct {
 	ws  unix.WaitStatus
 }
 
-func reaperMain(timeoutMs string, argv []string) int {
+func reaperMain(guest, timeoutMs string, argv []string) int {
 	status := os.NewFile(3, "exec status")
 	unix.CloseOnExec(3)
 	ms, err := strconv.ParseInt(timeoutMs, 10, 64)
@@ -60,7 +60,7 @@ func reaperMain(timeoutMs string, argv []string) int {
 	unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0)
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, unix.SIGTERM)
-	if os.Getppid() == 1 {
+	if strconv.Itoa(os.Getppid()) != guest {
 		return 1 // the guest died before the death signal was armed
 	}
 
