@@ -55,6 +55,7 @@ func TestChaos(t *testing.T) {
 	os.Mkdir(c.tmp, 0o755)
 	c.handler = writeHandler(t, "import subprocess\ndef handler(n):\n    subprocess.run(['sleep', '0.02'])\n    return n\n")
 	c.start()
+	c.selfTest()
 	haveX := haveBinaries("Xvfb", "openbox")
 
 	ops := []string{"create", "exec", "upload", "invoke"}
@@ -308,15 +309,35 @@ func (c *chaos) cleanup() {
 	})
 }
 
-// checkGone checks that nothing of what was killed remains: the processes
-// of snap, the rounds' commands, cgroups named after killed (and, with the
-// daemon idle, after the daemon), mounts in the host's table, temporary
-// files; and that the daemon serves.
+// checkGone checks that nothing of what was killed remains (leftovers)
+// and that the daemon serves.
 func (c *chaos) checkGone(snap map[int]uint64, killed int) {
 	t := c.t
 	t.Helper()
-	if !eventually(patience, func() bool { return len(alive(snap)) == 0 }) {
-		t.Errorf("processes of the killed tree remain:%s", describe(alive(snap)))
+	for _, p := range c.leftovers(snap, killed, patience) {
+		t.Error(p)
+	}
+	ctx := context.Background()
+	sb, err := c.d.c.Create(ctx, nil)
+	if err != nil {
+		t.Errorf("the daemon after the round: create: %v", err)
+		return
+	}
+	if res, err := c.d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", "ok"}}); err != nil || string(res.Stdout) != "ok\n" {
+		t.Errorf("the daemon after the round: exec: %v %+v", err, res)
+	}
+	c.d.c.Delete(ctx, sb.ID)
+}
+
+// leftovers lists what remains, waiting up to wait for each to go: the
+// processes of snap, the rounds' commands, processes cloned from a killed
+// daemon, cgroups named after killed or after the (idle) daemon, the
+// daemon's processes, mounts in the host's table, temporary and
+// half-written files.
+func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) []string {
+	var probs []string
+	if !eventually(wait, func() bool { return len(alive(snap)) == 0 }) {
+		probs = append(probs, "processes of the killed tree remain:"+describe(alive(snap)))
 	}
 	// Sandbox PID 1s and exec helpers are clones of a daemon, so they carry
 	// its argv, which names this test's directory: any such process not
@@ -331,50 +352,67 @@ func (c *chaos) checkGone(snap map[int]uint64, killed int) {
 		}
 		return out
 	}
-	if !eventually(patience, func() bool { return len(stray()) == 0 }) {
-		t.Errorf("processes of a killed daemon remain:%s", describe(stray()))
+	if !eventually(wait, func() bool { return len(stray()) == 0 }) {
+		probs = append(probs, "processes of a killed daemon remain:"+describe(stray()))
 	}
 	arg := sleeperArg(c.mark)
-	if !eventually(patience, func() bool { return len(hostProcs(arg)) == 0 }) {
-		t.Errorf("commands of the round remain:%s", describe(hostProcs(arg)))
+	if !eventually(wait, func() bool { return len(hostProcs(arg)) == 0 }) {
+		probs = append(probs, "commands of the round remain:"+describe(hostProcs(arg)))
 	}
 	for _, pid := range []int{killed, c.d.pid()} {
-		if pid > 0 && !eventually(patience, func() bool { return len(testbin.CgroupsOf(pid)) == 0 }) {
-			t.Errorf("cgroups of tine pid %d remain: %v", pid, testbin.CgroupsOf(pid))
+		if pid > 0 && !eventually(wait, func() bool { return len(testbin.CgroupsOf(pid)) == 0 }) {
+			probs = append(probs, fmt.Sprintf("cgroups of tine pid %d remain: %v", pid, testbin.CgroupsOf(pid)))
 		}
 	}
-	if !eventually(patience, func() bool { c.cleanup(); return len(descendants(c.d.pid())) == 0 }) {
-		t.Errorf("the idle daemon still has processes:%s", describe(keys(descendants(c.d.pid()))))
+	if !eventually(wait, func() bool { c.cleanup(); return len(descendants(c.d.pid())) == 0 }) {
+		probs = append(probs, "the idle daemon still has processes:"+describe(keys(descendants(c.d.pid()))))
 	}
 	if m := testbin.StageMounts(); len(m) > 0 {
-		t.Errorf("host mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n"))
+		probs = append(probs, fmt.Sprintf("host mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n")))
 	}
 	if left, _ := os.ReadDir(c.tmp); len(left) > 0 {
-		t.Errorf("temporary files of the daemons remain in their TMPDIR: %v", names(left))
+		probs = append(probs, fmt.Sprintf("temporary files of the daemons remain in their TMPDIR: %v", names(left)))
 	}
 	filepath.WalkDir(filepath.Join(c.dir, "data"), func(p string, e os.DirEntry, err error) error {
 		if err == nil && strings.HasPrefix(e.Name(), ".") {
-			t.Errorf("half-written file in the data dir: %s", p)
+			probs = append(probs, "half-written file in the data dir: "+p)
 		}
 		return nil
 	})
-	if left, _ := os.ReadDir(c.dir); true {
-		for _, e := range left {
-			if n := e.Name(); n != "tine.sock" && n != "data" && n != "tmp" && !strings.HasPrefix(n, "serve-") {
-				t.Errorf("unexpected file in the socket directory: %s", n)
-			}
+	left, _ := os.ReadDir(c.dir)
+	for _, e := range left {
+		if n := e.Name(); n != "tine.sock" && n != "data" && n != "tmp" && !strings.HasPrefix(n, "serve-") {
+			probs = append(probs, "unexpected file in the socket directory: "+n)
 		}
 	}
-	ctx := context.Background()
-	sb, err := c.d.c.Create(ctx, nil)
-	if err != nil {
-		t.Errorf("the daemon after the round: create: %v", err)
-		return
+	return probs
+}
+
+// selfTest plants one leftover of each kind leftovers looks for and
+// checks that each is reported: the checks can fail.
+func (c *chaos) selfTest() {
+	t := c.t
+	plant := exec.Command("sh", "-c", "sleep "+sleeperArg(c.mark)+"; : "+c.dir)
+	plant.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := plant.Start(); err != nil {
+		t.Fatal(err)
 	}
-	if res, err := c.d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", "ok"}}); err != nil || string(res.Stdout) != "ok\n" {
-		t.Errorf("the daemon after the round: exec: %v %+v", err, res)
+	defer plant.Wait()
+	defer syscall.Kill(-plant.Process.Pid, syscall.SIGKILL)
+	eventually(patience, func() bool { return len(hostProcs(sleeperArg(c.mark))) > 0 })
+	for _, f := range []string{filepath.Join(c.tmp, "planted"), filepath.Join(c.dir, "data", ".planted"), filepath.Join(c.dir, "planted")} {
+		os.MkdirAll(filepath.Dir(f), 0o755)
+		os.WriteFile(f, nil, 0o644)
+		defer os.Remove(f)
 	}
-	c.d.c.Delete(ctx, sb.ID)
+	snap := descendants(plant.Process.Pid)
+	snap[plant.Process.Pid] = startTimeOf(plant.Process.Pid)
+	probs := strings.Join(c.leftovers(snap, 0, 0), "\n")
+	for _, want := range []string{"killed tree", "killed daemon", "commands of the round", "TMPDIR", "half-written", "socket directory"} {
+		if !strings.Contains(probs, want) {
+			t.Errorf("a planted leftover (%s) was not reported; the report:\n%s", want, probs)
+		}
+	}
 }
 
 // descendants maps every process below root to its start time.
