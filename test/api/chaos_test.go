@@ -23,7 +23,7 @@ import (
 )
 
 var (
-	chaosRounds = flag.Int("chaos.rounds", 0, "rounds of TestChaos (default $TINE_CHAOS_ROUNDS, else 60)")
+	chaosRounds = flag.Int("chaos.rounds", 0, "rounds of TestChaos (default $TINE_CHAOS_ROUNDS, else 40)")
 	chaosSeed   = flag.Uint64("chaos.seed", 0, "seed of TestChaos (default: from the clock; the test logs it)")
 )
 
@@ -41,7 +41,7 @@ func TestChaos(t *testing.T) {
 		rounds, _ = strconv.Atoi(os.Getenv("TINE_CHAOS_ROUNDS"))
 	}
 	if rounds <= 0 {
-		rounds = 60
+		rounds = 40
 	}
 	seed := *chaosSeed
 	if seed == 0 {
