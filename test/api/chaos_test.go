@@ -359,13 +359,15 @@ func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) [
 	if !eventually(wait, func() bool { return len(hostProcs(arg)) == 0 }) {
 		probs = append(probs, "commands of the round remain:"+describe(hostProcs(arg)))
 	}
+	// A create whose client went away completes in the daemon after the
+	// round's cleanup looked: cleanup again while waiting.
+	if !eventually(wait, func() bool { c.cleanup(); return len(descendants(c.d.pid())) == 0 }) {
+		probs = append(probs, "the idle daemon still has processes:"+describe(keys(descendants(c.d.pid()))))
+	}
 	for _, pid := range []int{killed, c.d.pid()} {
 		if pid > 0 && !eventually(wait, func() bool { return len(testbin.CgroupsOf(pid)) == 0 }) {
 			probs = append(probs, fmt.Sprintf("cgroups of tine pid %d remain: %v", pid, testbin.CgroupsOf(pid)))
 		}
-	}
-	if !eventually(wait, func() bool { c.cleanup(); return len(descendants(c.d.pid())) == 0 }) {
-		probs = append(probs, "the idle daemon still has processes:"+describe(keys(descendants(c.d.pid()))))
 	}
 	if m := testbin.StageMounts(); len(m) > 0 {
 		probs = append(probs, fmt.Sprintf("host mountinfo mentions %s:\n%s", stageDir, strings.Join(m, "\n")))
