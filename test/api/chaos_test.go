@@ -365,7 +365,7 @@ func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) [
 		probs = append(probs, "the idle daemon still has processes:"+describe(keys(descendants(c.d.pid()))))
 	}
 	for _, pid := range []int{killed, c.d.pid()} {
-		if pid > 0 && !eventually(wait, func() bool { return len(testbin.CgroupsOf(pid)) == 0 }) {
+		if pid > 0 && !eventually(wait, func() bool { c.cleanup(); return len(testbin.CgroupsOf(pid)) == 0 }) {
 			probs = append(probs, fmt.Sprintf("cgroups of tine pid %d remain: %v", pid, testbin.CgroupsOf(pid)))
 		}
 	}
