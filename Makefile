@@ -9,7 +9,7 @@ PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
 APT_PKGS := bubblewrap util-linux iproute2 criu python3 ca-certificates nodejs xvfb openbox xterm gcc libc6-dev libjpeg62-turbo-dev
 
-.PHONY: build demo test deps clean bench chaos
+.PHONY: build demo test deps clean bench
 
 # Two static binaries. bin/tine is pure Go (CGO_ENABLED=0): no dynamic
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
@@ -60,6 +60,7 @@ test: deps build
 # nothing is left behind. CHAOS_SEED=N replays a run (its log prints it).
 CHAOS_ROUNDS ?= 400
 CHAOS_SEED   ?= 0
+.PHONY: chaos
 chaos: deps build
 	$(GO) test -count=1 -timeout 60m -v -run 'TestChaos$$' ./test/api/ -args -chaos.rounds=$(CHAOS_ROUNDS) -chaos.seed=$(CHAOS_SEED)
 

@@ -121,10 +121,11 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	}
 	defer checkR.Close()
 	stdio := stdioFDs(e.Stdio)
-	l := &Launched{sb: sb, status: status, pidfd: -1, done: make(chan struct{}), track: track}
+	l := &Launched{sb: sb, status: status, pidfd: -1, done: make(chan struct{})}
 	if g := sb.init.group; g != nil {
 		l.oomBefore = g.Stats().OOMKills
 	}
+	l.track = track
 	// sb.use keeps the launch socket open; no lock is held while sending
 	// (a send can block on a wedged PID 1, and Destroy must still work).
 	sb.init.mu.Lock()
