@@ -48,7 +48,7 @@ func TestFiles(t *testing.T) {
 	if _, err := d.c.Stat(ctx, id, top); client.ErrorCode(err) != api.CodeNotFound {
 		t.Fatalf("stat %s before the test made it: %v, want not found", top, err)
 	}
-	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: top+"/src", Parents: true, Mode: 0o750, UID: 1000, GID: 1000}); err != nil {
+	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: top + "/src", Parents: true, Mode: 0o750, UID: 1000, GID: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	body := bytes.Repeat([]byte("tine"), 256<<10) // 1 MiB
@@ -106,7 +106,7 @@ func TestFiles(t *testing.T) {
 	if want := []string{"src/", "src/data.bin", "src/link", "src/out.txt"}; !slices.Equal(kept, want) {
 		t.Fatalf("archive holds %v, want %v", names, want)
 	}
-	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: top+"-copy"}); err != nil {
+	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: top + "-copy"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.c.WriteArchive(ctx, id, top+"-copy", bytes.NewReader(tarball)); err != nil {
