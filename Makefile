@@ -61,6 +61,15 @@ test: deps criu build
 	CGO_ENABLED=1 $(GO) test -count=1 -tags turbojpeg ./internal/desktop/encode/
 	$(PYTHON) -m unittest discover -s sdk/python/tests
 
+# The chaos test alone, longer: SIGKILL of the daemon, tine run, desktop
+# guests and zygotes at random moments, checking after each round that
+# nothing is left behind. CHAOS_SEED=N replays a run (its log prints it).
+CHAOS_ROUNDS ?= 400
+CHAOS_SEED   ?= 0
+.PHONY: chaos
+chaos: deps build
+	$(GO) test -count=1 -timeout 60m -v -run 'TestChaos$$' ./test/api/ -args -chaos.rounds=$(CHAOS_ROUNDS) -chaos.seed=$(CHAOS_SEED)
+
 bench: build
 	./$(BIN) bench cold
 

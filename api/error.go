@@ -18,6 +18,9 @@ const (
 	CodeForbidden ErrorCode = "forbidden"
 	// CodeNotFound (404): no such sandbox, file or route.
 	CodeNotFound ErrorCode = "not_found"
+	// CodeMethodNotAllowed (405): the path is a route, but not for this
+	// method; the Allow header and the message list the methods it takes.
+	CodeMethodNotAllowed ErrorCode = "method_not_allowed"
 	// CodeConflict (409): the request does not fit the resource's state: the
 	// sandbox is no longer running, the file already exists.
 	CodeConflict ErrorCode = "conflict"

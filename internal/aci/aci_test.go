@@ -291,3 +291,65 @@ func TestExecAndFiles(t *testing.T) {
 		t.Fatalf("the session after the errors: %d bytes, %v", len(got), err)
 	}
 }
+
+// exec's answer comes when the command ends, though what it left in the
+// background holds its output open; a timeout kills everything the
+// command started, also what left its session (setsid) or its parent (a
+// double fork). Processes are listed by another exec.
+func TestExecDetached(t *testing.T) {
+	a := startGuest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	arg := fmt.Sprintf("3600.%d", time.Now().UnixNano()%1_000_000_007)
+	detach := func(stay bool) []string {
+		script := fmt.Sprintf(`setsid sh -c 'echo $$ > %[2]s/setsid.pid; exec sleep %[1]s' & `+
+			`(setsid sh -c 'echo $$ > %[2]s/orphan.pid; exec sleep %[1]s' &) ; `+
+			`while [ ! -s %[2]s/setsid.pid ] || [ ! -s %[2]s/orphan.pid ]; do sleep 0.01; done; echo started`, arg, dir)
+		if stay {
+			script += "; sleep " + arg
+		}
+		return []string{"sh", "-c", script}
+	}
+	running := func() []string {
+		res, err := a.Exec(ctx, []string{"sh", "-c", `for p in /proc/[0-9]*; do { tr '\0' ' ' < $p/cmdline; echo; } 2>/dev/null; done`}, nil, 0)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("list processes: %v %+v", err, res)
+		}
+		var found []string
+		for _, line := range strings.Split(string(res.Stdout), "\n") {
+			if strings.Contains(line, "sleep "+arg) {
+				found = append(found, line)
+			}
+		}
+		return found
+	}
+	started := func() {
+		t.Helper()
+		for _, f := range []string{"setsid.pid", "orphan.pid"} {
+			if b, _ := os.ReadFile(filepath.Join(dir, f)); len(b) == 0 {
+				t.Fatalf("the detached process never started (no %s)", f)
+			}
+			os.Remove(filepath.Join(dir, f))
+		}
+	}
+
+	res, err := a.Exec(ctx, detach(false), nil, 0)
+	if err != nil || res.ExitCode != 0 || res.Reason != "exit" || string(res.Stdout) != "started\n" {
+		t.Fatalf("exec that leaves processes in the background: %v %+v", err, res)
+	}
+	started()
+	if left := running(); len(left) != 2 {
+		t.Fatalf("want the two background processes still running, found %q", left)
+	}
+	a.Exec(ctx, []string{"pkill", "-f", "sleep " + arg}, nil, 0)
+
+	res, err = a.Exec(ctx, detach(true), nil, 2*time.Second)
+	if err != nil || res.ExitCode != 124 || res.Reason != "timeout" {
+		t.Fatalf("exec past its timeout: %v %+v", err, res)
+	}
+	started()
+	if left := running(); len(left) > 0 {
+		t.Fatalf("processes of the timed-out command remain:\n  %s", strings.Join(left, "\n  "))
+	}
+}

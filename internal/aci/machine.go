@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,15 +30,21 @@ const (
 	maxExecOutput = 1 << 20
 	// maxFile bounds read_file's and write_file's content.
 	maxFile = 32 << 20
+	// drainGrace is how long output is still read after the command
+	// ended (as the daemon's exec does).
+	drainGrace = 250 * time.Millisecond
 )
 
 // errNotFound is read_file's and write_file's missing path.
 var errNotFound = errors.New("not found")
 
-// execCommand runs req.Cmd on the display and waits for it (up to its
-// timeout), keeping the first MiB of each output. How the command ended is
-// the reply, not an error: a command that is not there exits 127, one that
-// ran too long was killed with everything it started, 124.
+// execCommand runs req.Cmd on the display under a reaper (reaper_linux.go)
+// and waits for it (up to its timeout), keeping the first MiB of each
+// output. How the command ended is the reply, not an error: a command that
+// is not there exits 127, one that ran too long was killed with everything
+// it started (in any session), 124. One that ends by itself is answered
+// then, with the output written until drainGrace after; what it left in
+// the background keeps running.
 func (ss *session) execCommand(ctx context.Context, req *api.ACIRequest, rep *api.ACIReply) error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return bad("exec needs cmd, e.g. [\"ls\", \"-l\"]")
@@ -48,57 +56,69 @@ func (ss *session) execCommand(ctx context.Context, req *api.ACIRequest, rep *ap
 		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
 	}
 	t0 := time.Now()
-	cmd := exec.Command(req.Cmd[0], req.Cmd[1:]...)
+	cmd := reaperCommand(timeout, req.Cmd)
 	cmd.Env = append(os.Environ(), "DISPLAY="+ss.s.D.Name())
 	cmd.Stdin = bytes.NewReader(req.Stdin)
 	out, errOut := capped.New(maxExecOutput), capped.New(maxExecOutput)
 	cmd.Stdout, cmd.Stderr = out, errOut
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The answer comes when the command ends, not when its output closes:
+	// what it left in the background may hold that open for ever.
+	cmd.WaitDelay = drainGrace
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("exec status pipe: %w", err)
+	}
+	defer statusR.Close()
+	cmd.ExtraFiles = []*os.File{statusW}
 	res := &api.ExecResult{}
 	rep.Exec = res
-	if err := cmd.Start(); err != nil {
-		res.ExitCode, res.Reason = 127, "not-found"
-		if errors.Is(err, fs.ErrPermission) {
-			res.ExitCode, res.Reason = 126, "not-executable"
-		}
-		res.Stderr = []byte(err.Error() + "\n")
-		return nil
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
+		return fmt.Errorf("start the exec reaper: %w", err)
 	}
 	started := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var err error
-	timedOut := false
 	select {
 	case err = <-done:
-	case <-timer.C:
-		timedOut = true
 	case <-ctx.Done(): // the client went away: nobody waits for the answer
-		timedOut = true
-	}
-	if timedOut {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Process.Signal(syscall.SIGTERM) // the reaper kills the command's tree
 		err = <-done
 	}
+	report, _ := io.ReadAll(statusR)
 	res.TimingsMs = api.Timings{Start: ms(started.Sub(t0)), Run: ms(time.Since(started)), Total: ms(time.Since(t0))}
 	res.Stdout, res.Stderr = out.Bytes(), errOut.Bytes()
 	res.StdoutTruncated, res.StderrTruncated = out.Dropped(), errOut.Dropped()
-	var exit *exec.ExitError
-	switch {
-	case timedOut:
+	what, rest, _ := strings.Cut(string(report), " ")
+	switch what {
+	case "timeout", "killed":
 		res.ExitCode, res.Reason = 124, "timeout"
-	case err == nil:
-		res.Reason = "exit"
-	case errors.As(err, &exit):
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	case "start":
+		code, msg, _ := strings.Cut(rest, " ")
+		res.ExitCode, res.Reason = 127, "not-found"
+		if code == "126" {
+			res.ExitCode, res.Reason = 126, "not-executable"
+		}
+		res.Stderr = []byte(msg + "\n")
+	case "exit":
+		v, _ := strconv.ParseUint(rest, 10, 32)
+		ws := syscall.WaitStatus(v)
+		if ws.Signaled() {
 			res.ExitCode, res.Reason, res.Signal = 128+int(ws.Signal()), "signal", int(ws.Signal())
 		} else {
-			res.ExitCode, res.Reason = exit.ExitCode(), "exit"
+			res.ExitCode, res.Reason = ws.ExitStatus(), "exit"
 		}
 	default:
-		return fmt.Errorf("exec %s: %w", req.Cmd[0], err)
+		// The reaper itself died (a command may kill its parent).
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			return fmt.Errorf("exec %s: the reaper ended without a report: %v", req.Cmd[0], err)
+		}
+		res.ExitCode, res.Reason = 137, "signal"
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.ExitCode, res.Signal = 128+int(ws.Signal()), int(ws.Signal())
+		}
 	}
 	return nil
 }

@@ -13,11 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/cgroup"
 )
 
 // Launched is a command a live sandbox's PID 1 started.
@@ -31,10 +34,19 @@ type Launched struct {
 	started   time.Time
 	oomBefore int64
 
+	// track holds everything the command starts (nil when the caller
+	// placed it in a cgroup of its own, or the sandbox has none): a
+	// timeout or SIGKILL kills it all, whatever session it moved to.
+	track *cgroup.Group
+
 	mu       sync.Mutex
 	done     chan struct{}
 	timedOut bool
+	killed   bool
 }
+
+// execSeq numbers the exec tracking groups of this process.
+var execSeq atomic.Uint64
 
 // Launch starts e in the sandbox through its PID 1 and returns once the
 // command was exec'd (ErrNotFound, ErrPermission otherwise). Unlike Exec it
@@ -68,15 +80,39 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if err != nil {
 		return nil, err
 	}
-	binary.NativeEndian.PutUint32(msg[12:], uint32(len(e.CgroupProcs)))
+	cgroupProcs := e.CgroupProcs
+	var track *cgroup.Group
+	if g := sb.init.group; g != nil && len(cgroupProcs) == 0 {
+		if track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		if cgroupProcs, err = track.ProcsFiles(); err != nil {
+			track.Remove()
+			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		defer func() {
+			for _, fd := range cgroupProcs {
+				unix.Close(fd)
+			}
+		}()
+	}
+	untrack := func() {
+		if track != nil {
+			track.KillAll()
+			track.Remove()
+		}
+	}
+	binary.NativeEndian.PutUint32(msg[12:], uint32(len(cgroupProcs)))
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		untrack()
 		return nil, fmt.Errorf("status socket: %w", err)
 	}
 	statusFD, childEnd := pair[0], pair[1]
 	if err := unix.SetNonblock(statusFD, true); err != nil {
 		unix.Close(statusFD)
 		unix.Close(childEnd)
+		untrack()
 		return nil, err
 	}
 	status := os.NewFile(uintptr(statusFD), "launch status")
@@ -84,6 +120,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if err != nil {
 		status.Close()
 		unix.Close(childEnd)
+		untrack()
 		return nil, err
 	}
 	defer checkR.Close()
@@ -91,37 +128,43 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if g := sb.init.group; g != nil {
 		l.oomBefore = g.Stats().OOMKills
 	}
+	l.track = track
 	// sb.use keeps the launch socket open; no lock is held while sending
 	// (a send can block on a wedged PID 1, and Destroy must still work).
 	sb.init.mu.Lock()
 	launchFD := sb.init.launchFD
 	sb.init.mu.Unlock()
 	if launchFD >= 0 {
-		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(append([]int{stdio[0], stdio[1], stdio[2], childEnd, int(checkW.Fd())}, e.CgroupProcs...)...), nil, 0)
+		err = unix.Sendmsg(launchFD, msg, unix.UnixRights(append([]int{stdio[0], stdio[1], stdio[2], childEnd, int(checkW.Fd())}, cgroupProcs...)...), nil, 0)
 	}
 	unix.Close(childEnd)
 	checkW.Close()
 	if launchFD < 0 {
 		status.Close()
+		untrack()
 		return nil, ErrSandboxGone
 	}
 	if err != nil {
 		status.Close()
+		untrack()
 		return nil, fmt.Errorf("%w: send the command to the sandbox: %v", ErrSandboxGone, err)
 	}
 	tag, value, fd, err := l.readReport()
 	switch {
 	case err != nil:
 		status.Close()
+		untrack()
 		return nil, err
 	case tag == launchStarted && fd >= 0:
 		l.pidfd = fd
 		l.hostPid = pidOfPidfd(fd)
 	case tag == launchExecFailed:
 		status.Close()
+		untrack()
 		return nil, fmt.Errorf("%w: fork the command: %v", ErrSetup, syscall.Errno(value))
 	default:
 		status.Close()
+		untrack()
 		return nil, fmt.Errorf("%w: unexpected report %d from the sandbox", ErrSetup, tag)
 	}
 	// EOF on the exec-check pipe: exec'd; a report: no candidate worked.
@@ -205,19 +248,28 @@ func (l *Launched) readReport() (tag, value int32, fd int, err error) {
 
 var errEOF = errors.New("end of reports")
 
-// Signal sends sig to the command; SIGKILL takes its process group too
-// (the command is a session leader), so its children die with it.
+// Signal sends sig to the command. SIGKILL takes everything the command
+// started with it: its tracking group (any session, any process group),
+// or without one its process group (the command is a session leader).
 func (l *Launched) Signal(sig syscall.Signal) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.pidfd < 0 {
+		l.mu.Unlock()
 		return unix.ESRCH
 	}
-	if sig == unix.SIGKILL && l.hostPid > 0 && unix.PidfdSendSignal(l.pidfd, 0, nil, 0) == nil {
-		// Still alive, so its number still names its group.
-		unix.Kill(-l.hostPid, unix.SIGKILL)
+	if sig == unix.SIGKILL {
+		l.killed = true
+		if l.hostPid > 0 && unix.PidfdSendSignal(l.pidfd, 0, nil, 0) == nil {
+			// Still alive, so its number still names its group.
+			unix.Kill(-l.hostPid, unix.SIGKILL)
+		}
 	}
-	return unix.PidfdSendSignal(l.pidfd, sig, nil, 0)
+	err := unix.PidfdSendSignal(l.pidfd, sig, nil, 0)
+	l.mu.Unlock()
+	if sig == unix.SIGKILL && l.track != nil {
+		l.track.KillAll()
+	}
+	return err
 }
 
 // pidOfPidfd reads the pid a pidfd refers to, in tine's pid namespace.
@@ -271,8 +323,19 @@ func (l *Launched) Wait() (*Outcome, error) {
 		unix.Close(l.pidfd)
 		l.pidfd = -1
 	}
-	timedOut := l.timedOut
+	timedOut, killed := l.timedOut, l.killed
 	l.mu.Unlock()
+	if l.track != nil {
+		// Killed: nothing it started survives it. Ended by itself: what it
+		// left running in the background (a server it started) stays, as
+		// the sandbox's.
+		if timedOut || killed || !gotStatus {
+			l.track.KillAll()
+			l.track.Remove()
+		} else {
+			l.track.Release()
+		}
+	}
 
 	o := &Outcome{Rootless: l.sb.plan.Rootless, Cgroup: "none"}
 	o.Phases.Run = ms(time.Since(l.started))

@@ -231,6 +231,15 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	}
 	if g != nil {
 		pr.oomBefore = g.Stats().OOMKills
+		// Everything the command starts is tracked (see Launch).
+		if pr.track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
+			ch.closeChildEnds()
+			ch.statusR.Close()
+			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		if pr.track.FD() >= 0 {
+			cgroupFD = pr.track.FD()
+		}
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
@@ -239,6 +248,9 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	ch.closeChildEnds()
 	if err != nil {
 		ch.statusR.Close()
+		if pr.track != nil {
+			pr.track.Remove()
+		}
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
 	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
@@ -248,10 +260,14 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		}
 		pr.kill()
 		pr.reapQuietly()
+		pr.untrack(true)
 		return nil, err
 	}
 	if g != nil && cgroupFD < 0 {
 		if err := g.Attach(pid); err != nil {
+			return fail(err)
+		}
+		if err := pr.track.Attach(pid); err != nil {
 			return fail(err)
 		}
 	}
@@ -266,6 +282,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 			if pr.tty != nil {
 				pr.tty.Close()
 			}
+			pr.untrack(true)
 			return nil, err // awaitExec reaped the reaper
 		}
 		return fail(err)

@@ -73,9 +73,12 @@ type Process struct {
 	// PID 1); oomBefore its OOM-kill count when the exec started.
 	sandbox   *Sandbox
 	oomBefore int64
+	// track holds everything an exec's command starts (see Launched).
+	track *cgroup.Group
 
 	mu       sync.Mutex
 	timedOut bool
+	killed   bool
 	done     chan struct{} // closed when Wait has the exit: stops the timeout
 
 	waitOnce sync.Once
@@ -611,6 +614,12 @@ func writeIDMaps(pid int, rootless bool) error {
 func (p *Process) Signal(sig syscall.Signal) error {
 	if sig == unix.SIGKILL {
 		p.killGroup()
+		if p.track != nil {
+			p.mu.Lock()
+			p.killed = true
+			p.mu.Unlock()
+			p.track.KillAll()
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -640,6 +649,20 @@ func (p *Process) killGroup() {
 	case <-p.exited: // reaped: the group is gone, the number may be reused
 	default:
 		unix.Kill(-p.cmdPid, unix.SIGKILL)
+	}
+}
+
+// untrack ends an exec's tracking group: killing what is in it, or
+// leaving what the command left running to the sandbox.
+func (p *Process) untrack(kill bool) {
+	if p.track == nil {
+		return
+	}
+	if kill {
+		p.track.KillAll()
+		p.track.Remove()
+	} else {
+		p.track.Release()
 	}
 }
 
@@ -737,8 +760,9 @@ func (p *Process) Wait() (*Outcome, error) {
 	o.PeakMemoryBytes = stats.PeakMemoryBytes
 
 	p.mu.Lock()
-	timedOut := p.timedOut
+	timedOut, killed := p.timedOut, p.killed
 	p.mu.Unlock()
+	p.untrack(timedOut || killed || n != 4)
 	switch {
 	case timedOut:
 		o.ExitCode, o.Reason = 124, "timeout"

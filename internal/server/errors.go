@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ var (
 	ErrUnauthorized    = errors.New("unauthorized")
 	ErrNoSandbox       = errors.New("no such sandbox")
 	ErrNoRoute         = errors.New("no such route")
+	ErrMethod          = errors.New("method not allowed")
 	ErrNotRunning      = errors.New("sandbox is not running")
 	ErrTooLarge        = errors.New("too large")
 	ErrCapacity        = errors.New("host budget spent")
@@ -33,6 +35,16 @@ var (
 	ErrNoSnapshots     = errors.New("snapshots are unavailable")
 	ErrConflictState   = errors.New("conflict")
 )
+
+// methodError is ErrMethod with the methods the path takes, for the Allow
+// header.
+type methodError struct {
+	msg     string
+	allowed []string
+}
+
+func (e *methodError) Error() string { return e.msg }
+func (e *methodError) Unwrap() error { return ErrMethod }
 
 // capacityError is ErrCapacity with the seconds a client should wait.
 type capacityError struct {
@@ -74,6 +86,8 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusUnauthorized, api.CodeUnauthorized
 	case errors.Is(err, ErrNoSandbox), errors.Is(err, ErrNoRoute), errors.Is(err, inroot.ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, ErrMethod):
+		return http.StatusMethodNotAllowed, api.CodeMethodNotAllowed
 	case errors.Is(err, ErrNotRunning), errors.Is(err, sandbox.ErrSandboxGone),
 		errors.Is(err, inroot.ErrExists), errors.Is(err, inroot.ErrNotEmpty):
 		return http.StatusConflict, api.CodeConflict
@@ -123,6 +137,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *capacityError
 	if errors.As(err, &ce) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ce.retryAfter.Round(time.Second)/time.Second))))
+	}
+	var me *methodError
+	if errors.As(err, &me) {
+		w.Header().Set("Allow", strings.Join(me.allowed, ", "))
 	}
 	writeJSON(w, status, body)
 }

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -299,10 +300,16 @@ func (s *Server) newMux() http.Handler {
 			for _, rt := range s.routes() {
 				if rt.path == pattern {
 					allowed = append(allowed, rt.method)
+					if rt.method == "GET" {
+						allowed = append(allowed, "HEAD") // the mux serves HEAD with GET
+					}
 				}
 			}
 			slices.Sort(allowed)
-			return fmt.Errorf("%w: %s %s is not a route; this path takes %v", ErrNoRoute, r.Method, r.URL.Path, allowed)
+			return &methodError{
+				msg:     fmt.Sprintf("%s %s: method not allowed; %s takes %s", r.Method, r.URL.Path, pattern, strings.Join(allowed, ", ")),
+				allowed: allowed,
+			}
 		}
 		return fmt.Errorf("%w: %s %s (routes are under /v1, see api/openapi.yaml)", ErrNoRoute, r.Method, r.URL.Path)
 	}}))

@@ -98,7 +98,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown sandbox exec", "POST", "/v1/sandboxes/nope/exec", `{"argv": ["true"]}`, 404, api.CodeNotFound, "nope"},
 		{"unknown sandbox file", "GET", "/v1/sandboxes/nope/files?path=/a", ``, 404, api.CodeNotFound, "nope"},
 		{"unknown route", "GET", "/v2/things", ``, 404, api.CodeNotFound, "/v2/things"},
-		{"wrong method", "PATCH", "/v1/sandboxes", ``, 404, api.CodeNotFound, "GET POST"},
+		{"wrong method", "PATCH", "/v1/sandboxes", ``, 405, api.CodeMethodNotAllowed, "GET, HEAD, POST"},
+		{"wrong method on a pattern", "PUT", "/v1/sandboxes/" + sb.ID + "/exec", `{}`, 405, api.CodeMethodNotAllowed, "takes POST"},
 		{"empty argv", "POST", "/v1/sandboxes/" + sb.ID + "/exec", `{"argv": []}`, 400, api.CodeInvalidArgument, "argv"},
 		{"exec unknown field", "POST", "/v1/sandboxes/" + sb.ID + "/exec", `{"args": ["true"]}`, 400, api.CodeInvalidArgument, `"args"`},
 		{"file without path", "GET", "/v1/sandboxes/" + sb.ID + "/files", ``, 400, api.CodeInvalidArgument, "path"},
@@ -114,6 +115,9 @@ func TestBadInput(t *testing.T) {
 			}
 			if !strings.Contains(e.Message, c.mention) {
 				t.Errorf("message %q does not mention %s", e.Message, c.mention)
+			}
+			if allow := resp.Header.Get("Allow"); (c.status == 405) != (allow != "") || !strings.Contains(e.Message, allow) {
+				t.Errorf("Allow %q with status %d and message %q", allow, resp.StatusCode, e.Message)
 			}
 		})
 	}
@@ -389,6 +393,7 @@ func TestStatusOf(t *testing.T) {
 		{&capacityError{msg: "full"}, 429},
 		{fmt.Errorf("x: %w", ErrNoSandbox), 404},
 		{fmt.Errorf("x: %w", ErrNotRunning), 409},
+		{&methodError{msg: "no"}, 405},
 		{errors.New("something else"), 500},
 	}
 	for _, c := range cases {

@@ -332,3 +332,34 @@ func TestDesktopSocketSymlink(t *testing.T) {
 	c.Close()
 	<-reached
 }
+
+// TestDesktopExecTree: the ACI's exec, in a real desktop sandbox, answers
+// when its command ends although a detached child holds the output open,
+// and its timeout kills everything the command started, in any session.
+// The sandbox's processes are listed through the daemon's exec.
+func TestDesktopExecTree(t *testing.T) {
+	d := startDaemon(t)
+	dt, a := startDesktop(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	arg := sleeperArg(marker())
+
+	res, err := a.Exec(ctx, detacher(arg, false), nil, 0)
+	if err != nil || res.ExitCode != 0 || res.Reason != "exit" || string(res.Stdout) != "started\n" {
+		t.Fatalf("ACI exec that leaves processes in the background: %v %+v", err, res)
+	}
+	startedDetached(t, d, dt.ID)
+	if left := sandboxProcs(t, d, dt.ID, arg); len(left) != 2 {
+		t.Fatalf("want the two background processes still running, found %q", left)
+	}
+
+	arg = sleeperArg(marker())
+	res, err = a.Exec(ctx, detacher(arg, true), nil, 2*time.Second)
+	if err != nil || res.ExitCode != 124 || res.Reason != "timeout" {
+		t.Fatalf("ACI exec past its timeout: %v %+v", err, res)
+	}
+	startedDetached(t, d, dt.ID)
+	if left := sandboxProcs(t, d, dt.ID, arg); len(left) > 0 {
+		t.Fatalf("processes of the timed-out ACI exec remain in the desktop:\n  %s", strings.Join(left, "\n  "))
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,11 +42,17 @@ func TestFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := sb.ID
-	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: "/work/src", Parents: true, Mode: 0o750, UID: 1000, GID: 1000}); err != nil {
+	// A top-level directory of the test's own making: the sandbox's root
+	// is the host's, so a name the host uses would archive its files too.
+	top := "/tine-files-" + marker()
+	if _, err := d.c.Stat(ctx, id, top); client.ErrorCode(err) != api.CodeNotFound {
+		t.Fatalf("stat %s before the test made it: %v, want not found", top, err)
+	}
+	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: top + "/src", Parents: true, Mode: 0o750, UID: 1000, GID: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	body := bytes.Repeat([]byte("tine"), 256<<10) // 1 MiB
-	info, err := d.c.WriteFile(ctx, id, "/work/src/data.bin", bytes.NewReader(body), &client.WriteOptions{Mode: 0o640, UID: 1000, GID: 1000})
+	info, err := d.c.WriteFile(ctx, id, top+"/src/data.bin", bytes.NewReader(body), &client.WriteOptions{Mode: 0o640, UID: 1000, GID: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +60,7 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("written: %+v", info)
 	}
 	// The sandbox sees the file as written, with its mode and owner.
-	res, err := d.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", "stat -c '%a %u %g %s' /work/src/data.bin /work/src; sha256sum < /work/src/data.bin"}})
+	res, err := d.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("stat -c '%%a %%u %%g %%s' %[1]s/src/data.bin %[1]s/src; sha256sum < %[1]s/src/data.bin", top)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +69,8 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("seen inside: %q (stderr %q)", res.Stdout, res.Stderr)
 	}
 	// And what the sandbox writes, the API reads.
-	d.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", "echo from inside > /work/src/out.txt; ln -s out.txt /work/src/link"}})
-	rc, err := d.c.ReadFile(ctx, id, "/work/src/out.txt")
+	d.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("echo from inside > %[1]s/src/out.txt; ln -s out.txt %[1]s/src/link", top)}})
+	rc, err := d.c.ReadFile(ctx, id, top+"/src/out.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,46 +79,51 @@ func TestFiles(t *testing.T) {
 	if string(got) != "from inside\n" {
 		t.Fatalf("read: %q", got)
 	}
-	st, err := d.c.Stat(ctx, id, "/work/src/link")
+	st, err := d.c.Stat(ctx, id, top+"/src/link")
 	if err != nil || st.Type != api.FileTypeSymlink || st.Link != "out.txt" {
 		t.Fatalf("stat symlink: %v %+v", err, st)
 	}
-	entries, err := d.c.ReadDir(ctx, id, "/work/src")
+	entries, err := d.c.ReadDir(ctx, id, top+"/src")
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("list: %v %+v", err, entries)
 	}
 
 	// Directory round trip as tar.
-	ar, err := d.c.ReadArchive(ctx, id, "/work")
+	ar, err := d.c.ReadArchive(ctx, id, top)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tarball, _ := io.ReadAll(ar)
 	ar.Close()
 	names := tarNames(t, tarball)
-	for _, n := range []string{"src/", "src/data.bin", "src/out.txt", "src/link"} {
-		if !strings.Contains(strings.Join(names, " "), n) {
-			t.Fatalf("archive lacks %s: %v", n, names)
+	var kept []string
+	for _, n := range names {
+		if n = strings.TrimPrefix(n, "./"); n != "" {
+			kept = append(kept, n)
 		}
 	}
-	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: "/copy"}); err != nil {
+	slices.Sort(kept)
+	if want := []string{"src/", "src/data.bin", "src/link", "src/out.txt"}; !slices.Equal(kept, want) {
+		t.Fatalf("archive holds %v, want %v", names, want)
+	}
+	if _, err := d.c.Mkdir(ctx, id, api.MkdirRequest{Path: top + "-copy"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.c.WriteArchive(ctx, id, "/copy", bytes.NewReader(tarball)); err != nil {
+	if err := d.c.WriteArchive(ctx, id, top+"-copy", bytes.NewReader(tarball)); err != nil {
 		t.Fatal(err)
 	}
-	res, _ = d.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", "cat /copy/src/link; sha256sum < /copy/src/data.bin"}})
+	res, _ = d.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("cat %[1]s/src/link; sha256sum < %[1]s/src/data.bin", top+"-copy")}})
 	if !strings.HasPrefix(string(res.Stdout), "from inside\n"+hostSHA256(t, body)) {
 		t.Fatalf("extracted copy: %q %q", res.Stdout, res.Stderr)
 	}
 
-	if err := d.c.Remove(ctx, id, "/work", false); client.ErrorCode(err) != api.CodeConflict {
+	if err := d.c.Remove(ctx, id, top, false); client.ErrorCode(err) != api.CodeConflict {
 		t.Fatalf("remove a full directory without recursive: got %v, want conflict", err)
 	}
-	if err := d.c.Remove(ctx, id, "/work", true); err != nil {
+	if err := d.c.Remove(ctx, id, top, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.c.Stat(ctx, id, "/work"); client.ErrorCode(err) != api.CodeNotFound {
+	if _, err := d.c.Stat(ctx, id, top); client.ErrorCode(err) != api.CodeNotFound {
 		t.Fatalf("stat after remove: %v", err)
 	}
 }

@@ -15,7 +15,8 @@ from .aio import AsyncClient
 from .aio import DesktopSession as AsyncDesktopSession
 from .aio import ExecStream as AsyncExecStream
 from .client import Client, DesktopSession, ExecStream
-from .errors import (ACIError, Capacity, Conflict, Forbidden, Internal, InvalidArgument, NotFound,
+from .errors import (ACIError, Capacity, Conflict, Forbidden, Internal, InvalidArgument,
+                     MethodNotAllowed, NotFound,
                      TineError, TooLarge, TransportError, Unauthorized, Unavailable, Unsupported)
 from .models import (ActionError, ActionResult, Bind, Desktop, DesktopSpec, ExecExit,
                      ExecResult, FileInfo, Function, FunctionLimits, FunctionSpec, Invocation, InvocationError, InvocationTimings, Limits,
@@ -29,7 +30,7 @@ __all__ = [
     "desktop", "DesktopSession", "AsyncDesktopSession", "ACIError", "Desktop", "DesktopSpec",
     "Welcome", "Window", "Screenshot", "StepResult", "ActionResult", "ActionError",
     "TineError", "TransportError", "InvalidArgument", "Unauthorized", "Forbidden", "NotFound",
-    "Conflict", "TooLarge", "Capacity", "Internal", "Unsupported", "Unavailable",
+    "MethodNotAllowed", "Conflict", "TooLarge", "Capacity", "Internal", "Unsupported", "Unavailable",
     "Sandbox", "SandboxSpec", "Limits", "Bind", "Usage", "ExecResult", "ExecExit", "Timings",
     "FileInfo", "FunctionSpec", "FunctionLimits", "Function", "Invocation", "InvocationError",
     "InvocationTimings", "Script",

@@ -56,6 +56,11 @@ class NotFound(TineError):
     code = "not_found"
 
 
+class MethodNotAllowed(TineError):
+    """405: the path is a route, but not for this method."""
+    code = "method_not_allowed"
+
+
 class Conflict(TineError):
     """409: the sandbox is not running; the file exists; the directory is not empty."""
     code = "conflict"
@@ -87,7 +92,7 @@ class Unavailable(TineError):
 
 
 _BY_CODE: dict[str, type[TineError]] = {
-    c.code: c for c in (InvalidArgument, Unauthorized, Forbidden, NotFound, Conflict,
+    c.code: c for c in (InvalidArgument, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
                         TooLarge, Capacity, Internal, Unsupported, Unavailable)
 }
 
