@@ -55,6 +55,14 @@ func FuzzParseSpec(f *testing.F) {
 		if err := Validate(&again); err != nil || !reflect.DeepEqual(&again, s) {
 			t.Fatalf("Validate does not keep an accepted spec: %+v -> %+v, %v", s, again, err)
 		}
+		// JSON leaves out empty lists: an empty command or preload comes
+		// back as none, which means the same.
+		if len(s.Command) == 0 {
+			s.Command = nil
+		}
+		if len(s.Preload) == 0 {
+			s.Preload = nil
+		}
 		b, err := json.Marshal(s)
 		if err != nil {
 			t.Fatalf("an accepted spec does not encode as the API's JSON: %v", err)

@@ -70,7 +70,11 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%w: line %d: %s", ErrInvalidSpec, pe.Position.Line, pe.Message)
+			// The line from the error's byte offset: the decoder's Line is
+			// one short (0 on the first line) for an error at the end of
+			// the input, such as an unterminated string.
+			line := 1 + bytes.Count(src[:min(max(pe.Position.Start, 0), len(src))], []byte("\n"))
+			return nil, fmt.Errorf("%w: line %d: %s", ErrInvalidSpec, line, pe.Message)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
 	}
@@ -115,7 +119,8 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 // every key's position but does not export it, so src is decoded again
 // into a type with only key, whose value refuses to decode: the decoder's
 // error carries the position. Keys a struct tag cannot name fall back to a
-// search for the key's last part at the start of a line.
+// search for a line (or table header) that sets a dotted key ending in
+// the key's last part.
 func lineOf(src []byte, key toml.Key) int {
 	if len(key) == 0 {
 		return 0
@@ -130,7 +135,7 @@ func lineOf(src []byte, key toml.Key) int {
 	if _, err := toml.Decode(string(src), reflect.New(typ).Interface()); named && errors.As(err, &pe) && pe.Position.Line > 0 {
 		return pe.Position.Line
 	}
-	re := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(key[len(key)-1]) + `"?\s*[=.]`)
+	re := regexp.MustCompile(`^\s*(\[\[?)?([^=\]]*\.)?\s*["']?` + regexp.QuoteMeta(key[len(key)-1]) + `["']?\s*[=.\]]`)
 	for i, line := range strings.Split(string(src), "\n") {
 		if re.MatchString(line) {
 			return i + 1
