@@ -98,6 +98,9 @@ func FuzzValidate(f *testing.F) {
 			}
 			return
 		}
+		if v, ok := withNUL(&s); ok {
+			t.Fatalf("accepted %q, which holds a NUL byte", v)
+		}
 		if !validLimits(&s) {
 			t.Fatalf("accepted limits out of range: %+v, cold_after %v", s.Limits, s.ColdAfterSeconds)
 		}

@@ -167,6 +167,11 @@ func Validate(s *api.FunctionSpec) error {
 	if !namePattern.MatchString(s.Name) {
 		return bad("name %q: want 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", s.Name)
 	}
+	if v, ok := withNUL(s); ok {
+		// No system call takes one: the kernel would read the path or
+		// argument as cut short there.
+		return bad("%q holds a NUL byte", v)
+	}
 	switch s.Runtime {
 	case "":
 		s.Runtime = RuntimePython
@@ -263,4 +268,15 @@ func Validate(s *api.FunctionSpec) error {
 		return bad("cold_after: want a positive duration")
 	}
 	return nil
+}
+
+// withNUL returns the first of s's paths and arguments that holds a NUL
+// byte.
+func withNUL(s *api.FunctionSpec) (string, bool) {
+	for _, v := range slices.Concat([]string{s.Entry, s.Handler, s.Python, s.Node}, s.Command, s.Preload) {
+		if strings.IndexByte(v, 0) >= 0 {
+			return v, true
+		}
+	}
+	return "", false
 }
