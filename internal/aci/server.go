@@ -344,7 +344,7 @@ func (ss *session) act(ctx context.Context, req *api.ACIRequest, rep *api.ACIRep
 	case "exec":
 		return ss.execCommand(ctx, req, rep)
 	case "wait":
-		if req.Ms < 0 || time.Duration(req.Ms)*time.Millisecond > maxWait {
+		if req.Ms < 0 || req.Ms > int(maxWait.Milliseconds()) { // in ms: a Duration product can wrap
 			return bad("wait ms %d: want 0 to %d", req.Ms, maxWait.Milliseconds())
 		}
 		select {
@@ -499,6 +499,8 @@ func wireError(err error) (string, *api.ACIError) {
 		code = api.ACIBadText
 	case errors.Is(err, x11.ErrNoWindow):
 		code = api.ACINoWindow
+	case errors.Is(err, x11.ErrInvalidArgument):
+		code = api.ACIBadRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		code = api.ACITimeout
 	case errors.Is(err, errNotFound):
