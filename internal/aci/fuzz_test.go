@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -62,15 +63,16 @@ func FuzzMessage(f *testing.F) {
 	f.Cleanup(func() { d.Close() })
 	sess := &session{s: &Server{D: d}}
 	f.Fuzz(func(t *testing.T, msg []byte, binary bool) {
-		header := msg
+		header, framed := msg, true
 		if binary {
-			h, _, ok := api.ACISplit(msg)
-			if ok {
-				header = h
-			}
+			header, _, framed = api.ACISplit(msg)
 		}
+		// Read the request as the handler does (its first JSON value; the
+		// handler also refuses unknown fields, so what fails here fails
+		// there), so that nothing unsafe runs. A binary message whose
+		// framing is broken has no request to read.
 		var req api.ACIRequest
-		decodes := json.Unmarshal(header, &req) == nil
+		decodes := framed && json.NewDecoder(bytes.NewReader(header)).Decode(&req) == nil
 		if decodes && !safe(&req) {
 			return
 		}
@@ -83,7 +85,10 @@ func FuzzMessage(f *testing.F) {
 		} else {
 			rep, img = sess.handle(ctx, msg, nil)
 		}
-		checkReply(t, msg, rep, img)
+		if !framed {
+			header = nil
+		}
+		checkReply(t, msg, header, rep, img)
 		if !decodes || rep.Error == nil {
 			return
 		}
@@ -122,7 +127,9 @@ var aciCodes = []string{api.ACIBadRequest, api.ACIOffScreen, api.ACIUnknownKey, 
 	api.ACINotFound, api.ACITooLarge, api.ACITimeout, api.ACIInternal}
 
 // checkReply fails t when a reply is not one the protocol allows for msg.
-func checkReply(t *testing.T, msg []byte, rep *api.ACIReply, img []byte) {
+// header is msg's request: msg itself, or a binary message's header (nil
+// when its framing is broken).
+func checkReply(t *testing.T, msg, header []byte, rep *api.ACIReply, img []byte) {
 	t.Helper()
 	if rep == nil {
 		t.Fatalf("%q: no reply", msg)
@@ -156,11 +163,15 @@ func checkReply(t *testing.T, msg []byte, rep *api.ACIReply, img []byte) {
 		t.Fatalf("%q: reply %+v with %d bytes of image %q...", msg, rep, len(img), img[:min(len(img), 8)])
 	}
 	// The stated limits, for a request that decodes.
+	refused := rep.Error != nil && rep.Error.Code == api.ACIBadRequest
+	dec := json.NewDecoder(bytes.NewReader(header))
 	var req api.ACIRequest
-	if json.Unmarshal(msg, &req) != nil {
+	if dec.Decode(&req) != nil {
 		return
 	}
-	refused := rep.Error != nil && rep.Error.Code == api.ACIBadRequest
+	if _, err := dec.Token(); err != io.EOF && !refused {
+		t.Fatalf("%q: data after the request not refused: %+v", msg, rep)
+	}
 	switch {
 	case req.Op == "wait" && (req.Ms < 0 || req.Ms > int(maxWait.Milliseconds())) && !refused:
 		t.Fatalf("%q: wait of %d ms not refused: %+v", msg, req.Ms, rep)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -132,7 +133,12 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 	var req api.ACIRequest
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	if _, tail := dec.Token(); err == nil && tail != io.EOF {
+		// Two requests in one message would lose the second without a word.
+		return fail(req.ID, api.ACIBadRequest, "malformed request: data after the JSON request; send one request per message"), nil
+	}
+	if err != nil {
 		// Still answer the request's id when it can be read.
 		id := leadingID(data)
 		if id == 0 {
