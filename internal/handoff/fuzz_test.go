@@ -5,10 +5,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
+	"os"
 	"runtime"
 	"slices"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // FuzzSignalFrames: what a client sends after the upgrade is read as
@@ -77,4 +81,64 @@ func TestSignalFramesBounded(t *testing.T) {
 	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
 		t.Fatalf("reading a 64 MiB line allocated %d bytes", n)
 	}
+}
+
+// FuzzReceiveStdio: the daemon takes a client's stdio over a real unix
+// socket only when exactly three descriptors come with its byte, and
+// every descriptor it does not take is closed, not left open in the
+// daemon.
+func FuzzReceiveStdio(f *testing.F) {
+	for n := range uint8(8) {
+		f.Add(n, []byte{0}, false)
+	}
+	f.Add(uint8(3), []byte{}, true)
+	f.Add(uint8(3), []byte("more than one byte"), false)
+	f.Fuzz(func(t *testing.T, nfds uint8, data []byte, hangUp bool) {
+		nfds %= 12
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := os.NewFile(uintptr(pair[1]), "client")
+		defer client.Close()
+		fc, err := net.FileConn(os.NewFile(uintptr(pair[0]), "daemon"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		daemon := fc.(*net.UnixConn)
+		defer daemon.Close()
+		before := openFDs(t)
+		fds := make([]int, nfds)
+		for i := range fds {
+			fds[i] = int(client.Fd()) // the same descriptor, nfds times
+		}
+		if len(data) == 0 {
+			data = []byte{0} // a message needs a byte to carry descriptors
+		}
+		if hangUp {
+			unix.Shutdown(pair[1], unix.SHUT_WR)
+		} else if err := unix.Sendmsg(pair[1], data, unix.UnixRights(fds...), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := receiveStdio(daemon)
+		if (err == nil) != (nfds == 3 && !hangUp) {
+			t.Fatalf("%d descriptors, hang-up %v: got %v, %v", nfds, hangUp, got, err)
+		}
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		if after := openFDs(t); after != before {
+			t.Fatalf("%d descriptors, hang-up %v (%v): %d open before, %d after", nfds, hangUp, err, before, after)
+		}
+	})
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
