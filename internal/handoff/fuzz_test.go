@@ -101,7 +101,9 @@ func FuzzReceiveStdio(f *testing.F) {
 		}
 		client := os.NewFile(uintptr(pair[1]), "client")
 		defer client.Close()
-		fc, err := net.FileConn(os.NewFile(uintptr(pair[0]), "daemon"))
+		end := os.NewFile(uintptr(pair[0]), "daemon")
+		fc, err := net.FileConn(end) // a copy of end
+		end.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
