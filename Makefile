@@ -64,7 +64,7 @@ test: deps build
 # already replays each target's seeds and testdata/fuzz crashers; fuzz-ci
 # adds a few seconds of new inputs per target, bounded for CI.
 FUZZTIME    ?= 5m
-FUZZTIME_CI ?= 5s
+FUZZTIME_CI ?= 3s
 
 fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)

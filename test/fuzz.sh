@@ -1,6 +1,6 @@
 #!/bin/sh
 # test/fuzz.sh [FUZZTIME] runs every Go fuzz target (func FuzzX in a
-# fuzz_test.go) for FUZZTIME each (default 5m; make fuzz-ci gives 5s).
+# fuzz_test.go) for FUZZTIME each (default 5m; make fuzz-ci gives 3s).
 # go test -fuzz takes one package and one target per run, so they run one
 # after the other. A crasher is written to the package's
 # testdata/fuzz/FuzzX/ (commit it with the fix: plain go test replays it);
