@@ -1,15 +1,18 @@
 # tine: two entry points for a fresh Debian/Ubuntu machine, as root.
 #   make demo  installs what is missing, builds tine, and runs a command in a
 #              sandbox on the embedded default (the host's root, read-only).
-#   make test  installs what the tests need and runs the whole suite (Go, then
-#              the Python SDK's tests against a real daemon).
+#   make test  installs what the tests need and runs the whole suite (Go, a
+#              short fuzz of every fuzz target, then the Python SDK's tests
+#              against a real daemon).
+#   make fuzz  fuzzes every target for FUZZTIME each (default 5m); see
+#              docs/fuzzing.md.
 
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
 APT_PKGS := bubblewrap util-linux iproute2 python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs
 
-.PHONY: build demo test deps criu clean bench
+.PHONY: build demo test deps criu clean bench fuzz fuzz-ci
 
 # Two static binaries. bin/tine is pure Go (CGO_ENABLED=0): no dynamic
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
@@ -59,6 +62,7 @@ test: deps criu build
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	CGO_ENABLED=1 $(GO) vet -tags turbojpeg ./internal/desktop/encode/
 	CGO_ENABLED=1 $(GO) test -count=1 -tags turbojpeg ./internal/desktop/encode/
+	$(MAKE) fuzz-ci
 	$(PYTHON) -m unittest discover -s sdk/python/tests
 
 # The chaos test alone, longer: SIGKILL of the daemon, tine run, desktop
@@ -69,6 +73,19 @@ CHAOS_SEED   ?= 0
 .PHONY: chaos
 chaos: deps build
 	$(GO) test -count=1 -timeout 60m -v -run 'TestChaos$$' ./test/api/ -args -chaos.rounds=$(CHAOS_ROUNDS) -chaos.seed=$(CHAOS_SEED)
+
+# Fuzzing (docs/fuzzing.md): every func FuzzX of a fuzz_test.go, one after
+# the other (go test -fuzz takes one target at a time). Plain go test
+# already replays each target's seeds and testdata/fuzz crashers; fuzz-ci
+# adds a few seconds of new inputs per target, bounded for CI.
+FUZZTIME    ?= 5m
+FUZZTIME_CI ?= 3s
+
+fuzz:
+	GO=$(GO) test/fuzz.sh $(FUZZTIME)
+
+fuzz-ci:
+	GO=$(GO) test/fuzz.sh $(FUZZTIME_CI)
 
 bench: build
 	./$(BIN) bench cold

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -42,15 +41,12 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&spec.GLX, "glx", false, "give the X server software OpenGL (about 54 MiB more per desktop)")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if _, err := fmt.Sscanf(size, "%dx%d", &spec.Width, &spec.Height); err != nil {
-			return usageError{fmt.Sprintf("invalid --size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
+		var err error
+		if spec.Width, spec.Height, err = parseScreen(size); err != nil {
+			return err
 		}
 		for _, a := range apps {
-			var argv []string
-			if json.Unmarshal([]byte(a), &argv) != nil || len(argv) == 0 {
-				argv = []string{a}
-			}
-			spec.Apps = append(spec.Apps, argv)
+			spec.Apps = append(spec.Apps, parseApp(a))
 		}
 		if memory != "" {
 			m, err := parseSize("memory", memory)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -35,15 +34,12 @@ inside each desktop sandbox.`,
 			if o.Listen == "" {
 				return usageError{"guest needs --listen SOCKET"}
 			}
-			if _, err := fmt.Sscanf(size, "%dx%d", &o.Width, &o.Height); err != nil || o.Width < 64 || o.Height < 64 || o.Width > 8192 || o.Height > 8192 {
-				return usageError{fmt.Sprintf("invalid --size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
+			var err error
+			if o.Width, o.Height, err = parseScreen(size); err != nil {
+				return err
 			}
 			for _, a := range apps {
-				var argv []string
-				if json.Unmarshal([]byte(a), &argv) != nil || len(argv) == 0 {
-					argv = []string{a}
-				}
-				o.Apps = append(o.Apps, argv)
+				o.Apps = append(o.Apps, parseApp(a))
 			}
 			if wm != "" {
 				o.WindowManager = []string{wm}

@@ -50,7 +50,7 @@ func (ss *session) execCommand(ctx context.Context, req *api.ACIRequest, rep *ap
 		return bad("exec needs cmd, e.g. [\"ls\", \"-l\"]")
 	}
 	timeout := defaultExecTimeout
-	if req.TimeoutMs < 0 || time.Duration(req.TimeoutMs)*time.Millisecond > maxExecTimeout {
+	if req.TimeoutMs < 0 || req.TimeoutMs > int(maxExecTimeout.Milliseconds()) { // in ms: a Duration product can wrap
 		return bad("exec timeout_ms %d: want 1 to %d, or 0 for %s", req.TimeoutMs, maxExecTimeout.Milliseconds(), defaultExecTimeout)
 	} else if req.TimeoutMs > 0 {
 		timeout = time.Duration(req.TimeoutMs) * time.Millisecond

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -132,7 +133,12 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 	var req api.ACIRequest
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	if _, tail := dec.Token(); err == nil && tail != io.EOF {
+		// Two requests in one message would lose the second without a word.
+		return fail(req.ID, api.ACIBadRequest, "malformed request: data after the JSON request; send one request per message"), nil
+	}
+	if err != nil {
 		// Still answer the request's id when it can be read.
 		id := leadingID(data)
 		if id == 0 {
@@ -344,7 +350,7 @@ func (ss *session) act(ctx context.Context, req *api.ACIRequest, rep *api.ACIRep
 	case "exec":
 		return ss.execCommand(ctx, req, rep)
 	case "wait":
-		if req.Ms < 0 || time.Duration(req.Ms)*time.Millisecond > maxWait {
+		if req.Ms < 0 || req.Ms > int(maxWait.Milliseconds()) { // in ms: a Duration product can wrap
 			return bad("wait ms %d: want 0 to %d", req.Ms, maxWait.Milliseconds())
 		}
 		select {
@@ -499,6 +505,8 @@ func wireError(err error) (string, *api.ACIError) {
 		code = api.ACIBadText
 	case errors.Is(err, x11.ErrNoWindow):
 		code = api.ACINoWindow
+	case errors.Is(err, x11.ErrInvalidArgument):
+		code = api.ACIBadRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		code = api.ACITimeout
 	case errors.Is(err, errNotFound):

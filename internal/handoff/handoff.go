@@ -279,17 +279,8 @@ func Serve(conn *net.UnixConn, br *bufio.Reader, start func(stdio [3]*os.File) (
 
 	// Signals from the client; a hang-up kills the run.
 	go func() {
-		for {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				run.Signal(unix.SIGKILL)
-				return
-			}
-			var f Frame
-			if json.Unmarshal(line, &f) == nil && f.Signal > 0 && f.Signal < 65 {
-				run.Signal(syscall.Signal(f.Signal))
-			}
-		}
+		readSignals(br, func(sig syscall.Signal) { run.Signal(sig) })
+		run.Signal(unix.SIGKILL)
 	}()
 	o, err := run.Wait()
 	if o != nil {
@@ -297,4 +288,38 @@ func Serve(conn *net.UnixConn, br *bufio.Reader, start func(stdio [3]*os.File) (
 		return
 	}
 	enc.Encode(Frame{Error: errFrame(err)})
+}
+
+// maxFrame bounds a frame the daemon reads from a client: a signal frame
+// is a few bytes, and a longer line is skipped rather than held, so a
+// client cannot make the daemon buffer without end.
+const maxFrame = 4 << 10
+
+// readSignals reads the client's frames from br until it fails (the client
+// hung up: io.EOF, or the connection's error) and calls signal for each
+// frame that carries a signal, 1 to 64. Lines that are not frames, or are
+// longer than maxFrame, are skipped.
+func readSignals(br *bufio.Reader, signal func(syscall.Signal)) error {
+	var line []byte
+	long := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !long && len(line)+len(chunk) > maxFrame {
+			long, line = true, line[:0]
+		}
+		if !long {
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var f Frame
+		if !long && json.Unmarshal(line, &f) == nil && f.Signal > 0 && f.Signal < 65 {
+			signal(syscall.Signal(f.Signal))
+		}
+		line, long = line[:0], false
+	}
 }

@@ -127,7 +127,7 @@ type entry struct {
 	mode             int64
 }
 
-func tarOf(t *testing.T, entries ...entry) *bytes.Buffer {
+func tarOf(t testing.TB, entries ...entry) *bytes.Buffer {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

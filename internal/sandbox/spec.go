@@ -150,6 +150,22 @@ var reservedTargets = []string{"/proc", "/sys", "/dev"}
 // Validate checks the spec for what can be known before anything is created.
 // A spec without Args describes a live sandbox (see Create).
 func (s *Spec) Validate() error {
+	if err := NoNUL("args", s.Args...); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{{"workdir", s.Workdir}, {"hostname", s.Hostname}, {"rootfs", s.RootFS}} {
+		if err := NoNUL(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if err := NoNUL("env", s.Env...); err != nil {
+		return err
+	}
+	for _, b := range s.Binds {
+		if err := NoNUL("bind", b.Source, b.Target); err != nil {
+			return err
+		}
+	}
 	if len(s.Args) > 0 && s.Args[0] == "" {
 		return fmt.Errorf("%w: empty command name", ErrInvalidSpec)
 	}
@@ -210,6 +226,18 @@ func (s *Spec) limits(driven bool) cgroup.Limits {
 		lim.CPUs = s.DefaultLimits.CPUs
 	}
 	return lim
+}
+
+// NoNUL refuses values of field that hold a NUL byte. No system call
+// takes one: the kernel reads a string as cut short there, so a bind
+// target "/proc\x00" that passed the checks would be mounted on /proc.
+func NoNUL(field string, vals ...string) error {
+	for _, v := range vals {
+		if strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: %s %q holds a NUL byte, which no system call takes", ErrInvalidSpec, field, v)
+		}
+	}
+	return nil
 }
 
 // Outcome is how a sandboxed command ended.

@@ -47,6 +47,14 @@ func (s *Server) checkExec(req *api.ExecRequest, stream bool) error {
 			return bad("env entry %q is not KEY=VALUE", e)
 		}
 	}
+	for _, f := range []struct {
+		name string
+		vals []string
+	}{{"argv", req.Argv}, {"env", req.Env}, {"workdir", []string{req.Workdir}}} {
+		if err := sandbox.NoNUL(f.name, f.vals...); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -106,8 +106,10 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	switch {
 	case a.DiskBytes < 0:
 		return nil, bad("disk_bytes %d: want a positive size in bytes, or 0 for the default", a.DiskBytes)
-	case a.Limits.MemoryBytes < 0 || a.Limits.Pids < 0 || a.Limits.CPUs < 0:
+	case a.Limits.MemoryBytes < 0 || a.Limits.Pids < 0:
 		return nil, bad("limits must be positive, or 0 for none")
+	case !(a.Limits.CPUs >= 0 && a.Limits.CPUs <= cgroup.MaxCPUs):
+		return nil, bad("limits.cpus %v: want 0 (none) to %d cores", a.Limits.CPUs, cgroup.MaxCPUs)
 	case a.TTLSeconds < 0 || a.IdleTimeoutSeconds < 0:
 		return nil, bad("ttl_seconds and idle_timeout_seconds must be positive, or 0 for none")
 	case a.Workdir != "" && !path.IsAbs(a.Workdir):

@@ -4,7 +4,6 @@ package units
 
 import (
 	"errors"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +45,8 @@ func ParseSize(s string) (int64, error) {
 		return 0, ErrSize
 	}
 	v := num * mult
-	if v > math.MaxInt64 || v < 1 {
+	// 1<<63 itself does not fit an int64 (float64(math.MaxInt64) is 1<<63).
+	if v >= 1<<63 || v < 1 {
 		return 0, ErrSize
 	}
 	return int64(v), nil
@@ -58,7 +58,10 @@ func ParseDuration(s string) (time.Duration, error) {
 		return d, nil
 	}
 	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e9 {
-		return time.Duration(f * float64(time.Second)), nil
+		// Less than a nanosecond would round to no duration at all.
+		if d := time.Duration(f * float64(time.Second)); d > 0 {
+			return d, nil
+		}
 	}
 	return 0, ErrDuration
 }

@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/units"
 )
 
@@ -83,7 +86,11 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%w: line %d: %s", ErrInvalidSpec, pe.Position.Line, pe.Message)
+			// The line from the error's byte offset: the decoder's Line is
+			// one short (0 on the first line) for an error at the end of
+			// the input, such as an unterminated string.
+			line := 1 + bytes.Count(src[:min(max(pe.Position.Start, 0), len(src))], []byte("\n"))
+			return nil, fmt.Errorf("%w: line %d: %s", ErrInvalidSpec, line, pe.Message)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
 	}
@@ -127,13 +134,27 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	return s, Validate(s)
 }
 
-// lineOf finds the line that sets key: its last part at the start of a
-// line, followed by "=" (or "." for a dotted key). 0 if not found.
+// lineOf finds the line that sets key, 0 if not found. The decoder knows
+// every key's position but does not export it, so src is decoded again
+// into a type with only key, whose value refuses to decode: the decoder's
+// error carries the position. Keys a struct tag cannot name fall back to a
+// search for a line (or table header) that sets a dotted key ending in
+// the key's last part.
 func lineOf(src []byte, key toml.Key) int {
 	if len(key) == 0 {
 		return 0
 	}
-	re := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(key[len(key)-1]) + `"?\s*[=.]`)
+	typ, named := reflect.TypeFor[keyProbe](), true
+	for i := len(key) - 1; i >= 0; i-- {
+		// A tag "-" skips the field, "" matches by field name, "," starts options.
+		named = named && key[i] != "" && key[i] != "-" && !strings.Contains(key[i], ",")
+		typ = reflect.StructOf([]reflect.StructField{{Name: "K", Type: typ, Tag: reflect.StructTag("toml:" + strconv.Quote(key[i]))}})
+	}
+	var pe toml.ParseError
+	if _, err := toml.Decode(string(src), reflect.New(typ).Interface()); named && errors.As(err, &pe) && pe.Position.Line > 0 {
+		return pe.Position.Line
+	}
+	re := regexp.MustCompile(`^\s*(\[\[?)?([^=\]]*\.)?\s*["']?` + regexp.QuoteMeta(key[len(key)-1]) + `["']?\s*[=.\]]`)
 	for i, line := range strings.Split(string(src), "\n") {
 		if re.MatchString(line) {
 			return i + 1
@@ -141,6 +162,11 @@ func lineOf(src []byte, key toml.Key) int {
 	}
 	return 0
 }
+
+// keyProbe refuses to be decoded (see lineOf).
+type keyProbe struct{}
+
+func (keyProbe) UnmarshalTOML(any) error { return errors.New("probe") }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
@@ -159,6 +185,11 @@ func Validate(s *api.FunctionSpec) error {
 	}
 	if !namePattern.MatchString(s.Name) {
 		return bad("name %q: want 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", s.Name)
+	}
+	if v, ok := withNUL(s); ok {
+		// No system call takes one: the kernel would read the path or
+		// argument as cut short there.
+		return bad("%q holds a NUL byte", v)
 	}
 	switch s.Runtime {
 	case "":
@@ -246,8 +277,11 @@ func Validate(s *api.FunctionSpec) error {
 	if l.Pids == 0 {
 		l.Pids = DefaultPids
 	}
-	if l.Pids < 1 || l.CPUs < 0 {
-		return bad("limits: pids and cpus must be positive")
+	if l.Pids < 1 {
+		return bad("limits.pids %d: want at least 1", l.Pids)
+	}
+	if !(l.CPUs >= 0 && l.CPUs <= cgroup.MaxCPUs) { // NaN too (TOML has nan)
+		return bad("limits.cpus %v: want 0 (no quota) to %d cores", l.CPUs, cgroup.MaxCPUs)
 	}
 	if l.TimeoutSeconds == 0 {
 		l.TimeoutSeconds = DefaultTimeout.Seconds()
@@ -262,4 +296,15 @@ func Validate(s *api.FunctionSpec) error {
 		return bad("cold_after: want a positive duration")
 	}
 	return nil
+}
+
+// withNUL returns the first of s's paths and arguments that holds a NUL
+// byte.
+func withNUL(s *api.FunctionSpec) (string, bool) {
+	for _, v := range slices.Concat([]string{s.Entry, s.Handler, s.Python, s.Node}, s.Command, s.Preload) {
+		if strings.IndexByte(v, 0) >= 0 {
+			return v, true
+		}
+	}
+	return "", false
 }

@@ -15,6 +15,8 @@ var (
 	ErrInvalidText = errors.New("invalid text")
 	ErrNoWindow    = errors.New("no such window")
 	ErrClosed      = errors.New("display connection closed")
+	// ErrInvalidArgument: a count, button or path out of its range.
+	ErrInvalidArgument = errors.New("invalid argument")
 )
 
 // OffScreenError reports coordinates or a region outside the screen.

@@ -41,12 +41,12 @@ func ParseButton(name string) (Button, error) {
 	case "forward", "9":
 		return ButtonForward, nil
 	}
-	return 0, fmt.Errorf("unknown mouse button %q (want left, middle, right, back or forward)", name)
+	return 0, fmt.Errorf("%w: unknown mouse button %q (want left, middle, right, back or forward)", ErrInvalidArgument, name)
 }
 
 func (b Button) valid() error {
 	if b < ButtonLeft || b > ButtonForward {
-		return fmt.Errorf("mouse button %d out of range 1–9", b)
+		return fmt.Errorf("%w: mouse button %d out of range 1–9", ErrInvalidArgument, b)
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (d *Display) Click(p Point, b Button, count int) error {
 		return err
 	}
 	if count < 1 || count > 3 {
-		return fmt.Errorf("click count %d out of range 1–3", count)
+		return fmt.Errorf("%w: click count %d out of range 1–3", ErrInvalidArgument, count)
 	}
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
@@ -122,7 +122,7 @@ func (d *Display) button(typ byte, p *Point, b Button) error {
 // sent, so an off-screen point leaves no button pressed.
 func (d *Display) Drag(path []Point, b Button) error {
 	if len(path) < 2 {
-		return fmt.Errorf("a drag needs at least two points, got %d", len(path))
+		return fmt.Errorf("%w: a drag needs at least two points, got %d", ErrInvalidArgument, len(path))
 	}
 	if err := b.valid(); err != nil {
 		return err
@@ -158,8 +158,9 @@ func (d *Display) Scroll(p *Point, dx, dy int) error {
 		}
 	}
 	const maxClicks = 1000 // a bound so a typo cannot queue millions of events
-	if abs(dx) > maxClicks || abs(dy) > maxClicks {
-		return fmt.Errorf("scroll of (%d,%d) clicks exceeds %d", dx, dy, maxClicks)
+	// Not abs(dx) > maxClicks: the absolute value of math.MinInt is itself.
+	if dx < -maxClicks || dx > maxClicks || dy < -maxClicks || dy > maxClicks {
+		return fmt.Errorf("%w: scroll of (%d,%d) clicks exceeds %d", ErrInvalidArgument, dx, dy, maxClicks)
 	}
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
@@ -189,5 +190,3 @@ func (d *Display) CursorPosition() (Point, error) {
 	}
 	return Point{X: int(r.RootX), Y: int(r.RootY)}, nil
 }
-
-func abs(v int) int { return max(v, -v) }

@@ -15,6 +15,8 @@ const (
 	ksReturn    xproto.Keysym = 0xff0d
 	ksEscape    xproto.Keysym = 0xff1b
 	ksShiftL    xproto.Keysym = 0xffe1
+	// maxKeysym: the X protocol keeps a keysym's top three bits zero.
+	maxKeysym xproto.Keysym = 0x1fffffff
 )
 
 // keyNames maps normalised key names (lower case, without '_', '-' and
@@ -103,7 +105,7 @@ func keysymByName(name string) (xproto.Keysym, bool) {
 				ks, err := runeKeysym(rune(v), 0)
 				return ks, err == nil && utf8.ValidRune(rune(v))
 			}
-			return xproto.Keysym(v), true
+			return xproto.Keysym(v), v <= uint64(maxKeysym)
 		}
 	}
 	return 0, false

@@ -24,6 +24,11 @@ type Limits struct {
 // cpuPeriodUs is the CFS period used for --cpus quotas.
 const cpuPeriodUs = 100000
 
+// MaxCPUs is the largest CPU quota a spec may ask for, in cores: more
+// than any host has, and far from where the quota in microseconds
+// (CPUs * cpuPeriodUs) overflows an int64.
+const MaxCPUs = 4096
+
 // Group is one sandbox's cgroup: a directory per v1 controller, or one
 // directory in the unified hierarchy.
 type Group struct {
