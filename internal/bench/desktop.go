@@ -240,12 +240,13 @@ func desktopPSS(ctx context.Context, c *client.Client, n int) (float64, []int64,
 		}
 		sums = append(sums, sum)
 	}
-	// Least squares over (i+1, sums[i]).
-	var sx, sy, sxx, sxy float64
+	xs, ys := make([]float64, len(sums)), make([]float64, len(sums))
 	for i, s := range sums {
-		x, y := float64(i+1), float64(s)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+		xs[i], ys[i] = float64(i+1), float64(s)
 	}
-	k := float64(len(sums))
-	return (k*sxy - sx*sy) / (k*sxx - sx*sx), sums, nil
+	fit, err := FitLine(xs, ys)
+	if err != nil {
+		return 0, sums, err
+	}
+	return fit.Slope, sums, nil
 }
