@@ -216,7 +216,7 @@ descriptors, and times --execs execs of /bin/true to random live
 sandboxes. Then it deletes all but one and times the execs at 1 live again.
 The cost per sandbox is the least-squares slope of each total against the
 live count. Every sandbox is deleted at the end, on error and on Ctrl-C.
-Targets: `+fmt.Sprintf("at most %.0f KiB of PSS per idle sandbox (the slope of the daemon's and the sandbox processes' PSS; the cgroup and host slopes are reported next to it); exec p50 with all live at most %.1fx the p50 with 1 live (before and after, pooled).", bench.DensityTargets.PSSBytes/1024, bench.DensityTargets.ExecRatio),
+Targets: ` + fmt.Sprintf("at most %.0f KiB of PSS per idle sandbox (the slope of the daemon's and the sandbox processes' PSS; the cgroup and host slopes are reported next to it); exec p50 with all live at most %.1fx the p50 with 1 live (before and after, pooled).", bench.DensityTargets.PSSBytes/1024, bench.DensityTargets.ExecRatio),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Count < 2 || opts.Execs < 1 || opts.Parallel < 1 {
@@ -254,7 +254,7 @@ descriptors (/proc/PID/fd), threads and goroutines (go_goroutines of
 /metrics). It prints every error, p50/p90/p99 per kind of operation, the
 achieved rate, and the least-squares slopes per minute after --warmup
 (cut to a fifth of the duration when it is more than half). Targets: no
-error; `+fmt.Sprintf("RSS slope under %.0f MiB/min, descriptors and goroutines under %.0f per minute (flat); an achieved rate of at least %.0f%% of --rate.", bench.SoakTargets.RSSBytesPerMin/(1<<20), bench.SoakTargets.FDsPerMin, bench.SoakTargets.RateShare*100),
+error; ` + fmt.Sprintf("RSS slope under %.0f MiB/min, descriptors and goroutines under %.0f per minute (flat); an achieved rate of at least %.0f%% of --rate.", bench.SoakTargets.RSSBytesPerMin/(1<<20), bench.SoakTargets.FDsPerMin, bench.SoakTargets.RateShare*100),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Duration <= 0 || opts.Rate <= 0 || opts.SampleEvery <= 0 || opts.Warmup < 0 {

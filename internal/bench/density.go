@@ -68,8 +68,11 @@ type DensityPoint struct {
 	// HostUsedBytes is MemTotal − MemAvailable: everything, the
 	// neighbours' memory too.
 	HostUsedBytes int64 `json:"host_used_bytes"`
-	DaemonThreads int64 `json:"daemon_threads"`
-	DaemonFDs     int   `json:"daemon_fds"`
+	// HostKernel are meminfo's PageTables, KernelStack and SUnreclaim:
+	// where the kernel's share of HostUsedBytes goes (host-wide too).
+	HostKernel    HostKernel `json:"host_kernel"`
+	DaemonThreads int64      `json:"daemon_threads"`
+	DaemonFDs     int        `json:"daemon_fds"`
 	// GrowSeconds is how long the creates from the previous checkpoint
 	// took.
 	GrowSeconds float64 `json:"grow_seconds"`
@@ -287,6 +290,9 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 	daemonPSS := fit(func(p DensityPoint) float64 { return float64(p.DaemonPSSBytes) })
 	cg := fit(func(p DensityPoint) float64 { return float64(p.CgroupBytes) })
 	host := fit(func(p DensityPoint) float64 { return float64(p.HostUsedBytes) })
+	pageTables := fit(func(p DensityPoint) float64 { return float64(p.HostKernel.PageTablesBytes) })
+	kstack := fit(func(p DensityPoint) float64 { return float64(p.HostKernel.KernelStackBytes) })
+	slab := fit(func(p DensityPoint) float64 { return float64(p.HostKernel.SlabUnreclaimBytes) })
 	threads := fit(func(p DensityPoint) float64 { return float64(p.DaemonThreads) })
 	fds := fit(func(p DensityPoint) float64 { return float64(p.DaemonFDs) })
 
@@ -296,14 +302,15 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 		if i == len(points) {
 			key += " (again, after its execs)"
 		}
-		r.Figures[key] = fmt.Sprintf("PSS %.1f MiB over %d processes (daemon %.1f MiB), cgroups %.1f MiB, host used %.1f MiB; daemon %d threads, %d fds; grown in %.1fs",
-			mib(p.ProcessPSSBytes), p.Processes, mib(p.DaemonPSSBytes), mib(p.CgroupBytes), mib(p.HostUsedBytes), p.DaemonThreads, p.DaemonFDs, p.GrowSeconds)
+		r.Figures[key] = fmt.Sprintf("PSS %.1f MiB over %d processes (daemon %.1f MiB), cgroups %.1f MiB, host used %.1f MiB (page tables %.1f); daemon %d threads, %d fds; grown in %.1fs",
+			mib(p.ProcessPSSBytes), p.Processes, mib(p.DaemonPSSBytes), mib(p.CgroupBytes), mib(p.HostUsedBytes), mib(p.HostKernel.PageTablesBytes), p.DaemonThreads, p.DaemonFDs, p.GrowSeconds)
 	}
 	r.Figures["per sandbox: PSS slope, daemon + every sandbox process (the target's figure)"] = kib(pss.Slope)
 	r.Figures["per sandbox: of which the daemon's own PSS"] = kib(daemonPSS.Slope)
 	r.Figures["per sandbox: cgroup-charged slope (pages, tmpfs and kernel objects charged to the sandboxes' cgroups)"] = kib(cg.Slope)
 	r.Figures["per sandbox: daemon PSS + cgroup-charged slope"] = kib(daemonPSS.Slope + cg.Slope)
 	r.Figures["per sandbox: host MemTotal−MemAvailable slope (all kernel memory too; the neighbours' changes too)"] = kib(host.Slope)
+	r.Figures["per sandbox: of the host slope, page tables, kernel stacks, unreclaimable slab"] = kib(pageTables.Slope) + ", " + kib(kstack.Slope) + ", " + kib(slab.Slope)
 	r.Figures["per sandbox: daemon threads, fds"] = fmt.Sprintf("%.2f, %.2f", threads.Slope, fds.Slope)
 	if gs := points[len(points)-1].GrowSeconds; len(points) > 1 && gs > 0 {
 		r.Figures["creates per second (last checkpoint's batch)"] = fmt.Sprintf("%.0f", float64(points[len(points)-1].Live-points[len(points)-2].Live)/gs)
@@ -314,7 +321,7 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 		Points []DensityPoint `json:"points"`
 		Top    DensityPoint   `json:"top_again_after_execs"`
 		Fits   map[string]Line
-	}{points, top, map[string]Line{"process_pss": pss, "daemon_pss": daemonPSS, "cgroup": cg, "host_used": host, "daemon_threads": threads, "daemon_fds": fds}}
+	}{points, top, map[string]Line{"process_pss": pss, "daemon_pss": daemonPSS, "cgroup": cg, "host_used": host, "page_tables": pageTables, "kernel_stack": kstack, "slab_unreclaimable": slab, "daemon_threads": threads, "daemon_fds": fds}}
 
 	r.Checks = append(r.Checks,
 		check("PSS per idle sandbox (slope of the daemon's and every sandbox process's PSS), KiB (at most)", pss.Slope/1024, DensityTargets.PSSBytes/1024, true),
@@ -365,7 +372,14 @@ func readDensityPoint(ctx context.Context, d *Daemon, live int) (DensityPoint, e
 	for _, s := range list {
 		p.CgroupBytes += s.Usage.MemoryBytes
 	}
-	if p.HostUsedBytes, err = hostUsed(); err != nil {
+	meminfo, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return p, err
+	}
+	if p.HostUsedBytes, err = parseHostUsed(string(meminfo)); err != nil {
+		return p, err
+	}
+	if p.HostKernel, err = parseHostKernel(string(meminfo)); err != nil {
 		return p, err
 	}
 	status, err := processStatus(d.Pid())

@@ -65,6 +65,28 @@ func parseHostUsed(meminfo string) (int64, error) {
 	return total - avail, nil
 }
 
+// HostKernel is the kernel memory of a /proc/meminfo that grows with
+// processes and namespaces.
+type HostKernel struct {
+	PageTablesBytes    int64 `json:"page_tables_bytes"`
+	KernelStackBytes   int64 `json:"kernel_stack_bytes"`
+	SlabUnreclaimBytes int64 `json:"slab_unreclaimable_bytes"`
+}
+
+func parseHostKernel(meminfo string) (HostKernel, error) {
+	var k HostKernel
+	var err error
+	for _, f := range []struct {
+		key string
+		to  *int64
+	}{{"PageTables:", &k.PageTablesBytes}, {"KernelStack:", &k.KernelStackBytes}, {"SUnreclaim:", &k.SlabUnreclaimBytes}} {
+		if *f.to, err = parseKBField(meminfo, f.key); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
 // parseMetric finds an unlabelled sample of name (e.g. go_goroutines) in a
 // Prometheus text exposition.
 func parseMetric(exposition, name string) (float64, error) {
@@ -158,15 +180,6 @@ func openFDs(pid int) (int, error) {
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	return len(names), err
-}
-
-// hostUsed reads MemTotal − MemAvailable now.
-func hostUsed() (int64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	return parseHostUsed(string(b))
 }
 
 // parseLimit reads one row of a /proc/PID/limits ("Max open files  soft

@@ -175,9 +175,8 @@ func Soak(ctx context.Context, d *Daemon, opts SoakOptions) (*SeriesReport, erro
 		slopes["threads_per_min"] = l
 		r.Figures["daemon threads slope, per min"] = fmt.Sprintf("%.2f", l.Slope)
 	}
-	r.Checks = append(r.Checks,
-		check("errors (at most)", float64(len(r.Errors)), 0, true),
-		check("achieved rate / asked rate (at least)", achieved/opts.Rate, SoakTargets.RateShare, false))
+	// Errors are not a check: they fail the run (exit 1) on any host.
+	r.Checks = append(r.Checks, check("achieved rate / asked rate (at least)", achieved/opts.Rate, SoakTargets.RateShare, false))
 	r.Raw = struct {
 		Samples []SoakSample    `json:"daemon_samples"`
 		Slopes  map[string]Line `json:"slopes_per_minute"`

@@ -377,7 +377,7 @@ func (r *SeriesReport) finish(g *Guard, before HostState, ownLoad bool) {
 	if ownLoad {
 		// The suite itself loads the host: its load average is judged at
 		// the start only (throttling and steal over the whole run).
-		judged.Load1, judged.LoadError = before.Load1, before.LoadError
+		judged.Load1, judged.LoadError = 0, ""
 	}
 	r.Verdict = Judge(runtime.NumCPU(), before, judged)
 	if r.Verdict.Disturbed {
