@@ -78,6 +78,15 @@ type DensityPoint struct {
 	GrowSeconds float64 `json:"grow_seconds"`
 }
 
+// DensityRaw is the density suite's datapoints and fits (in bytes, or
+// threads and descriptors, per sandbox), in its JSON as raw.
+type DensityRaw struct {
+	Points []DensityPoint `json:"points"`
+	// Top is the last checkpoint read again after its execs.
+	Top  DensityPoint    `json:"top_again_after_execs"`
+	Fits map[string]Line `json:"fits"`
+}
+
 // densityFleet is the set of sandboxes the suite created, for growing,
 // picking at random and cleaning up.
 type densityFleet struct {
@@ -175,6 +184,13 @@ func (f *densityFleet) random() string {
 	return f.ids[rand.IntN(len(f.ids))]
 }
 
+// ends returns the first and the last sandbox created.
+func (f *densityFleet) ends() (first, last string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[0], f.ids[len(f.ids)-1]
+}
+
 // cleanup deletes every sandbox the daemon has (the suite's daemon runs
 // nothing else), including one whose create was cut short by an
 // interrupt after the daemon had made it, and reports what is left.
@@ -259,6 +275,22 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 			return nil, ctx.Err()
 		}
 	}
+	// The PID 1s differ: each is a clone of the daemon as it was when
+	// made, so the newest carries the biggest image. Execs to the oldest
+	// and to the newest, interleaved, tell a per-PID 1 cost from a
+	// daemon-wide one.
+	oldest, newest := f.ends()
+	var toOldest, toNewest []sample
+	for i := range 10 + opts.Execs {
+		o, n := execOnce(ctx, f.c, oldest), execOnce(ctx, f.c, newest)
+		if i >= 10 {
+			toOldest, toNewest = append(toOldest, o), append(toNewest, n)
+		}
+	}
+	r.Series = append(r.Series,
+		summarize(fmt.Sprintf("exec /bin/true, %d live, to the oldest", opts.Count), toOldest),
+		summarize(fmt.Sprintf("exec /bin/true, %d live, to the newest", opts.Count), toNewest))
+
 	// PSS again at the top count after its execs: a clone of the daemon
 	// keeps pages the daemon has since written, so the cost grows a little
 	// with age.
@@ -317,11 +349,10 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 	}
 	r.Figures[fmt.Sprintf("exec p99 at %d live / p99 at 1 live", opts.Count)] = fmt.Sprintf("%.2f", ratioOf(all.Latency.P99Ns, one.Latency.P99Ns))
 	r.Series = append(r.Series, one)
-	r.Raw = struct {
-		Points []DensityPoint `json:"points"`
-		Top    DensityPoint   `json:"top_again_after_execs"`
-		Fits   map[string]Line
-	}{points, top, map[string]Line{"process_pss": pss, "daemon_pss": daemonPSS, "cgroup": cg, "host_used": host, "page_tables": pageTables, "kernel_stack": kstack, "slab_unreclaimable": slab, "daemon_threads": threads, "daemon_fds": fds}}
+	r.Raw = DensityRaw{Points: points, Top: top, Fits: map[string]Line{
+		"process_pss": pss, "daemon_pss": daemonPSS, "cgroup": cg, "host_used": host, "page_tables": pageTables,
+		"kernel_stack": kstack, "slab_unreclaimable": slab, "daemon_threads": threads, "daemon_fds": fds,
+	}}
 
 	r.Checks = append(r.Checks,
 		check("PSS per idle sandbox (slope of the daemon's and every sandbox process's PSS), KiB (at most)", pss.Slope/1024, DensityTargets.PSSBytes/1024, true),
@@ -337,18 +368,22 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 func execRandom(ctx context.Context, f *densityFleet, warmup, n int) []sample {
 	out := make([]sample, 0, n)
 	for i := range warmup + n {
-		id := f.random()
-		t0 := time.Now()
-		res, err := f.c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"/bin/true"}})
-		s := sample{latency: time.Since(t0), err: err}
-		if err == nil && res.ExitCode != 0 {
-			s.err = fmt.Errorf("exec /bin/true in %s: exit code %d: %s", id, res.ExitCode, res.Stderr)
-		}
-		if i >= warmup {
+		if s := execOnce(ctx, f.c, f.random()); i >= warmup {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// execOnce times one exec of /bin/true in sandbox id.
+func execOnce(ctx context.Context, c *client.Client, id string) sample {
+	t0 := time.Now()
+	res, err := c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"/bin/true"}})
+	s := sample{latency: time.Since(t0), err: err}
+	if err == nil && res.ExitCode != 0 {
+		s.err = fmt.Errorf("exec /bin/true in %s: exit code %d: %s", id, res.ExitCode, res.Stderr)
+	}
+	return s
 }
 
 // readDensityPoint reads the memory, threads and descriptors with live

@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"bytes"
+	"encoding/xml"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -144,5 +148,50 @@ func TestProcessTree(t *testing.T) {
 	}
 	if n, err := openFDs(os.Getpid()); err != nil || n < 3 {
 		t.Errorf("own open fds = %d, %v; want at least stdin, stdout, stderr", n, err)
+	}
+}
+
+// TestSeriesPlots writes the density and soak charts of made-up readings
+// and parses each as XML; a report without charts writes none.
+func TestSeriesPlots(t *testing.T) {
+	pts := []DensityPoint{{Live: 1, ProcessPSSBytes: 8 << 20, HostUsedBytes: 1 << 30}, {Live: 100, ProcessPSSBytes: 150 << 20, CgroupBytes: 3 << 20, HostUsedBytes: 1<<30 + 200<<20}}
+	soak := SoakRaw{Samples: []SoakSample{{Seconds: 0, RSSBytes: 12 << 20, FDs: 72, Goroutines: 29, Threads: 11}, {Seconds: 60, RSSBytes: 13 << 20, FDs: 72, Goroutines: 28, Threads: 12}},
+		Slopes: map[string]Line{"rss_bytes_per_min": {Slope: 1 << 20, Intercept: 12 << 20, N: 2}}}
+	for _, tc := range []struct {
+		raw  any
+		want []string
+	}{
+		{DensityRaw{Points: pts, Fits: map[string]Line{"process_pss": {Slope: 1.4 * (1 << 20), Intercept: 7 << 20}}}, []string{"density-memory.svg"}},
+		{soak, []string{"soak-fds-goroutines.svg", "soak-rss.svg"}},
+		{nil, nil},
+	} {
+		dir := t.TempDir()
+		files, err := (&SeriesReport{Raw: tc.raw}).WritePlots(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) != len(tc.want) {
+			t.Fatalf("wrote %v, want %v", files, tc.want)
+		}
+		for i, f := range files {
+			if filepath.Base(f) != tc.want[i] {
+				t.Errorf("wrote %s, want %s", f, tc.want[i])
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := xml.NewDecoder(bytes.NewReader(b))
+			for {
+				if _, err := d.Token(); err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatalf("%s is not well-formed XML: %v", f, err)
+				}
+			}
+			if !bytes.Contains(b, []byte("<circle")) {
+				t.Errorf("%s has no points", f)
+			}
+		}
 	}
 }

@@ -45,6 +45,14 @@ type SoakSample struct {
 	Threads    int64   `json:"threads"`
 }
 
+// SoakRaw is the soak's daemon readings and the slopes per minute fitted
+// to those after the warm-up, in its JSON as raw.
+type SoakRaw struct {
+	Samples       []SoakSample    `json:"daemon_samples"`
+	WarmupSeconds float64         `json:"warmup_seconds"`
+	Slopes        map[string]Line `json:"slopes_per_minute"`
+}
+
 // soakOp is one kind of operation of the mix.
 type soakOp struct {
 	name string
@@ -177,10 +185,7 @@ func Soak(ctx context.Context, d *Daemon, opts SoakOptions) (*SeriesReport, erro
 	}
 	// Errors are not a check: they fail the run (exit 1) on any host.
 	r.Checks = append(r.Checks, check("achieved rate / asked rate (at least)", achieved/opts.Rate, SoakTargets.RateShare, false))
-	r.Raw = struct {
-		Samples []SoakSample    `json:"daemon_samples"`
-		Slopes  map[string]Line `json:"slopes_per_minute"`
-	}{samples, slopes}
+	r.Raw = SoakRaw{Samples: samples, WarmupSeconds: opts.Warmup.Seconds(), Slopes: slopes}
 	r.finish(g, before, false)
 	return r, nil
 }
