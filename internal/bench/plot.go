@@ -171,13 +171,11 @@ func xyChart(title, xLabel, yLabel string, series []xySeries) []byte {
 			xMax, yMin, yMax = max(xMax, s.xs[i]), min(yMin, s.ys[i]), max(yMax, s.ys[i])
 		}
 	}
-	if xMax == 0 {
-		xMax = 1
-	}
-	if yMax == yMin {
-		yMax = yMin + 1
-	}
-	yMax += (yMax - yMin) * 0.05
+	// Round axes, in steps of 1, 2 or 5 times a power of ten.
+	xStep := niceStep(xMax / 5)
+	xMax = math.Ceil(xMax/xStep) * xStep
+	yStep := niceStep((yMax - yMin) / 5)
+	yMin, yMax = math.Floor(yMin/yStep)*yStep, math.Ceil(yMax*1.02/yStep)*yStep
 	innerW := float64(plotWidth - marginLeft - marginRight)
 	innerH := float64(plotHeight - marginTop - marginBottom)
 	x := func(v float64) float64 { return marginLeft + innerW*v/xMax }
@@ -187,12 +185,13 @@ func xyChart(title, xLabel, yLabel string, series []xySeries) []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", plotWidth, plotHeight)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">%s</text>`+"\n", marginLeft, html.EscapeString(title))
-	for i := 0; i <= 5; i++ {
-		xv, yv := xMax*float64(i)/5, yMin+(yMax-yMin)*float64(i)/5
+	for xv := 0.0; xv <= xMax+xStep/2; xv += xStep {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x(xv), marginTop, x(xv), y(yMin))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%.4g</text>`+"\n", x(xv), y(yMin)+16, xv)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%g</text>`+"\n", x(xv), y(yMin)+16, xv)
+	}
+	for yv := yMin; yv <= yMax+yStep/2; yv += yStep {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", marginLeft, y(yv), x(xMax), y(yv))
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.4g</text>`+"\n", marginLeft-6, y(yv)+4, yv)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n", marginLeft-6, y(yv)+4, yv)
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", marginLeft+innerW/2, plotHeight-10, html.EscapeString(xLabel))
 	fmt.Fprintf(&b, `<text x="14" y="%.1f" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>`+"\n",
@@ -217,6 +216,21 @@ func xyChart(title, xLabel, yLabel string, series []xySeries) []byte {
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// niceStep is the smallest of 1, 2 or 5 times a power of ten that is at
+// least rough (1 for rough <= 0).
+func niceStep(rough float64) float64 {
+	if rough <= 0 || math.IsNaN(rough) || math.IsInf(rough, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(rough)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= rough*(1-1e-9) {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 // WritePlots writes the charts of a series suite that has them into dir:

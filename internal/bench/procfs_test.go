@@ -151,6 +151,14 @@ func TestProcessTree(t *testing.T) {
 	}
 }
 
+func TestNiceStep(t *testing.T) {
+	for rough, want := range map[float64]float64{200: 200, 201: 500, 0.3: 0.5, 18: 20, 1: 1, 0: 1, 7.5e6: 1e7} {
+		if got := niceStep(rough); math.Abs(got-want) > 1e-9*want {
+			t.Errorf("niceStep(%g) = %g, want %g", rough, got, want)
+		}
+	}
+}
+
 // TestSeriesPlots writes the density and soak charts of made-up readings
 // and parses each as XML; a report without charts writes none.
 func TestSeriesPlots(t *testing.T) {

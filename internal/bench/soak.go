@@ -295,9 +295,32 @@ func soakOps(ctx context.Context, c *client.Client) ([]soakOp, func(), error) {
 }
 
 // readSoakSample reads the daemon's RSS, descriptors, threads and
-// goroutines at. The sample's time is set even on error.
+// goroutines at. The counts are the least of three reads 50 ms apart:
+// operations in flight raise some reads, a leak raises them all. The
+// sample's time is set even on error.
 func readSoakSample(ctx context.Context, d *Daemon, at time.Duration) (SoakSample, error) {
-	s := SoakSample{Seconds: at.Seconds()}
+	var s SoakSample
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		r, err := readDaemonOnce(ctx, d)
+		if err != nil {
+			return SoakSample{Seconds: at.Seconds()}, err
+		}
+		if i == 0 {
+			s = r
+			continue
+		}
+		s.RSSBytes, s.FDs = min(s.RSSBytes, r.RSSBytes), min(s.FDs, r.FDs)
+		s.Goroutines, s.Threads = min(s.Goroutines, r.Goroutines), min(s.Threads, r.Threads)
+	}
+	s.Seconds = at.Seconds()
+	return s, nil
+}
+
+func readDaemonOnce(ctx context.Context, d *Daemon) (SoakSample, error) {
+	var s SoakSample
 	status, err := processStatus(d.Pid())
 	if err != nil {
 		return s, err
