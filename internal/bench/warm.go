@@ -351,9 +351,11 @@ type WarmOptions struct {
 	Progress  io.Writer
 }
 
-// putWarmFunction registers the 16-import function on d.
+// putWarmFunction registers the 16-import function on d. Its entry lives
+// in the daemon's directory, which Stop removes: the function needs it for
+// as long as the daemon runs.
 func putWarmFunction(ctx context.Context, d *Daemon, name string, concurrency int) error {
-	dir, err := os.MkdirTemp("", "tine-bench-fn-")
+	dir, err := os.MkdirTemp(d.dir, "fn-")
 	if err != nil {
 		return err
 	}
