@@ -246,11 +246,13 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 	hostLimits(r, d, opts.Count)
 
 	var points []DensityPoint
-	execP50 := map[int]int64{}
 	var oneLive []sample
 	for _, n := range DensityCheckpoints(opts.Count) {
 		t0 := time.Now()
 		if err := f.grow(ctx, n, opts.Parallel); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("%w\ndaemon log (tail):\n%s", err, d.LogTail(2000))
 		}
 		grew := time.Since(t0)
@@ -268,9 +270,7 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 			name = "exec /bin/true, 1 live (before growing)"
 			oneLive = append(oneLive, ss...)
 		}
-		s := summarize(name, ss)
-		execP50[n] = s.Latency.P50Ns
-		r.Series = append(r.Series, s)
+		r.Series = append(r.Series, summarize(name, ss))
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -282,9 +282,9 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 	oldest, newest := f.ends()
 	var toOldest, toNewest []sample
 	for i := range 10 + opts.Execs {
-		o, n := execOnce(ctx, f.c, oldest), execOnce(ctx, f.c, newest)
+		o, w := execOnce(ctx, f.c, oldest), execOnce(ctx, f.c, newest)
 		if i >= 10 {
-			toOldest, toNewest = append(toOldest, o), append(toNewest, n)
+			toOldest, toNewest = append(toOldest, o), append(toNewest, w)
 		}
 	}
 	r.Series = append(r.Series,
