@@ -75,7 +75,7 @@ type SeriesReport struct {
 	// (soak), each with when and what; the table prints them all.
 	Errors []string `json:"errors,omitempty"`
 	// Raw holds a suite's datapoints that are not request latencies
-	// (memory samples, descriptor counts), for the JSON only.
+	// (memory samples, descriptor counts), for the JSON and the charts.
 	Raw any `json:"raw,omitempty"`
 }
 
