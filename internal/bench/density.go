@@ -60,7 +60,10 @@ type DensityPoint struct {
 	// it (each sandbox's PID 1 and whatever it holds), over Processes.
 	ProcessPSSBytes int64 `json:"process_pss_bytes"`
 	DaemonPSSBytes  int64 `json:"daemon_pss_bytes"`
-	Processes       int   `json:"processes"`
+	// DaemonRSSBytes is the daemon's VmRSS: its pages whether or not the
+	// PID 1s cloned from it share them, the image the next clone copies.
+	DaemonRSSBytes int64 `json:"daemon_rss_bytes"`
+	Processes      int   `json:"processes"`
 	// CgroupBytes sums the sandboxes' memory cgroups (memory.current on
 	// v2, memory.usage_in_bytes on v1): their pages, tmpfs and the kernel
 	// objects charged to them.
@@ -320,6 +323,7 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 	}
 	pss := fit(func(p DensityPoint) float64 { return float64(p.ProcessPSSBytes) })
 	daemonPSS := fit(func(p DensityPoint) float64 { return float64(p.DaemonPSSBytes) })
+	daemonRSS := fit(func(p DensityPoint) float64 { return float64(p.DaemonRSSBytes) })
 	cg := fit(func(p DensityPoint) float64 { return float64(p.CgroupBytes) })
 	host := fit(func(p DensityPoint) float64 { return float64(p.HostUsedBytes) })
 	pageTables := fit(func(p DensityPoint) float64 { return float64(p.HostKernel.PageTablesBytes) })
@@ -334,11 +338,12 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 		if i == len(points) {
 			key += " (again, after its execs)"
 		}
-		r.Figures[key] = fmt.Sprintf("PSS %.1f MiB over %d processes (daemon %.1f MiB), cgroups %.1f MiB, host used %.1f MiB (page tables %.1f); daemon %d threads, %d fds; grown in %.1fs",
-			mib(p.ProcessPSSBytes), p.Processes, mib(p.DaemonPSSBytes), mib(p.CgroupBytes), mib(p.HostUsedBytes), mib(p.HostKernel.PageTablesBytes), p.DaemonThreads, p.DaemonFDs, p.GrowSeconds)
+		r.Figures[key] = fmt.Sprintf("PSS %.1f MiB over %d processes (daemon %.1f MiB, RSS %.1f MiB), cgroups %.1f MiB, host used %.1f MiB (page tables %.1f); daemon %d threads, %d fds; grown in %.1fs",
+			mib(p.ProcessPSSBytes), p.Processes, mib(p.DaemonPSSBytes), mib(p.DaemonRSSBytes), mib(p.CgroupBytes), mib(p.HostUsedBytes), mib(p.HostKernel.PageTablesBytes), p.DaemonThreads, p.DaemonFDs, p.GrowSeconds)
 	}
 	r.Figures["per sandbox: PSS slope, daemon + every sandbox process (the target's figure)"] = kib(pss.Slope)
 	r.Figures["per sandbox: of which the daemon's own PSS"] = kib(daemonPSS.Slope)
+	r.Figures["per sandbox: the daemon's RSS (the image each later PID 1 clones)"] = kib(daemonRSS.Slope)
 	r.Figures["per sandbox: cgroup-charged slope (pages, tmpfs and kernel objects charged to the sandboxes' cgroups)"] = kib(cg.Slope)
 	r.Figures["per sandbox: daemon PSS + cgroup-charged slope"] = kib(daemonPSS.Slope + cg.Slope)
 	r.Figures["per sandbox: host MemTotal−MemAvailable slope (all kernel memory too; the neighbours' changes too)"] = kib(host.Slope)
@@ -350,7 +355,7 @@ func Density(ctx context.Context, d *Daemon, opts DensityOptions) (r *SeriesRepo
 	r.Figures[fmt.Sprintf("exec p99 at %d live / p99 at 1 live", opts.Count)] = fmt.Sprintf("%.2f", ratioOf(all.Latency.P99Ns, one.Latency.P99Ns))
 	r.Series = append(r.Series, one)
 	r.Raw = DensityRaw{Points: points, Top: top, Fits: map[string]Line{
-		"process_pss": pss, "daemon_pss": daemonPSS, "cgroup": cg, "host_used": host, "page_tables": pageTables,
+		"process_pss": pss, "daemon_pss": daemonPSS, "daemon_rss": daemonRSS, "cgroup": cg, "host_used": host, "page_tables": pageTables,
 		"kernel_stack": kstack, "slab_unreclaimable": slab, "daemon_threads": threads, "daemon_fds": fds,
 	}}
 
@@ -422,6 +427,9 @@ func readDensityPoint(ctx context.Context, d *Daemon, live int) (DensityPoint, e
 		return p, err
 	}
 	if p.DaemonThreads, err = parseIntField(status, "Threads:"); err != nil {
+		return p, err
+	}
+	if p.DaemonRSSBytes, err = parseKBField(status, "VmRSS:"); err != nil {
 		return p, err
 	}
 	p.DaemonFDs, err = openFDs(d.Pid())
