@@ -280,11 +280,12 @@ func densityChart(raw DensityRaw) []byte {
 }
 
 func soakCharts(raw SoakRaw) (rss, counts []byte) {
-	var mins, rssMiB, fds, gor, thr []float64
+	var mins, rssMiB, fds, gor, thr, conns []float64
 	for _, s := range raw.Samples {
 		mins = append(mins, s.Seconds/60)
 		rssMiB = append(rssMiB, mib(s.RSSBytes))
-		fds, gor, thr = append(fds, float64(s.FDs)), append(gor, s.Goroutines), append(thr, float64(s.Threads))
+		fds, gor = append(fds, float64(s.FDsBeyondConns)), append(gor, s.GoroutinesBeyondConns)
+		thr, conns = append(thr, float64(s.Threads)), append(conns, float64(s.ClientConns))
 	}
 	fit := func(key string, scale float64) *Line {
 		l, ok := raw.Slopes[key]
@@ -296,9 +297,10 @@ func soakCharts(raw SoakRaw) (rss, counts []byte) {
 	title := fmt.Sprintf("tine bench soak: the daemon over time (slopes per minute, fitted after the %.0fs warm-up)", raw.WarmupSeconds)
 	rss = xyChart(title, "minutes", "RSS, MiB", []xySeries{{"daemon RSS", mins, rssMiB, fit("rss_bytes_per_min", 1<<20)}})
 	counts = xyChart(title, "minutes", "count", []xySeries{
-		{"open descriptors", mins, fds, fit("fds_per_min", 1)},
-		{"goroutines", mins, gor, fit("goroutines_per_min", 1)},
+		{"open descriptors beyond the suite's connections", mins, fds, fit("fds_per_min", 1)},
+		{"goroutines beyond the suite's connections", mins, gor, fit("goroutines_per_min", 1)},
 		{"threads", mins, thr, fit("threads_per_min", 1)},
+		{"the suite's connections", mins, conns, nil},
 	})
 	return rss, counts
 }

@@ -182,6 +182,24 @@ func openFDs(pid int) (int, error) {
 	return len(names), err
 }
 
+// openSockets counts the open descriptors of pid that are sockets.
+func openSockets(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	d, err := os.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	n := 0
+	for _, name := range names {
+		if target, err := os.Readlink(dir + "/" + name); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n, err
+}
+
 // parseLimit reads one row of a /proc/PID/limits ("Max open files  soft
 // hard units") and returns its soft and hard values (-1: unlimited).
 func parseLimit(limits, name string) (soft, hard int64, err error) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -148,6 +149,19 @@ func TestProcessTree(t *testing.T) {
 	}
 	if n, err := openFDs(os.Getpid()); err != nil || n < 3 {
 		t.Errorf("own open fds = %d, %v; want at least stdin, stdout, stderr", n, err)
+	}
+	before, err := openSockets(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(pair[0])
+	defer syscall.Close(pair[1])
+	if after, err := openSockets(os.Getpid()); err != nil || after != before+2 {
+		t.Errorf("open sockets %d before a socketpair, %d (%v) after; want 2 more", before, after, err)
 	}
 }
 
