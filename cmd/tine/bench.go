@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -138,6 +139,8 @@ forks per request. The target: at least 1000 requests/s.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Load(ctx, d, 3*time.Second)
 			}),
+		newDensityCommand(),
+		newSoakCommand(),
 	)
 	return cmd
 }
@@ -158,37 +161,16 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 			if opts.Requests < 1 || opts.Rate <= 0 || opts.Scripts < 8 {
 				return usageError{"-n and --rate must be positive, --scripts at least 8"}
 			}
-			self, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find the tine binary to measure: %w", err)
-			}
-			d, err := bench.StartDaemon(self, 0, "--pool-preload", strings.Join(bench.WarmImports, ","))
-			if err != nil {
-				return fmt.Errorf("bench %s: %w", name, err)
-			}
-			defer d.Stop()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-			defer stop()
 			opts.Progress = cmd.ErrOrStderr()
 			if _, err := os.Stat(filepath.Join(opts.PythonSDK, "tine", "__init__.py")); err != nil {
 				opts.PythonSDK = ""
 			} else if abs, err := filepath.Abs(opts.PythonSDK); err == nil {
 				opts.PythonSDK = abs
 			}
-			r, err := run(ctx, d, opts)
-			if err != nil {
-				return fmt.Errorf("bench %s: %w", name, err)
-			}
-			r.WriteTable(cmd.OutOrStdout())
-			if jsonPath != "" {
-				if err := r.WriteJSON(jsonPath); err != nil {
-					return err
-				}
-			}
-			if code := r.ExitCode(); code != 0 {
-				return exitError{code}
-			}
-			return nil
+			serve := []string{"--pool-preload", strings.Join(bench.WarmImports, ",")}
+			return runSeriesSuite(cmd, name, jsonPath, "", serve, func(ctx context.Context, d *bench.Daemon) (*bench.SeriesReport, error) {
+				return run(ctx, d, opts)
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&opts.Requests, "requests", "n", 3000, "measured requests")
@@ -196,6 +178,133 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 	cmd.Flags().IntVar(&opts.Scripts, "scripts", 1000, "distinct scripts registered (pool)")
 	cmd.Flags().StringVar(&opts.PythonSDK, "python-sdk", "sdk/python", "directory of the Python SDK, for the desktop suite's Python round trips (skipped when absent)")
 	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
+	return cmd
+}
+
+// runSeriesSuite starts a daemon for a series suite with the serve flags
+// given (besides its socket and data directory), runs the suite until it
+// ends or an interrupt cancels it, prints the table, writes the JSON, and
+// maps the report to the exit status.
+func runSeriesSuite(cmd *cobra.Command, name, jsonPath, plotDir string, serve []string, run func(context.Context, *bench.Daemon) (*bench.SeriesReport, error)) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the tine binary to measure: %w", err)
+	}
+	d, err := bench.StartDaemon(self, 0, serve...)
+	if err != nil {
+		return fmt.Errorf("bench %s: %w", name, err)
+	}
+	defer d.Stop()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := run(ctx, d)
+	if err != nil {
+		return fmt.Errorf("bench %s: %w", name, err)
+	}
+	r.WriteTable(cmd.OutOrStdout())
+	if jsonPath != "" {
+		if err := r.WriteJSON(jsonPath); err != nil {
+			return err
+		}
+	}
+	if plotDir != "" {
+		files, err := r.WritePlots(plotDir)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", f)
+		}
+	}
+	if code := r.ExitCode(); code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+// newDensityCommand makes `tine bench density`.
+func newDensityCommand() *cobra.Command {
+	var (
+		opts              bench.DensityOptions
+		jsonPath, plotDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "density [-n COUNT] [--execs N] [--parallel P] [--json FILE] [--plot DIR]",
+		Short: "Measure memory per idle sandbox and the exec round trip with 1000 live",
+		Long: `density starts a tine serve for the run (no pool; a budget of COUNT+16
+sandboxes and 1000 TiB, so that default limits do not stop it) and creates
+-n idle live sandboxes, --parallel at a time, stopping at 1, a tenth, a
+quarter, a half and all of them. At each it reads the PSS of the daemon and
+of every process under it (each sandbox's PID 1 and what it holds), the sum
+of the sandboxes' memory cgroups (pages, tmpfs and kernel objects charged
+to them), the host's MemTotal-MemAvailable, and the daemon's threads and
+descriptors, and times --execs execs of /bin/true to random live
+sandboxes. Then it deletes all but one and times the execs at 1 live again.
+The cost per sandbox is the least-squares slope of each total against the
+live count. Every sandbox is deleted at the end, on error and on Ctrl-C.
+Targets: ` + fmt.Sprintf(`at most %.0f KiB per idle sandbox, read on the slope of the
+daemon's and the sandbox processes' PSS (the cgroup and host slopes are
+printed next to it); the exec p50 with all live at most %.1fx the p50 with 1
+live (before and after, pooled).`, bench.DensityTargets.PSSBytes/1024, bench.DensityTargets.ExecRatio),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Count < 2 || opts.Execs < 1 || opts.Parallel < 1 {
+				return usageError{fmt.Sprintf("-n must be at least 2 (got %d), --execs and --parallel at least 1 (got %d, %d)", opts.Count, opts.Execs, opts.Parallel)}
+			}
+			opts.Progress = cmd.ErrOrStderr()
+			return runSeriesSuite(cmd, "density", jsonPath, plotDir, opts.DaemonFlags(), func(ctx context.Context, d *bench.Daemon) (*bench.SeriesReport, error) {
+				return bench.Density(ctx, d, opts)
+			})
+		},
+	}
+	cmd.Flags().IntVarP(&opts.Count, "count", "n", 1000, "idle sandboxes live at the end")
+	cmd.Flags().IntVar(&opts.Execs, "execs", 200, "execs timed at each checkpoint, after 10 discarded")
+	cmd.Flags().IntVar(&opts.Parallel, "parallel", 8, "creates (and deletes) in flight at once")
+	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
+	cmd.Flags().StringVar(&plotDir, "plot", "", "also write the memory chart (SVG, with the fitted slopes) into `DIR`")
+	return cmd
+}
+
+// newSoakCommand makes `tine bench soak`.
+func newSoakCommand() *cobra.Command {
+	var (
+		opts              bench.SoakOptions
+		jsonPath, plotDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "soak [--duration D] [--rate R] [--json FILE] [--plot DIR]",
+		Short: "Run a mixed load for 10 minutes: zero errors, flat daemon RSS, descriptors and goroutines",
+		Long: `soak starts a tine serve for the run with one sandbox, one warm function
+(a Python handler that returns its payload) and one desktop (an xterm), and
+for --duration sends --rate operations per second, open loop, taking turns:
+an exec of /bin/true, a 64 KiB file put, a 64 KiB file get (checked), a
+function call (checked), and a click, a key and a PNG screenshot over the
+desktop's ACI. Every --sample it reads the daemon's RSS, open
+descriptors (/proc/PID/fd), threads and goroutines (go_goroutines of
+/metrics). It prints every error, p50/p90/p99 per kind of operation, the
+achieved rate, and the least-squares slopes per minute after --warmup
+(cut to a fifth of the duration when it is more than half). Targets: no
+error (any error fails the run); ` + fmt.Sprintf(`flat: an RSS slope under %.0f MiB/min, descriptors
+and goroutines (beyond one per connection the suite holds open) under %.0f a
+minute; an achieved rate of at least %.0f%% of --rate.`,
+			bench.SoakTargets.RSSBytesPerMin/(1<<20), bench.SoakTargets.FDsPerMin, bench.SoakTargets.RateShare*100),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Duration <= 0 || opts.Rate <= 0 || opts.SampleEvery <= 0 || opts.Warmup < 0 {
+				return usageError{"--duration, --rate and --sample must be positive, --warmup 0 or more"}
+			}
+			opts.Progress = cmd.ErrOrStderr()
+			return runSeriesSuite(cmd, "soak", jsonPath, plotDir, nil, func(ctx context.Context, d *bench.Daemon) (*bench.SeriesReport, error) {
+				return bench.Soak(ctx, d, opts)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&opts.Duration, "duration", 10*time.Minute, "how long the load runs")
+	cmd.Flags().Float64Var(&opts.Rate, "rate", 20, "operations per second (open loop)")
+	cmd.Flags().DurationVar(&opts.Warmup, "warmup", time.Minute, "left out of the slopes and latencies")
+	cmd.Flags().DurationVar(&opts.SampleEvery, "sample", 5*time.Second, "how often the daemon is read")
+	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
+	cmd.Flags().StringVar(&plotDir, "plot", "", "also write charts (SVG) of the daemon's RSS, descriptors and goroutines over time into `DIR`")
 	return cmd
 }
 

@@ -51,7 +51,9 @@ The host budget: at most --max-sandboxes live sandboxes whose memory limits
 add up to at most --max-memory (a sandbox without a limit gets and counts
 --default-memory). Past it, creates fail with 429 and Retry-After. Running as
 root, a sandbox or run that asks for no memory or pids limit gets
---default-memory and --default-pids.
+--default-memory and --default-pids. At start the daemon raises its open-files
+limit to cover the budget (8 descriptors a sandbox, 1024 more), which past
+the hard limit needs CAP_SYS_RESOURCE, and logs a warning when it cannot.
 
 Desktops run the guest build next to this binary (tine-guest, which make
 build writes with libjpeg-turbo linked in) when there is one, else this

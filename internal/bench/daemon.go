@@ -3,6 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ type Daemon struct {
 	Client *client.Client
 	cmd    *exec.Cmd
 	dir    string
+	raw    *http.Client // for GET /metrics, which the Go client does not wrap
 }
 
 // StartDaemon starts tinePath serve with a ready pool of pool sandboxes on
@@ -31,7 +35,9 @@ func StartDaemon(tinePath string, pool int, extra ...string) (*Daemon, error) {
 	}
 	d := &Daemon{Socket: filepath.Join(dir, "tine.sock"), dir: dir}
 	d.cmd = exec.Command(tinePath, append([]string{"serve", "--socket", d.Socket, "--data-dir", dir, "--state-dir", filepath.Join(dir, "state"), "--pool", fmt.Sprint(pool)}, extra...)...)
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// Its own process group: a Ctrl-C reaches the suite, which cleans up in
+	// order and then stops the daemon; Pdeathsig ends it if the suite dies.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {
 		os.RemoveAll(dir)
@@ -44,6 +50,9 @@ func StartDaemon(tinePath string, pool int, extra ...string) (*Daemon, error) {
 		return nil, fmt.Errorf("start tine serve: %w", err)
 	}
 	d.Client = client.NewUnix(d.Socket)
+	d.raw = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.Socket)
+	}}}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		h, err := d.Client.Health(context.Background())
@@ -57,6 +66,40 @@ func StartDaemon(tinePath string, pool int, extra ...string) (*Daemon, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Pid is the daemon's process id, for reading its /proc entries.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// Metric reads the unlabelled sample of name (e.g. go_goroutines) from the
+// daemon's GET /metrics.
+func (d *Daemon) Metric(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tine/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := d.raw.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("get /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %s", resp.Status)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get /metrics: %w", err)
+	}
+	return parseMetric(string(b), name)
+}
+
+// LogTail is the last n bytes of the daemon's log, to explain a failure.
+func (d *Daemon) LogTail(n int) string {
+	b, _ := os.ReadFile(filepath.Join(d.dir, "serve.log"))
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
 }
 
 // Stop ends the daemon (it destroys its sandboxes) and removes its directory.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -307,13 +308,16 @@ func desktopUsable(ctx context.Context, c *client.Client, id string) error {
 	return err
 }
 
-// slopeOf is the least-squares slope of sums[i] over i+1.
+// slopeOf is the least-squares slope of sums[i] over i+1 (NaN for fewer
+// than two).
 func slopeOf(sums []int64) float64 {
-	var sx, sy, sxx, sxy float64
+	xs, ys := make([]float64, len(sums)), make([]float64, len(sums))
 	for i, s := range sums {
-		x, y := float64(i+1), float64(s)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+		xs[i], ys[i] = float64(i+1), float64(s)
 	}
-	k := float64(len(sums))
-	return (k*sxy - sx*sy) / (k*sxx - sx*sx)
+	fit, err := FitLine(xs, ys)
+	if err != nil {
+		return math.NaN()
+	}
+	return fit.Slope
 }

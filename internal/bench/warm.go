@@ -71,21 +71,30 @@ type SeriesReport struct {
 	Series      []Series       `json:"series"`
 	Figures     map[string]any `json:"figures,omitempty"`
 	Checks      []Check        `json:"checks"`
+	// Errors lists every failed request of a suite that expects none
+	// (soak), each with when and what; the table prints them all.
+	Errors []string `json:"errors,omitempty"`
+	// Raw holds a suite's datapoints that are not request latencies
+	// (memory samples, descriptor counts), for the JSON and the charts.
+	Raw any `json:"raw,omitempty"`
 }
 
-// ExitCode: 2 when the host was disturbed, 1 when a target was missed or a
-// request failed, else 0.
+// ExitCode maps the report to `tine bench`'s exit status as Report.ExitCode
+// does: 1 when a request failed (broken, whatever the host did), else 2
+// when the host was disturbed, else 1 when a target was missed, else 0.
 func (r *SeriesReport) ExitCode() int {
-	if r.Verdict.Disturbed {
+	failed := len(r.Errors) > 0
+	for _, s := range r.Series {
+		failed = failed || s.Errors > 0
+	}
+	switch {
+	case failed:
+		return 1
+	case r.Verdict.Disturbed:
 		return 2
 	}
 	for _, c := range r.Checks {
 		if c.Outcome == Missed {
-			return 1
-		}
-	}
-	for _, s := range r.Series {
-		if s.Errors > 0 {
 			return 1
 		}
 	}
@@ -133,6 +142,12 @@ func (r *SeriesReport) WriteTable(w io.Writer) {
 			p.printf("  target %s: NOT MEASURED (%s)\n", c.Text, c.Why)
 		default:
 			p.printf("  target %s: %.3g (bar %.3g) %s\n", c.Text, c.Value, c.Bar, strings.ToUpper(string(c.Outcome)))
+		}
+	}
+	if len(r.Errors) > 0 {
+		p.printf("  %d errors:\n", len(r.Errors))
+		for _, e := range r.Errors {
+			p.printf("    %s\n", e)
 		}
 	}
 	if r.Verdict.Disturbed {
@@ -336,9 +351,11 @@ type WarmOptions struct {
 	Progress  io.Writer
 }
 
-// putWarmFunction registers the 16-import function on d.
+// putWarmFunction registers the 16-import function on d. Its entry lives
+// in the daemon's directory, which Stop removes: the function needs it for
+// as long as the daemon runs.
 func putWarmFunction(ctx context.Context, d *Daemon, name string, concurrency int) error {
-	dir, err := os.MkdirTemp("", "tine-bench-fn-")
+	dir, err := os.MkdirTemp(d.dir, "fn-")
 	if err != nil {
 		return err
 	}
@@ -362,7 +379,7 @@ func (r *SeriesReport) finish(g *Guard, before HostState, ownLoad bool) {
 	if ownLoad {
 		// The suite itself loads the host: its load average is judged at
 		// the start only (throttling and steal over the whole run).
-		judged.Load1, judged.LoadError = before.Load1, before.LoadError
+		judged.Load1, judged.LoadError = 0, ""
 	}
 	r.Verdict = Judge(runtime.NumCPU(), before, judged)
 	if r.Verdict.Disturbed {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,42 +90,6 @@ func poolPSS(ctx context.Context, d *Daemon) int64 {
 		return 0
 	}
 	return treePSS(f.Pid)
-}
-
-// treePSS sums the PSS of pid and all its descendants.
-func treePSS(pid int) int64 {
-	var total int64
-	pids := []int{pid}
-	for len(pids) > 0 {
-		p := pids[0]
-		pids = append(pids[1:], childPids(p)...)
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "Pss:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				total += kb << 10
-			}
-		}
-	}
-	return total
-}
-
-// childPids lists pid's children (from /proc/PID/task/*/children).
-func childPids(pid int) []int {
-	var out []int
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, t := range tasks {
-		b, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }
 
 // Load finds the highest sustained request rate through one function with

@@ -35,6 +35,10 @@ func Run(ctx context.Context, cfg Config, l Listen) error {
 	}
 	defer s.Close()
 	s.reapLeftovers()
+	if have, want := raiseOpenFiles(s.cfg.MaxSandboxes); have < want {
+		s.log.Warn("open files limit below what the sandbox budget may need: creates can fail with EMFILE before --max-sandboxes is reached; raise the hard limit (ulimit -Hn, LimitNOFILE=) or run as root",
+			"limit", have, "want", want, "max_sandboxes", s.cfg.MaxSandboxes)
+	}
 
 	var servers []*http.Server
 	errs := make(chan error, 2)
