@@ -115,13 +115,14 @@ func TestNeighboursUnreachable(t *testing.T) {
 // inside sees a terminal on stdin. With the terminal as the controlling
 // terminal of tine's session (an interactive shell), the command runs in a
 // session of its own and cannot type (EPERM); under --seccomp strict it
-// cannot either way. (A terminal that is nobody's controlling terminal,
-// under --seccomp default, is the hole reported in docs/security.md.)
+// cannot either way. A terminal that is nobody's controlling terminal,
+// under --seccomp default, was a hole (the command took it with TIOCSCTTY
+// and typed); every mode now refuses TIOCSTI.
 func TestTerminalInjection(t *testing.T) {
 	gate(t)
 	t.Parallel()
 	for _, c := range []struct{ mode, seccomp string }{
-		{"ctty", "default"}, {"ctty", "strict"}, {"none", "strict"},
+		{"ctty", "default"}, {"ctty", "strict"}, {"none", "default"}, {"none", "strict"},
 	} {
 		t.Run(c.mode+"-"+c.seccomp, func(t *testing.T) {
 			t.Parallel()

@@ -108,12 +108,9 @@ func probeValues(v uint64) []uint64 {
 
 func testedPolicy(t *testing.T, mode string) (table, *arch.Info) {
 	t.Helper()
-	profile, err := dockerProfile()
+	profile, err := profileFor(mode)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if mode == Strict {
-		profile = strict(profile)
 	}
 	a, err := nativeArch()
 	if err != nil {

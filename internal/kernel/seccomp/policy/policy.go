@@ -18,6 +18,8 @@ package policy
 import (
 	"fmt"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -53,11 +55,14 @@ type compiled struct {
 	skipped []string
 }
 
-func compile(mode string) (compiled, error) {
+// profileFor is mode's profile: Docker's, with every mode's refusals of
+// terminal injection, and the mode's own changes.
+func profileFor(mode string) (*specs.LinuxSeccomp, error) {
 	profile, err := dockerProfile()
 	if err != nil {
-		return compiled{}, err
+		return nil, err
 	}
+	profile = refuseTerminalInjection(profile)
 	switch mode {
 	case Default:
 	case Strict:
@@ -65,7 +70,15 @@ func compile(mode string) (compiled, error) {
 	case Zygote:
 		profile = zygote(profile)
 	default:
-		return compiled{}, fmt.Errorf("compile seccomp mode %q: not %q, %q or %q", mode, Default, Strict, Zygote)
+		return nil, fmt.Errorf("compile seccomp mode %q: not %q, %q or %q", mode, Default, Strict, Zygote)
+	}
+	return profile, nil
+}
+
+func compile(mode string) (compiled, error) {
+	profile, err := profileFor(mode)
+	if err != nil {
+		return compiled{}, err
 	}
 	a, err := nativeArch()
 	if err != nil {

@@ -84,15 +84,24 @@ func TestStrictRefusalsAreAllowedByDefault(t *testing.T) {
 			t.Errorf("socket(%d): strict refuses it", domain)
 		}
 	}
-	ioctl := uint32(a.SyscallNames["ioctl"])
-	for _, request := range strictIoctls {
-		args := [6]uint64{0, 1<<32 | request}
-		if def.verdict(ioctl, args) != allow || str.verdict(ioctl, args) != eperm {
-			t.Errorf("ioctl(%#x): want allowed by default, refused by strict", request)
+}
+
+// Every mode refuses the terminal-injection ioctls (with the high half of
+// the request set too: the kernel reads it as an int) and allows the rest.
+func TestEveryModeRefusesTerminalInjection(t *testing.T) {
+	for _, mode := range []string{Default, Strict, Zygote} {
+		p, a := testedPolicy(t, mode)
+		ioctl := uint32(a.SyscallNames["ioctl"])
+		for _, request := range terminalIoctls {
+			for _, arg := range []uint64{request, 1<<32 | request} {
+				if got := p.verdict(ioctl, [6]uint64{0, arg}); got != eperm {
+					t.Errorf("%s: ioctl(%#x) = %#x, want EPERM", mode, arg, got)
+				}
+			}
 		}
-	}
-	if str.verdict(ioctl, [6]uint64{0, unix.TCGETS}) != allow {
-		t.Error("ioctl(TCGETS): strict refuses it")
+		if p.verdict(ioctl, [6]uint64{0, unix.TCGETS}) != allow {
+			t.Errorf("%s: ioctl(TCGETS) refused", mode)
+		}
 	}
 }
 

@@ -31,11 +31,6 @@ var strictRefused = []string{
 // because libc's getaddrinfo and ip(8) use it.
 var strictSocketDomains = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
 
-// strictIoctls are ioctl(2) requests strict refuses: TIOCSTI types into a
-// terminal the sandbox may share with its caller (the classic sandbox escape),
-// TIOCLINUX reads and pastes the console's selection.
-var strictIoctls = []uint64{unix.TIOCSTI, unix.TIOCLINUX}
-
 // strict returns Docker's profile p with strict's refusals applied.
 func strict(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 	out := *p
@@ -55,7 +50,23 @@ func strict(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 			Args:   []specs.LinuxSeccompArg{{Index: 0, Op: specs.OpEqualTo, Value: domain}},
 		})
 	}
-	for _, request := range strictIoctls {
+	return &out
+}
+
+// terminalIoctls are ioctl(2) requests every mode refuses, beyond Docker's
+// profile: TIOCSTI types into a terminal, and a sandbox given its caller's
+// terminal as stdio without -t (which nobody holds as a controlling
+// terminal) can take it with TIOCSCTTY and type commands that the
+// caller's shell then runs, where the kernel still allows it
+// (dev.tty.legacy_tiocsti=1); TIOCLINUX reads and pastes the console's
+// selection. Found by the security suite (test/security).
+var terminalIoctls = []uint64{unix.TIOCSTI, unix.TIOCLINUX}
+
+// refuseTerminalInjection adds terminalIoctls' refusals to profile p.
+func refuseTerminalInjection(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	out := *p
+	out.Syscalls = slices.Clone(p.Syscalls)
+	for _, request := range terminalIoctls {
 		// The kernel reads the request as a 32-bit int, so compare only the
 		// low half: TIOCSTI|1<<32 is still TIOCSTI to the kernel.
 		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{
