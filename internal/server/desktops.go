@@ -97,6 +97,9 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 		s.destroy(b, "its desktop did not start")
 		return err
 	}
+	if err := s.abandoned(r, b); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusCreated, s.desktopInfo(b))
 	return nil
 }

@@ -176,8 +176,24 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.abandoned(r, b); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusCreated, b.info())
 	return nil
+}
+
+// abandoned destroys b when the client that asked for it has gone: nobody
+// received its id, so nobody would ever delete it, and it would hold its
+// share of the budget until a TTL it may not have.
+func (s *Server) abandoned(r *http.Request, boxes ...*box) error {
+	if r.Context().Err() == nil {
+		return nil
+	}
+	for _, b := range boxes {
+		s.destroy(b, "its client went away before the answer")
+	}
+	return fmt.Errorf("the client went away: %w", r.Context().Err())
 }
 
 // startBox admits a sandbox within the budget, creates it and adds it to

@@ -229,7 +229,7 @@ func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.answerFork(w, c, sn, &req, t0)
+	return s.answerFork(w, r, c, sn, &req, t0)
 }
 
 // forkSandbox is snapshot and fork in one call.
@@ -251,7 +251,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.answerFork(w, c, sn, &req, t0)
+	return s.answerFork(w, r, c, sn, &req, t0)
 }
 
 func forkCount(req *api.ForkRequest) (int, error) {
@@ -265,9 +265,12 @@ func forkCount(req *api.ForkRequest) (int, error) {
 	return n, nil
 }
 
-func (s *Server) answerFork(w http.ResponseWriter, c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest, t0 time.Time) error {
+func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest, t0 time.Time) error {
 	boxes, err := s.fork(c, sn, req)
 	if err != nil {
+		return err
+	}
+	if err := s.abandoned(r, boxes...); err != nil {
 		return err
 	}
 	out := api.ForkResult{Snapshot: s.snapshotInfo(c, sn), ForkMs: float64(time.Since(t0).Microseconds()) / 1000}

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/tine-run/tine/api"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/require"
 )
 
 func TestLifecycle(t *testing.T) {
@@ -487,5 +488,32 @@ func TestDaemonKilled(t *testing.T) {
 	}
 	if res, err := d2.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", "ok"}}); err != nil || string(res.Stdout) != "ok\n" {
 		t.Fatalf("exec after the restart: %v %+v", err, res)
+	}
+}
+
+// TestAbandonedCreateIsDestroyed: a client that goes away while its desktop
+// boots never learns the desktop's id; the daemon must not keep it (it
+// would hold budget under an id nobody has, until a TTL it may not have).
+func TestAbandonedCreateIsDestroyed(t *testing.T) {
+	require.Binary(t, "Xvfb")
+	d := startDaemon(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}})
+		errc <- err
+	}()
+	// The control: the create is under way in the daemon when the client
+	// leaves (its sandbox is listed).
+	if !eventually(patience, func() bool { l, _ := d.c.List(context.Background()); return len(l) == 1 }) {
+		t.Fatal("the desktop's sandbox never appeared: the test proves nothing")
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the create answered before the client left; nothing was abandoned")
+	}
+	if !eventually(patience, func() bool { l, _ := d.c.List(context.Background()); return len(l) == 0 }) {
+		l, _ := d.c.List(context.Background())
+		t.Fatalf("an abandoned create left %d sandboxes", len(l))
 	}
 }
