@@ -200,7 +200,7 @@ var refusedBy = map[Mode]map[string]string{
 		"clone3": "ENOSYS", "userfaultfd": "EPERM", "keyctl": "EPERM", "io-uring-setup": "EPERM",
 		"perf-event-open": "EPERM", "socket-alg": "EPERM", "socket-vsock": "EPERM",
 		"personality-no-aslr": "EPERM",
-		"ioctl-tiocsti": "EPERM", "ioctl-tiocsti-high-bits": "EPERM",
+		"ioctl-tiocsti":       "EPERM", "ioctl-tiocsti-high-bits": "EPERM",
 	},
 	Strict: {
 		"mount": "EPERM", "kexec-load": "EPERM", "bpf": "EPERM", "unshare-user": "EPERM",
