@@ -218,6 +218,9 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 		// detached; PID 1 keeps it open for the daemon to snapshot
 		// (Sandbox.OpenUpper). PID 1 is undumpable, so the sandbox's own
 		// processes cannot open it through /proc/1/fd.
+		// The slot is taken first (by a copy of the error pipe), so the
+		// open cannot land in it and the dup3 below replace nothing.
+		pg.addSetup("keep the writable layer", sys(unix.SYS_DUP3, slotErr, slotUpper, unix.O_CLOEXEC))
 		pg.addSetup("keep the writable layer", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr(p.Stage+"/upper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC).saving(1))
 		pg.addSetup("keep the writable layer", sys(unix.SYS_DUP3, 0, slotUpper, unix.O_CLOEXEC).using(1, 0))
 		pg.addSetup("keep the writable layer", sys(unix.SYS_CLOSE, 0).using(1, 0))
