@@ -25,8 +25,9 @@ const DefaultImageBytes = 32 << 30
 // with the host's root: an ext4 image dir+".img" (sparse, imageBytes, made
 // once with mkfs.ext4) loop-mounted on dir. An image already mounted there
 // (a daemon restarted) is used as it is, and one left unmounted is
-// mounted again; layers persist in it. mounted says whether this call
-// mounted it.
+// mounted again; layers persist in it. mounted says whether dir is now
+// that image's mount (made by this call, or left by a killed daemon), which
+// the caller unmounts when it is done.
 //
 // The mount stays on the host after the daemon exits: it is the daemon's
 // persistent state, like the directory it replaces, and the loop device
@@ -42,13 +43,16 @@ func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error)
 	if err := unix.Stat("/", &root); err != nil {
 		return false, fmt.Errorf("layer store: %w", err)
 	}
+	image := dir + ".img"
 	if st.Dev != root.Dev {
-		return false, nil // its own filesystem already
+		// Its own filesystem already: ours when it is our image, left
+		// mounted by a daemon that was killed (then the caller unmounts it
+		// at its end, as if it had mounted it), else the host's.
+		return backingFile(st.Dev) == image, nil
 	}
 	if imageBytes <= 0 {
 		imageBytes = DefaultImageBytes
 	}
-	image := dir + ".img"
 	if _, err := os.Stat(image); errors.Is(err, os.ErrNotExist) {
 		if err := makeImage(image, imageBytes); err != nil {
 			return false, err
@@ -65,6 +69,15 @@ func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error)
 		return false, fmt.Errorf("layer store: mount %s (%s) on %s: %w", image, loop.Name(), dir, err)
 	}
 	return true, nil
+}
+
+// backingFile names the file behind loop device dev, "" for another device.
+func backingFile(dev uint64) string {
+	b, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/loop/backing_file", unix.Major(dev), unix.Minor(dev)))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // makeImage creates a sparse ext4 image, through a temporary name so a

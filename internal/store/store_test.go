@@ -298,8 +298,14 @@ func TestOwnFilesystem(t *testing.T) {
 	must(t, err)
 	l, err := commitDir(t, s, upperLike(t), 0)
 	must(t, err)
-	if again, err := EnsureOwnFilesystem(dir, 256<<20); err != nil || again {
-		t.Errorf("second call on a mounted store: mounted again %v, %v", again, err)
+	if ours, err := EnsureOwnFilesystem(dir, 256<<20); err != nil || !ours {
+		t.Errorf("second call on the mounted image: ours %v, %v; want it known as the store's image", ours, err)
+	}
+	if mnt := t.TempDir(); unix.Mount("tmpfs", mnt, "tmpfs", 0, "") == nil {
+		if ours, err := EnsureOwnFilesystem(mnt, 256<<20); err != nil || ours {
+			t.Errorf("a tmpfs of the host's: ours %v, %v; want it left alone", ours, err)
+		}
+		unix.Unmount(mnt, 0)
 	}
 	must(t, unix.Unmount(dir, 0))
 	if _, err := os.Stat(l.Path); err == nil {

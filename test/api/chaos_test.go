@@ -58,7 +58,7 @@ func TestChaos(t *testing.T) {
 	c.selfTest()
 	haveX := haveBinaries("Xvfb", "openbox")
 
-	ops := []string{"create", "exec", "upload", "invoke"}
+	ops := []string{"create", "exec", "upload", "invoke", "snapshot"}
 	if haveX {
 		ops = append(ops, "desktop")
 	}
@@ -149,6 +149,22 @@ func (c *chaos) load(ctx context.Context, op string, wg *sync.WaitGroup) {
 				case "invoke":
 					p, _ := json.Marshal(w)
 					d.c.Invoke(ctx, "chaos", p)
+				case "snapshot":
+					// Snapshot and fork under way when the daemon dies.
+					sb, err := d.c.Create(ctx, nil)
+					if err != nil {
+						continue
+					}
+					d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "head -c 4000000 /dev/urandom > /etc/chaos-state"}})
+					if sn, err := d.c.Snapshot(ctx, sb.ID, nil); err == nil {
+						if res, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 2}); err == nil {
+							for _, r := range res.Sandboxes {
+								d.c.Delete(ctx, r.ID)
+							}
+						}
+						d.c.DeleteSnapshot(ctx, sn.ID)
+					}
+					d.c.Delete(ctx, sb.ID)
 				case "desktop":
 					if dt, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480}); err == nil {
 						d.c.DeleteDesktop(ctx, dt.ID)
@@ -305,6 +321,12 @@ func (c *chaos) cleanup() {
 				n++
 			}
 		}
+		if l, err := d.c.Snapshots(ctx); err == nil {
+			for _, sn := range l {
+				d.c.DeleteSnapshot(ctx, sn.ID)
+				n++
+			}
+		}
 		return n == 0
 	})
 }
@@ -381,9 +403,21 @@ func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) [
 		}
 		return nil
 	})
+	// Snapshots: no draft or half deletion once the (restarted) daemon
+	// opened its catalog, no layer once every snapshot is deleted, nothing
+	// in the store's tmp/.
+	state := filepath.Join(c.dir, "state")
+	if !eventually(wait, func() bool { c.cleanup(); return len(dirNames(filepath.Join(state, "snapshots"))) == 0 }) {
+		probs = append(probs, fmt.Sprintf("snapshots or their debris remain after deleting every snapshot: %v", dirNames(filepath.Join(state, "snapshots"))))
+	}
+	for _, sub := range []string{"layers", "tmp"} {
+		if left := dirNames(filepath.Join(state, "store", sub)); len(left) > 0 {
+			probs = append(probs, fmt.Sprintf("the layer store's %s/ holds %v with no snapshot left", sub, left))
+		}
+	}
 	left, _ := os.ReadDir(c.dir)
 	for _, e := range left {
-		if n := e.Name(); n != "tine.sock" && n != "data" && n != "tmp" && !strings.HasPrefix(n, "serve-") {
+		if n := e.Name(); n != "tine.sock" && n != "data" && n != "tmp" && n != "state" && !strings.HasPrefix(n, "serve-") {
 			probs = append(probs, "unexpected file in the socket directory: "+n)
 		}
 	}
@@ -402,7 +436,8 @@ func (c *chaos) selfTest() {
 	defer plant.Wait()
 	defer syscall.Kill(-plant.Process.Pid, syscall.SIGKILL)
 	eventually(patience, func() bool { return len(hostProcs(sleeperArg(c.mark))) > 0 })
-	for _, f := range []string{filepath.Join(c.tmp, "planted"), filepath.Join(c.dir, "data", ".planted"), filepath.Join(c.dir, "planted")} {
+	for _, f := range []string{filepath.Join(c.tmp, "planted"), filepath.Join(c.dir, "data", ".planted"), filepath.Join(c.dir, "planted"),
+		filepath.Join(c.dir, "state", "snapshots", ".draft-planted"), filepath.Join(c.dir, "state", "store", "tmp", "planted")} {
 		os.MkdirAll(filepath.Dir(f), 0o755)
 		os.WriteFile(f, nil, 0o644)
 		defer os.Remove(f)
@@ -410,7 +445,7 @@ func (c *chaos) selfTest() {
 	snap := descendants(plant.Process.Pid)
 	snap[plant.Process.Pid] = startTimeOf(plant.Process.Pid)
 	probs := strings.Join(c.leftovers(snap, 0, 0), "\n")
-	for _, want := range []string{"killed tree", "killed daemon", "commands of the round", "TMPDIR", "half-written", "socket directory"} {
+	for _, want := range []string{"killed tree", "killed daemon", "commands of the round", "TMPDIR", "half-written", "socket directory", "snapshots or their debris", "store's tmp/"} {
 		if !strings.Contains(probs, want) {
 			t.Errorf("a planted leftover (%s) was not reported; the report:\n%s", want, probs)
 		}
@@ -493,6 +528,12 @@ func keys(m map[int]uint64) []int {
 		out = append(out, k)
 	}
 	return out
+}
+
+// dirNames lists dir's entries ("" when it does not exist).
+func dirNames(dir string) []string {
+	es, _ := os.ReadDir(dir)
+	return names(es)
 }
 
 func names(es []os.DirEntry) []string {
