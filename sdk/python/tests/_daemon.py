@@ -40,6 +40,7 @@ class Daemon:
         self.log = open(self.tmp / "daemon.log", "wb")
         self.proc = subprocess.Popen(
             [str(binary()), "serve", "--socket", self.socket, "--data-dir", str(self.tmp / "data"),
+             "--state-dir", str(self.tmp / "state"),
              "--pool", "0", "--listen", self.tcp, "--token-file", str(tok),
              # The budget counts limits, not use: the desktops and functions
              # these tests keep at once must fit on a small CI machine too.

@@ -20,8 +20,8 @@ from .errors import (ACIError, Capacity, Conflict, Forbidden, Internal, InvalidA
                      TineError, TooLarge, TransportError, Unauthorized, Unavailable, Unsupported)
 from .models import (ActionError, ActionResult, Bind, Desktop, DesktopSpec, ExecExit,
                      ExecResult, FileInfo, Function, FunctionLimits, FunctionSpec, Invocation, InvocationError, InvocationTimings, Limits,
-                     Sandbox, SandboxSpec, Screenshot, Script, StepResult, Timings, Usage,
-                     Welcome, Window)
+                     ForkResult, Sandbox, SandboxSpec, Screenshot, Script, Snapshot, StepResult, Timings,
+                     Usage, Welcome, Window)
 
 __version__ = "0.1.0"
 
@@ -33,5 +33,5 @@ __all__ = [
     "MethodNotAllowed", "Conflict", "TooLarge", "Capacity", "Internal", "Unsupported", "Unavailable",
     "Sandbox", "SandboxSpec", "Limits", "Bind", "Usage", "ExecResult", "ExecExit", "Timings",
     "FileInfo", "FunctionSpec", "FunctionLimits", "Function", "Invocation", "InvocationError",
-    "InvocationTimings", "Script",
+    "InvocationTimings", "Script", "Snapshot", "ForkResult",
 ]

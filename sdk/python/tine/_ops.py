@@ -374,6 +374,58 @@ def delete_desktop(did: str) -> Call[None]:
     return Call("DELETE", _desktop_path(did), _none)
 
 
+# --- snapshots -----------------------------------------------------------
+
+def snapshot(sid: str, *, tier: str | None = None, name: str | None = None) -> Call[m.Snapshot]:
+    """POST /v1/sandboxes/{id}/snapshots."""
+    body = {k: v for k, v in (("tier", tier), ("name", name)) if v is not None}
+    return _json_call("POST", _sandbox_path(sid, "/snapshots"), _decode(m.Snapshot), body=body)
+
+
+def list_snapshots() -> Call[list[m.Snapshot]]:
+    """GET /v1/snapshots."""
+    return Call("GET", "/v1/snapshots",
+                lambda b: [from_json(m.Snapshot, s) for s in json.loads(b).get("snapshots") or []])
+
+
+def get_snapshot(snap: str) -> Call[m.Snapshot]:
+    """GET /v1/snapshots/{sid}."""
+    return Call("GET", _snapshot_path(snap), _decode(m.Snapshot))
+
+
+def delete_snapshot(snap: str) -> Call[None]:
+    """DELETE /v1/snapshots/{sid}."""
+    return Call("DELETE", _snapshot_path(snap), _none)
+
+
+def fork_body(count: int = 1, *, tier: str | None = None, limits: Any = None,
+              ttl_seconds: int | None = None, idle_timeout_seconds: int | None = None,
+              env: Mapping[str, str] | Sequence[str] | None = None) -> dict[str, Any]:
+    """A fork request's body (the fields left out take the source's)."""
+    body: dict[str, Any] = {"count": count}
+    for k, v in (("tier", tier), ("limits", limits), ("ttl_seconds", ttl_seconds),
+                 ("idle_timeout_seconds", idle_timeout_seconds)):
+        if v is not None:
+            body[k] = to_json(v)
+    if env is not None:
+        body["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, Mapping) else list(env)
+    return body
+
+
+def fork(snap: str, body: Mapping[str, Any]) -> Call[m.ForkResult]:
+    """POST /v1/snapshots/{sid}/fork (``body`` from :func:`fork_body`)."""
+    return _json_call("POST", _snapshot_path(snap, "/fork"), _decode(m.ForkResult), body=body)
+
+
+def fork_sandbox(sid: str, body: Mapping[str, Any]) -> Call[m.ForkResult]:
+    """POST /v1/sandboxes/{id}/fork: snapshot, then fork."""
+    return _json_call("POST", _sandbox_path(sid, "/fork"), _decode(m.ForkResult), body=body)
+
+
+def _snapshot_path(snap: str, rest: str = "") -> str:
+    return "/v1/snapshots/" + urllib.parse.quote(snap, safe="") + rest
+
+
 def aci_ws_path(did: str) -> str:
     """The ACI session's WebSocket route (docs/aci.md)."""
     return _desktop_path(did, "/aci")

@@ -704,6 +704,32 @@ class AsyncClient:
         """See :meth:`tine.Client.delete_desktop`."""
         await self._t.do(ops.delete_desktop(desktop_id))
 
+    # --- snapshots ---
+
+    async def snapshot(self, sandbox_id: str, *, tier: str | None = None, name: str | None = None) -> m.Snapshot:
+        """See :meth:`tine.Client.snapshot`."""
+        return await self._t.do(ops.snapshot(sandbox_id, tier=tier, name=name))
+
+    async def snapshots(self) -> builtins.list[m.Snapshot]:
+        """See :meth:`tine.Client.snapshots`."""
+        return await self._t.do(ops.list_snapshots())
+
+    async def get_snapshot(self, snapshot_id: str) -> m.Snapshot:
+        """See :meth:`tine.Client.get_snapshot`."""
+        return await self._t.do(ops.get_snapshot(snapshot_id))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """See :meth:`tine.Client.delete_snapshot`."""
+        await self._t.do(ops.delete_snapshot(snapshot_id))
+
+    async def fork(self, snapshot_id: str, count: int = 1, **opts: Any) -> m.ForkResult:
+        """See :meth:`tine.Client.fork`."""
+        return await self._t.do(ops.fork(snapshot_id, ops.fork_body(count, **opts)))
+
+    async def fork_sandbox(self, sandbox_id: str, count: int = 1, **opts: Any) -> m.ForkResult:
+        """See :meth:`tine.Client.fork_sandbox`."""
+        return await self._t.do(ops.fork_sandbox(sandbox_id, ops.fork_body(count, **opts)))
+
     async def aci(self, desktop_id: str) -> "DesktopSession":
         """Open an ACI session on a desktop (see :class:`DesktopSession`); an
         unknown desktop raises :class:`~tine.errors.NotFound` here."""

@@ -695,6 +695,36 @@ class Client:
         """Destroy a desktop and its sandbox."""
         self._do(ops.delete_desktop(desktop_id))
 
+    # --- snapshots ---
+
+    def snapshot(self, sandbox_id: str, *, tier: str | None = None, name: str | None = None) -> m.Snapshot:
+        """Snapshot a live sandbox or desktop (``tier`` "fs", the default, or
+        "memory"); it runs on after a short freeze (docs/snapshots.md)."""
+        return self._do(ops.snapshot(sandbox_id, tier=tier, name=name))
+
+    def snapshots(self) -> list[m.Snapshot]:
+        """Every snapshot, oldest first."""
+        return self._do(ops.list_snapshots())
+
+    def get_snapshot(self, snapshot_id: str) -> m.Snapshot:
+        """One snapshot."""
+        return self._do(ops.get_snapshot(snapshot_id))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot; one with live forks raises
+        :class:`~tine.errors.Conflict`."""
+        self._do(ops.delete_snapshot(snapshot_id))
+
+    def fork(self, snapshot_id: str, count: int = 1, **opts: Any) -> m.ForkResult:
+        """Make ``count`` replicas of a snapshot, all or none (a full budget
+        raises :class:`~tine.errors.Capacity` and makes nothing); ``opts``:
+        limits, ttl_seconds, idle_timeout_seconds, env."""
+        return self._do(ops.fork(snapshot_id, ops.fork_body(count, **opts)))
+
+    def fork_sandbox(self, sandbox_id: str, count: int = 1, **opts: Any) -> m.ForkResult:
+        """Snapshot a live sandbox (``tier=`` in ``opts``) and fork it."""
+        return self._do(ops.fork_sandbox(sandbox_id, ops.fork_body(count, **opts)))
+
     def aci(self, desktop_id: str) -> "DesktopSession":
         """Open an ACI session on a desktop (see :class:`DesktopSession`); an
         unknown desktop raises :class:`~tine.errors.NotFound` here."""

@@ -116,6 +116,7 @@ class Sandbox:
     execs: int = 0
     spec: SandboxSpec = field(default_factory=SandboxSpec)
     usage: Usage = field(default_factory=Usage)
+    forked_from: str = ""  # the snapshot it was forked from, if any
 
 
 # --- exec ----------------------------------------------------------------
@@ -387,3 +388,40 @@ class StepResult:
     def ok(self) -> bool:
         """Whether every action succeeded."""
         return all(r.ok for r in self.results)
+
+
+# --- snapshots -----------------------------------------------------------
+
+@dataclass
+class Snapshot:
+    """An immutable capture of a sandbox or desktop (docs/snapshots.md):
+    its ``tier`` (fs, memory), ``kind`` (sandbox, desktop: what its forks
+    are), the ``source`` sandbox, the ``parent`` snapshot that sandbox was
+    forked from, how many layers a fork stacks (``depth``), the bytes it
+    added, how long the source was frozen, and its live ``forks``."""
+    id: str
+    tier: str = "fs"
+    kind: str = "sandbox"
+    name: str = ""
+    source: str = ""
+    parent: str = ""
+    created_at: datetime.datetime | None = None
+    depth: int = 0
+    bytes: int = 0
+    paused_ms: float = 0.0
+    forks: int = 0
+
+
+@dataclass
+class ForkResult:
+    """The answer to a fork: the snapshot forked and its replicas, as
+    ``sandboxes`` or, for a desktop's snapshot, ``desktops``."""
+    snapshot: Snapshot
+    sandboxes: list[Sandbox] = field(default_factory=list)
+    desktops: list[Desktop] = field(default_factory=list)
+    fork_ms: float = 0.0
+
+    @property
+    def ids(self) -> list[str]:
+        """Every replica's id."""
+        return [s.id for s in self.sandboxes] + [d.id for d in self.desktops]
