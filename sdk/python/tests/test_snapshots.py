@@ -87,3 +87,31 @@ class SnapshotTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ForkFleetTest(unittest.TestCase):
+    def test_forks_run_in_every_replica(self) -> None:
+        d = daemon()
+
+        async def run() -> list[str]:
+            async with tine.AsyncClient(d.socket) as c:
+                golden = await c.create()
+                try:
+                    await c.exec(golden.id, ["sh", "-c", "echo fleet > /etc/tine-sdk-fleet"])
+                    snap = await c.snapshot(golden.id)
+
+                    async def job(c: tine.AsyncClient, r: tine.Sandbox, i: int) -> str:
+                        if r.forked_from != snap.id:
+                            raise AssertionError(f"replica {r.id} forked from {r.forked_from!r}")
+                        out = await c.exec(r.id, ["sh", "-c", f"cat /etc/tine-sdk-fleet; echo {i} > /etc/i; cat /etc/i"])
+                        return out.stdout.decode()
+
+                    res = await tine.fleet.forks(c, snap.id, 5, job, batch=2)
+                    self.assertEqual(len(await c.list()), 1, "the fleet left replicas behind")
+                    await c.delete_snapshot(snap.id)
+                    return res.values()
+                finally:
+                    await c.delete(golden.id)
+
+        values = asyncio.run(run())
+        self.assertEqual(values, [f"fleet\n{i}\n" for i in range(5)])

@@ -4,7 +4,8 @@
 at once; ``fleet.sandboxes`` creates N sandboxes, runs a coroutine in each
 and deletes them; ``fleet.desktops`` does the same with desktops, each
 with its ACI session open; ``fleet.invoke`` calls a function with many
-payloads.
+payloads; ``fleet.forks`` forks N replicas of one golden snapshot and runs a
+coroutine in each.
 Each returns a :class:`Results`: one :class:`Outcome` per item, in order,
 holding a value or the exception it raised (one failure does not stop the
 others)::
@@ -145,6 +146,47 @@ async def desktops(client: AsyncClient, n: int,
                 await asyncio.shield(_delete_quietly(client, d.id, desktop=True))
 
     return await map(one, range(n), limit=limit)
+
+
+async def forks(client: AsyncClient, snapshot_id: str, n: int,
+                fn: Callable[[AsyncClient, m.Sandbox, int], Awaitable[R]], *,
+                batch: int = 8, keep: bool = False, **fork_opts: Any) -> Results[int, R]:
+    """The RL/eval shape: fork ``n`` replicas of one golden snapshot, in
+    batches of ``batch`` (each batch all or none, retried on capacity),
+    await ``fn(client, replica, i)`` in each, and delete each replica when
+    its ``fn`` is done (unless ``keep``). ``fork_opts`` go to the fork
+    (limits, ttl_seconds, idle_timeout_seconds, env). A desktop's snapshot
+    forks into desktops, passed to ``fn`` the same way (open their ACI with
+    ``client.aci(replica.id)``)."""
+    sem = asyncio.Semaphore(max(1, batch))
+
+    async def run_batch(start: int, k: int) -> list[Outcome[int, R]]:
+        res = await retry_capacity(lambda: client.fork(snapshot_id, k, **fork_opts))
+        replicas: list[m.Sandbox] = [*res.sandboxes, *res.desktops]
+
+        async def one(j: int, r: m.Sandbox) -> Outcome[int, R]:
+            o: Outcome[int, R] = Outcome(start + j, start + j)
+            try:
+                o.value = await fn(client, r, start + j)
+            except Exception as e:  # collected, not raised: the others go on
+                o.error = e
+            finally:
+                if not keep:
+                    await asyncio.shield(_delete_quietly(client, r.id, desktop=bool(res.desktops)))
+            return o
+
+        async with sem:
+            return list(await asyncio.gather(*(one(j, r) for j, r in enumerate(replicas))))
+
+    starts = range(0, n, max(1, batch))
+    done = await asyncio.gather(*(run_batch(s0, min(batch, n - s0)) for s0 in starts), return_exceptions=True)
+    out: Results[int, R] = Results()
+    for s0, b in zip(starts, done):
+        if isinstance(b, BaseException):  # the batch's fork itself failed
+            out.extend(Outcome(i, i, error=b) for i in range(s0, min(s0 + batch, n)))
+        else:
+            out.extend(b)
+    return out
 
 
 async def invoke(client: AsyncClient, name: str, payloads: Iterable[Any], *,
