@@ -106,7 +106,7 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	if b.forkedFrom != "" {
 		p, err := c.Get(b.forkedFrom)
 		if err != nil {
-			return nil, nil, fmt.Errorf("the snapshot %s was forked from: %w", b.id, err)
+			return nil, nil, fmt.Errorf("sandbox %s: the snapshot it was forked from: %w", b.id, err)
 		}
 		parentLayers = p.Layers
 	}
