@@ -63,6 +63,9 @@ type ForkRequest struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// Env adds to (and overrides) the source's environment.
 	Env []string `json:"env,omitempty"`
+	// Hostname of each replica (default: the source's, which tools that
+	// recorded it expect).
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // ForkResult is the answer to a fork: the snapshot forked and the

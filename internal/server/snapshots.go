@@ -308,6 +308,9 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 		sbReq.IdleTimeoutSeconds = *req.IdleTimeoutSeconds
 	}
 	sbReq.Env = append(append([]string(nil), sbReq.Env...), req.Env...)
+	if req.Hostname != "" {
+		sbReq.Hostname = req.Hostname
+	}
 	spec, err := specFromAPI(&sbReq)
 	if err != nil {
 		return nil, err

@@ -103,11 +103,18 @@ func TestSnapshotAndForkFiles(t *testing.T) {
 	if out := sh(t, d.c, a, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"); strings.Contains(out, sleeperArg(mark)) {
 		t.Errorf("replica %s sees replica %s's process: %q", a, b, out)
 	}
+	// Replicas keep the source's host name unless the fork names another.
+	if out := sh(t, d.c, a, "hostname"); out != "tine\n" {
+		t.Errorf("a replica's host name is %q, want the source's", out)
+	}
 	// Each replica has its own limits: one forked with a small memory
 	// limit is killed by it, the others are untouched.
-	small, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Limits: &api.Limits{MemoryBytes: 48 << 20, Pids: 64}})
+	small, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Limits: &api.Limits{MemoryBytes: 48 << 20, Pids: 64}, Hostname: "replica-small"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out := sh(t, d.c, small.Sandboxes[0].ID, "hostname"); out != "replica-small\n" {
+		t.Errorf("a replica forked with a host name has %q", out)
 	}
 	hog, err := d.c.Exec(ctx, small.Sandboxes[0].ID, &api.ExecRequest{Argv: []string{"python3", "-c", "x = bytearray(200 << 20); print('survived')"}, TimeoutMs: 30000})
 	if err != nil {

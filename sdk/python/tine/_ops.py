@@ -400,11 +400,12 @@ def delete_snapshot(snap: str) -> Call[None]:
 
 def fork_body(count: int = 1, *, tier: str | None = None, limits: Any = None,
               ttl_seconds: int | None = None, idle_timeout_seconds: int | None = None,
-              env: Mapping[str, str] | Sequence[str] | None = None) -> dict[str, Any]:
+              env: Mapping[str, str] | Sequence[str] | None = None,
+              hostname: str | None = None) -> dict[str, Any]:
     """A fork request's body (the fields left out take the source's)."""
     body: dict[str, Any] = {"count": count}
     for k, v in (("tier", tier), ("limits", limits), ("ttl_seconds", ttl_seconds),
-                 ("idle_timeout_seconds", idle_timeout_seconds)):
+                 ("idle_timeout_seconds", idle_timeout_seconds), ("hostname", hostname)):
         if v is not None:
             body[k] = to_json(v)
     if env is not None:
