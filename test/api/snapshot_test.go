@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,5 +279,62 @@ func TestDesktopForkFiles(t *testing.T) {
 	}
 	if got := readSandboxFile(d, golden.ID, "/root/own.txt"); got != "" {
 		t.Errorf("the golden sees a replica's file: %q", got)
+	}
+}
+
+// TestForkEach: the Go client's fleet shape runs a function in each of N
+// replicas of one snapshot, in all-or-none batches that wait out a full
+// budget, and leaves no replica behind.
+func TestForkEach(t *testing.T) {
+	d := startDaemon(t, "--max-sandboxes", "4")
+	ctx := context.Background()
+	golden, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, d.c, golden.ID, "echo each > /etc/tine-fleet")
+	sn, err := d.c.Snapshot(ctx, golden.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sandbox holds the budget's last place while the first batch is
+	// asked for: that fork meets 429 and must wait it out.
+	blocker, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 3}); client.ErrorCode(err) != api.CodeCapacity {
+		t.Fatalf("control: a batch of 3 next to the blocker answered %v, want 429", err)
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		d.c.Delete(ctx, blocker.ID)
+	}()
+	var mu sync.Mutex
+	seen := map[int]string{}
+	// 7 replicas in batches of 3 with the golden live: a budget of 4 holds
+	// one batch at a time.
+	errs := d.c.ForkEach(ctx, sn.ID, 7, 3, &api.ForkRequest{Hostname: "fleet"}, func(ctx context.Context, r api.Sandbox, i int) error {
+		out := sh(t, d.c, r.ID, "cat /etc/tine-fleet; hostname")
+		mu.Lock()
+		seen[i] = out
+		mu.Unlock()
+		return nil
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+	if len(seen) != 7 {
+		t.Fatalf("fn ran for %d of 7 replicas", len(seen))
+	}
+	for i, out := range seen {
+		if out != "each\nfleet\n" {
+			t.Errorf("replica %d saw %q", i, out)
+		}
+	}
+	if list, _ := d.c.List(ctx); len(list) != 1 {
+		t.Errorf("ForkEach left %d sandboxes, want only the golden", len(list))
 	}
 }
