@@ -72,3 +72,11 @@ func waitFor(done func() bool) error {
 		time.Sleep(delay)
 	}
 }
+
+// thaw lets whatever a group directory holds run again, whoever froze it
+// (v1 freezer.state or v2 cgroup.freeze, whichever dir has): before it is
+// killed, since a frozen task does not die of SIGKILL until thawed.
+func thaw(dir string) {
+	writeOptional(dir, "freezer.state", "THAWED")
+	writeOptional(dir, "cgroup.freeze", "0")
+}

@@ -320,7 +320,7 @@ func (g *Group) Kill() {
 	}
 	// A frozen v1 task does not die of SIGKILL until it is thawed.
 	if dir, ok := g.dirs["freezer"]; ok {
-		writeOptional(dir, "freezer.state", "THAWED")
+		thaw(dir)
 	}
 }
 

@@ -87,6 +87,7 @@ func (h *Host) Reap() ([]string, error) {
 	}
 	var removed []string
 	var errs []error
+	dead := map[string][]string{} // parent: its groups of dead owners
 	for _, parent := range parents {
 		entries, err := os.ReadDir(parent)
 		if err != nil {
@@ -96,10 +97,22 @@ func (h *Host) Reap() ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
-			if !e.IsDir() || ownerAlive(e.Name()) {
-				continue
+			if e.IsDir() && !ownerAlive(e.Name()) {
+				dead[parent] = append(dead[parent], e.Name())
 			}
-			dir := filepath.Join(parent, e.Name())
+		}
+	}
+	// A group its owner froze (a snapshot under way when it died) is
+	// thawed first, in every hierarchy: a frozen task does not die of
+	// SIGKILL, and its group could never be removed.
+	for _, parent := range parents {
+		for _, name := range dead[parent] {
+			thaw(filepath.Join(parent, name))
+		}
+	}
+	for _, parent := range parents {
+		for _, name := range dead[parent] {
+			dir := filepath.Join(parent, name)
 			killProcs(dir)
 			if err := removeTree(dir); err != nil {
 				errs = append(errs, err)
