@@ -119,7 +119,7 @@ func childMain(p *program) {
 		// ready; PID 1 then reaps and launches commands until it is killed.
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotLaunch-1, 0)
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotUpper+1, ^uintptr(0)>>1, 0)
-		serve(p)
+		serveResident(p.resident)
 	}
 	p.vfork.kind = vforkCommand
 	pid, e := forkCommand(&p.vfork)
@@ -274,12 +274,12 @@ func (l *launchState) prepare() {
 }
 
 // serve is a live sandbox's PID 1 loop: reap, and launch what the parent
-// sends. It returns never; it exits when the parent closes the socket.
+// sends, forking commands from v. It returns never; it exits when the
+// parent closes the socket.
 //
 //go:nosplit
 //go:norace
-func serve(p *program) {
-	l := p.launch
+func serve(l *launchState, v *vforkArgs) {
 	l.sigmask = 1 << (syscall.SIGCHLD - 1)
 	fd, _, e := syscall.RawSyscall6(unix.SYS_SIGNALFD4, ^uintptr(0), uintptr(unsafe.Pointer(&l.sigmask)), 8, unix.SFD_CLOEXEC, 0, 0)
 	if e != 0 {
@@ -298,7 +298,7 @@ func serve(p *program) {
 			reapLaunched(l)
 		}
 		if l.poll[1].Revents&unix.POLLIN != 0 {
-			launch(p, l)
+			launch(l, v)
 		} else if l.poll[1].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
 			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0) // the parent is gone
 		}
@@ -334,7 +334,7 @@ func reapLaunched(l *launchState) {
 //
 //go:nosplit
 //go:norace
-func launch(p *program, l *launchState) {
+func launch(l *launchState, v *vforkArgs) {
 	l.msg.Controllen = uint64(len(l.control)) // recvmsg rewrote it
 	n, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, slotLaunch, uintptr(unsafe.Pointer(&l.msg)), unix.MSG_CMSG_CLOEXEC)
 	if e != 0 {
@@ -404,7 +404,6 @@ func launch(p *program, l *launchState) {
 		closeFDs(fds, nfds)
 		return
 	}
-	v := &p.vfork
 	v.kind, v.workdir, v.argv, v.envp, v.cand, v.ncand, v.ncgroups = vforkLaunched, workdir, argv, envp, cand, int(h.ncand), int(h.flags)
 	pid, errno := forkCommand(v)
 	if errno != 0 {
@@ -441,7 +440,8 @@ func launch(p *program, l *launchState) {
 // pointers before the clone; the child side writes only numbers.
 type vforkArgs struct {
 	kind                    int
-	p                       *program
+	p                       *program     // vforkCommand's
+	launch                  *launchState // vforkLaunched's
 	stack                   *[vforkStackSize]byte
 	workdir                 uintptr
 	argv, envp, cand, ncand int
@@ -462,7 +462,7 @@ const vforkStackSize = 64 << 10
 //go:norace
 func vforkChild(a *vforkArgs) {
 	if a.kind == vforkLaunched {
-		l := a.p.launch
+		l := a.launch
 		launchedMain(l, (*[launchFDs + launchMaxCgroups]int32)(unsafe.Pointer(&l.control[unix.CmsgLen(0)])), a.ncgroups, a.workdir, a.argv, a.envp, a.cand, a.ncand)
 	}
 	commandMain(a.p)

@@ -46,9 +46,10 @@ type program struct {
 	waitSet uint64
 	siginfo [128]byte
 
-	// A live sandbox's PID 1 launches commands (serve); these are its
-	// buffers, in memory it owns after the clone.
-	launch *launchState
+	// A live sandbox's PID 1 launches commands (serve) from resident
+	// memory; residentMem is the parent's copy, released after the clone.
+	resident    *resident
+	residentMem residentMem
 	// vfork is what the command's process starts from (forkCommand).
 	vfork vforkArgs
 
@@ -248,8 +249,10 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg.addWalls(p, in)
 	pg.addCommandProcess(p.command(), false, !in.userns)
 	if in.launch >= 0 {
-		pg.launch = &launchState{}
-		pg.launch.prepare()
+		var err error
+		if pg.resident, pg.residentMem, err = newResident(); err != nil {
+			return nil, err
+		}
 	}
 	return pg, nil
 }

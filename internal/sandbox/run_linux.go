@@ -233,6 +233,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
 	pid, pidfd, err := cloneOnParentThread(pg, flags, cgroupFD)
+	pg.residentMem.release() // PID 1 has its own copy
 	runtime.KeepAlive(s)
 	ch.closeChildEnds()
 	if err != nil {
