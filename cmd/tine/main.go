@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 )
@@ -32,12 +33,18 @@ capabilities and Landlock.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
-	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newGuestCommand())
+	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newGuestCommand(), newOCICommand("oci"))
 	return root
 }
 
 func main() {
-	err := newRootCommand().Execute()
+	root := newRootCommand()
+	if filepath.Base(os.Args[0]) == ociName {
+		// Called with runc's command line (containerd's runc shim).
+		root = newOCICommand(ociName)
+		root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	}
+	err := root.Execute()
 	if err == nil {
 		return
 	}

@@ -121,6 +121,27 @@ func childMain(p *program) {
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotUpper+1, ^uintptr(0)>>1, 0)
 		serveResident(p.resident)
 	}
+	if p.startSet != 0 {
+		// A detached sandbox (an OCI container) is created now: closing
+		// the error pipe, and every copy of the parent's descriptors
+		// (clone copied them all) tells the parent; the command, with its
+		// stdio, starts on the start signal (see Spec.Detach).
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotErr, slotErr, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotSync+1, slotStdio-1, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotStdio+3, ^uintptr(0)>>1, 0)
+		// The parent commits (Process.Commit) once it recorded the
+		// container; if it died first, nobody knows of this one.
+		if n, _, _ := syscall.RawSyscall(syscall.SYS_READ, slotSync, uintptr(unsafe.Pointer(&p.siginfo[0])), 1); n != 1 {
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 1, 0, 0)
+		}
+		syscall.RawSyscall(syscall.SYS_CLOSE, slotSync, 0, 0)
+		for {
+			sig, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGTIMEDWAIT, uintptr(unsafe.Pointer(&p.startSet)), uintptr(unsafe.Pointer(&p.siginfo)), 0, 8, 0, 0)
+			if e == 0 && sig == uintptr(StartSignal) {
+				break
+			}
+		}
+	}
 	p.vfork.kind = vforkCommand
 	pid, e := forkCommand(&p.vfork)
 	if e != 0 {
@@ -130,7 +151,9 @@ func childMain(p *program) {
 	// exec's reaper outside the sandbox's pid namespace): it kills the
 	// command's process group by it.
 	p.cmdPid = int32(pid)
-	syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.cmdPid)), 4)
+	if p.startSet == 0 {
+		syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.cmdPid)), 4)
+	}
 	// PID 1 keeps only the status pipe: closing the error pipe lets the
 	// parent see EOF once the command's execve closes the last copy.
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, slotStatus-1, 0)
@@ -189,6 +212,16 @@ func reap(p *program, cmd uintptr) {
 				break
 			}
 			if pid == cmd {
+				if p.startSet != 0 {
+					// Detached: no parent reads a status pipe; whoever
+					// waits for PID 1 (containerd's shim) reads the
+					// command's exit code, or 128+signal, as a shell gives.
+					code := uintptr(p.status>>8) & 0xff
+					if sig := p.status & 0x7f; sig != 0 {
+						code = 128 + uintptr(sig)
+					}
+					syscall.RawSyscall(syscall.SYS_EXIT_GROUP, code, 0, 0)
+				}
 				syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.status)), 4)
 				syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 			}

@@ -188,7 +188,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	mkdir(stage+"/upper", 0o755)
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
-	if userns && s.RootFS == "" {
+	if s.RootInPlace {
+		// The caller's rootfs is the root, written in place (an OCI
+		// bundle's); made read-only at the end when asked.
+		mount(s.RootFS, R, "", unix.MS_BIND|unix.MS_REC, "")
+	} else if userns && s.RootFS == "" {
 		if len(s.Layers) > 0 {
 			return nil, fmt.Errorf("%w: a rootless or --userns sandbox over the host's root cannot stack layers (forks of snapshots need root without --userns)", ErrInvalidSpec)
 		}
@@ -237,6 +241,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 	mkdir(R+"/dev/pts", 0o755)
 	mkdir(R+"/dev/shm", 0o1777)
+	for _, m := range s.Mounts {
+		if strings.HasPrefix(m.Target, "/dev/") {
+			mkdir(R+m.Target, 0o755) // before /dev goes read-only
+		}
+	}
 	// /dev itself is read-only: no device node can be made where nodes work.
 	mount("", R+"/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
 	ptsData := "newinstance,ptmxmode=0666,mode=0620"
@@ -248,10 +257,14 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	// /tmp and /run are directories of the stage's tmpfs, bound: they
 	// share the --disk bytes with the writable layer, so a sandbox's
 	// storage (charged to its memory cgroup, being tmpfs) has one bound.
+	// (An in-place root keeps its own, or has them in s.Mounts.)
 	for _, d := range []struct {
 		name string
 		mode uint32
 	}{{"tmp", 0o1777}, {"run", 0o755}} {
+		if s.RootInPlace {
+			break
+		}
 		add(Step{Kind: StepUpper, Target: stage + "/" + d.name, Mode: unix.S_IFDIR | d.mode})
 		mkdir(R+"/"+d.name, d.mode)
 		mount(stage+"/"+d.name, R+"/"+d.name, "", unix.MS_BIND, "")
@@ -266,6 +279,13 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		for _, d := range hostSecretDirs {
 			add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: nsd, Data: "mode=0700,size=16m", Optional: true})
 		}
+	}
+
+	for _, m := range s.Mounts {
+		if !strings.HasPrefix(m.Target, "/dev/") {
+			mkdir(R+m.Target, 0o755)
+		}
+		mount(m.Source, R+m.Target, m.Type, m.Flags, m.Data)
 	}
 
 	// User binds, shallowest first so nested targets land on their parents.
@@ -290,9 +310,17 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	for _, d := range maskedDirs {
 		add(Step{Kind: StepMount, Source: "tmpfs", Target: R + d, FSType: "tmpfs", Flags: unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Data: "size=0", Optional: true, InNetns: strings.HasPrefix(d, "/sys/")})
 	}
-	for _, f := range readOnlyPaths {
+	for _, f := range append(slices.Clone(readOnlyPaths), s.ReadOnlyPaths...) {
 		add(Step{Kind: StepMount, Source: R + f, Target: R + f, Flags: unix.MS_BIND | unix.MS_REC, Optional: true})
 		add(Step{Kind: StepMount, Target: R + f, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Optional: true})
+	}
+	// A spec's masks, file or directory: whichever mount fits is made.
+	for _, f := range s.MaskedPaths {
+		add(Step{Kind: StepMount, Source: R + "/dev/null", Target: R + f, Flags: unix.MS_BIND, Optional: true})
+		add(Step{Kind: StepMount, Source: "tmpfs", Target: R + f, FSType: "tmpfs", Flags: unix.MS_RDONLY | nsd | unix.MS_NOEXEC, Data: "size=0", Optional: true})
+	}
+	if s.ReadOnlyRoot {
+		add(Step{Kind: StepMount, Target: R, Flags: unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY, Optional: false})
 	}
 
 	p.Landlock = p.landlockRules(v)

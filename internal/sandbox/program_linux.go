@@ -44,7 +44,10 @@ type program struct {
 	cmdPid  int32
 	status  int32
 	waitSet uint64
-	siginfo [128]byte
+	// startSet is a detached sandbox's start signal (Spec.Detach), which
+	// PID 1 waits for before it forks the command; 0 otherwise.
+	startSet uint64
+	siginfo  [128]byte
 
 	// A live sandbox's PID 1 launches commands (serve) from resident
 	// memory; residentMem is the parent's copy, released after the clone.
@@ -171,7 +174,11 @@ func (p *Plan) command() *command {
 // compileBoot turns plan p into the program of a new sandbox's PID 1.
 func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg := newProgram()
-	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	if p.Spec.Detach {
+		pg.startSet = 1 << (StartSignal - 1)
+	} else {
+		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	}
 	pg.moveDescriptors(in)
 	if !in.userns {
 		// Through the host's /proc, before the sandbox's own shows this
@@ -264,7 +271,11 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 // forwarding signals, and dies with tine like PID 1 does.
 func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg := newProgram()
-	pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	if p.Spec.Detach {
+		pg.startSet = 1 << (StartSignal - 1)
+	} else {
+		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	}
 	pg.moveDescriptors(in)
 	pg.addRelease(false)
 	ns := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP)
@@ -513,7 +524,9 @@ func (pg *program) stepOp(st Step) ([]op, error) {
 func (pg *program) pathOp(st Step) (op, error) {
 	var tol []syscall.Errno
 	if st.Optional {
-		tol = append(tol, unix.ENOENT)
+		// Missing, or not of the kind the step expects (a mask made for a
+		// file or for a directory).
+		tol = append(tol, unix.ENOENT, unix.ENOTDIR)
 	}
 	switch st.Kind {
 	case StepMount:

@@ -39,8 +39,8 @@ type resident struct {
 	// compiled Go reloads its g register from there after every call to
 	// assembly, and the thread's own TLS was in the unmapped runtime.
 	tls    [16]uintptr
-	nunmap     int
-	unmap      [residentMaxUnmap]struct{ addr, len uintptr }
+	nunmap int
+	unmap  [residentMaxUnmap]struct{ addr, len uintptr }
 }
 
 // residentMem is a resident's mapping, in the parent.

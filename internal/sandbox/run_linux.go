@@ -65,6 +65,9 @@ type Process struct {
 	tty *os.File
 	// launchFD is a live sandbox's end of its PID 1's launch socket.
 	launchFD int
+	// commitFD is a detached sandbox's end of the release socket, until
+	// Commit.
+	commitFD int
 	// cmdPid is the command's pid as the reaper saw it: for an exec, a
 	// host pid, which also names the command's process group.
 	cmdPid int
@@ -127,6 +130,10 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, err
 	}
 	in.asRoot = userns && !rootless
+	if s.Capabilities != nil {
+		in.keepCaps, _ = caps.Mask(s.Capabilities) // checked by Validate
+		in.dropCaps = caps.ToDrop(in.keepCaps)
+	}
 	if in.ruleset >= 0 && s.Zygote {
 		unix.Close(in.ruleset) // requests restrict themselves (RequestWalls)
 		in.ruleset = -1
@@ -145,7 +152,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 			unix.Close(fd)
 		}
 	}()
-	pr := &Process{plan: plan, pidfd: -1, launchFD: -1, done: make(chan struct{}), exited: make(chan struct{})}
+	pr := &Process{plan: plan, pidfd: -1, launchFD: -1, commitFD: -1, done: make(chan struct{}), exited: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -158,7 +165,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	var netns chan netnsResult
 	if !userns {
 		netns = make(chan netnsResult, 1)
-		go func() { netns <- newNetNS() }()
+		go func() { netns <- openNetNS(s.NetNS) }()
 		undo = append(undo, func() {
 			if r := <-netns; r.fd >= 0 {
 				unix.Close(r.fd)
@@ -174,7 +181,16 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
 	}
 	createGroup := func() error {
-		g, err := h.cgroup.Create(cgroup.NewName(), s.limits(true), len(plan.Argv) == 0)
+		create := func(lim cgroup.Limits, longLived bool) (*cgroup.Group, error) {
+			return h.cgroup.Create(cgroup.NewName(), lim, longLived)
+		}
+		if s.CgroupPath != "" {
+			create = func(lim cgroup.Limits, longLived bool) (*cgroup.Group, error) {
+				return h.cgroup.CreateAt(s.CgroupPath, lim, longLived)
+			}
+		}
+		// A detached sandbox is long-lived: it can be paused (frozen).
+		g, err := create(s.limits(true), len(plan.Argv) == 0 || s.Detach)
 		if err != nil {
 			return err
 		}
@@ -283,8 +299,11 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if err := ch.awaitExec(pg, pr, s.Args); err != nil {
 		return nil, err
 	}
-	if len(plan.Argv) > 0 {
+	if len(plan.Argv) > 0 && !s.Detach {
 		pr.readCmdPid()
+	}
+	if s.Detach {
+		pr.commitFD, ch.releaseFD = ch.releaseFD, -1
 	}
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
@@ -438,6 +457,24 @@ func stdioFDs(files [3]*os.File) ([3]int, error) {
 		}
 	}
 	return fds, checkStdio(fds)
+}
+
+// openNetNS opens the network namespace at path, or makes a new one when
+// path is empty.
+func openNetNS(path string) netnsResult {
+	if path == "" {
+		return newNetNS()
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return netnsResult{fd: -1, err: fmt.Errorf("%w: network namespace %s: %v", ErrInvalidSpec, path, err)}
+	}
+	var st unix.Statfs_t
+	if unix.Fstatfs(fd, &st) != nil || st.Type != unix.NSFS_MAGIC {
+		unix.Close(fd)
+		return netnsResult{fd: -1, err: fmt.Errorf("%w: %s is not a namespace (want a bind-mounted netns or /proc/PID/ns/net)", ErrInvalidSpec, path)}
+	}
+	return netnsResult{fd: fd}
 }
 
 type netnsResult struct {
@@ -794,6 +831,21 @@ func hostCgroupVersion() string {
 
 // Pid returns the host pid of the sandbox's PID 1.
 func (p *Process) Pid() int { return p.pid }
+
+// Commit tells a detached sandbox's PID 1 (Spec.Detach) that its caller
+// recorded it: PID 1 exits, and the sandbox with it, if the caller dies
+// (or returns) before it commits, so no container is left that nobody
+// knows of.
+func (p *Process) Commit() error {
+	if p.commitFD < 0 {
+		return errors.New("commit: not a detached sandbox, or committed already")
+	}
+	defer func() { unix.Close(p.commitFD); p.commitFD = -1 }()
+	if _, err := unix.Write(p.commitFD, []byte{1}); err != nil {
+		return fmt.Errorf("commit the sandbox: %w", err)
+	}
+	return nil
+}
 
 // TTY returns the master of the command's pseudo-terminal (nil without
 // one). The caller copies to and from it, sets its size, and closes it.

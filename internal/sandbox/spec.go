@@ -11,8 +11,10 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/kernel/caps"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 )
@@ -74,6 +76,35 @@ type Spec struct {
 	TTY bool
 	// Stdio are the command's stdin, stdout and stderr.
 	Stdio [3]*os.File
+	// RootInPlace makes RootFS the root itself, written in place (an OCI
+	// bundle's rootfs, prepared by the caller), instead of the read-only
+	// base of an overlay with a writable layer of tine's.
+	RootInPlace bool
+	// ReadOnlyRoot mounts an in-place root read-only.
+	ReadOnlyRoot bool
+	// Mounts are more kernel filesystems mounted inside (tmpfs, mqueue),
+	// after tine's own /proc, /dev and /sys and before the binds.
+	Mounts []Mount
+	// MaskedPaths and ReadOnlyPaths add to tine's own masks and read-only
+	// paths (plan.go); a path missing inside is skipped.
+	MaskedPaths, ReadOnlyPaths []string
+	// Capabilities, when not nil, is the command's capability set (names
+	// such as "CAP_CHOWN") instead of the default; it may only narrow it.
+	Capabilities []string
+	// Detach makes a sandbox that outlives the tine that starts it (an OCI
+	// container: tine oci create exits, and containerd's shim, a
+	// subreaper, inherits PID 1). PID 1 gets no parent-death signal, is
+	// set up and then waits for StartSignal before it forks the command,
+	// and exits with the command's exit code (128+signal when a signal
+	// ended it). Start returns once PID 1 waits.
+	Detach bool
+	// CgroupPath puts the sandbox in this cgroup (a path below each
+	// hierarchy's root, such as /default/c1) instead of one of tine's
+	// own; tine's reaper never touches it.
+	CgroupPath string
+	// NetNS is the path of a network namespace to join (such as
+	// /var/run/netns/x, or /proc/PID/ns/net) instead of a new one.
+	NetNS string
 	// Zygote makes a live sandbox for a warm function: what PID 1 launches
 	// may fork requests that wall themselves in (RequestWalls) before user
 	// code runs. PID 1 therefore has no Landlock domain (a domain forbids
@@ -81,6 +112,16 @@ type Spec struct {
 	// adds unshare of a user, mount, IPC and network namespace and mount to
 	// Seccomp's.
 	Zygote bool
+}
+
+// StartSignal starts a detached sandbox's command (Spec.Detach).
+const StartSignal = syscall.SIGUSR2
+
+// Mount is a kernel filesystem mounted at Target inside the sandbox.
+type Mount struct {
+	Type, Source, Target string
+	Flags                uintptr
+	Data                 string
 }
 
 // HostView selects how much of the host's root a sandbox sees.
@@ -178,6 +219,9 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("%w: --rootfs %s is not a directory", ErrInvalidSpec, s.RootFS)
 		}
 	}
+	if err := s.validateOCI(); err != nil {
+		return err
+	}
 	if _, err := ParseHostView(string(s.HostView)); err != nil {
 		return err
 	}
@@ -267,4 +311,47 @@ type Phases struct {
 	Plan  float64 `json:"plan"`
 	Start float64 `json:"start"`
 	Run   float64 `json:"run"`
+}
+
+// validateOCI checks the fields an OCI runtime sets (internal/oci).
+func (s *Spec) validateOCI() error {
+	if s.RootInPlace && s.RootFS == "" {
+		return fmt.Errorf("%w: an in-place root needs a rootfs", ErrInvalidSpec)
+	}
+	if s.ReadOnlyRoot && !s.RootInPlace {
+		return fmt.Errorf("%w: a read-only root is only for an in-place rootfs (tine's own roots are an overlay)", ErrInvalidSpec)
+	}
+	if s.Detach && len(s.Args) == 0 {
+		return fmt.Errorf("%w: a detached sandbox needs a command", ErrInvalidSpec)
+	}
+	if s.Detach && s.UserNS {
+		return fmt.Errorf("%w: a detached sandbox in a user namespace is not supported", ErrInvalidSpec)
+	}
+	if s.CgroupPath != "" && (!path.IsAbs(s.CgroupPath) || path.Clean(s.CgroupPath) != s.CgroupPath || s.CgroupPath == "/") {
+		return fmt.Errorf("%w: cgroup path %q: want a clean absolute path below the hierarchy's root, such as /default/c1", ErrInvalidSpec, s.CgroupPath)
+	}
+	for _, m := range s.Mounts {
+		if m.Type != "tmpfs" && m.Type != "mqueue" {
+			return fmt.Errorf("%w: mount of type %q at %s: only tmpfs and mqueue are mounted from a spec (tine makes /proc, /dev, /dev/pts, /dev/shm and /sys itself)", ErrInvalidSpec, m.Type, m.Target)
+		}
+		if !path.IsAbs(m.Target) || path.Clean(m.Target) == "/" {
+			return fmt.Errorf("%w: mount target %q must be an absolute path below /", ErrInvalidSpec, m.Target)
+		}
+	}
+	for _, p := range append(append([]string(nil), s.MaskedPaths...), s.ReadOnlyPaths...) {
+		if !path.IsAbs(p) || path.Clean(p) == "/" {
+			return fmt.Errorf("%w: masked or read-only path %q must be an absolute path below /", ErrInvalidSpec, p)
+		}
+	}
+	if s.Capabilities != nil {
+		want, err := caps.Mask(s.Capabilities)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+		}
+		def, _ := caps.Mask(caps.Default)
+		if extra := want &^ def; extra != 0 {
+			return fmt.Errorf("%w: capabilities %v are beyond tine's default set (%s); a sandbox's set can only be narrowed", ErrInvalidSpec, caps.Names(extra), strings.Join(caps.Default, " "))
+		}
+	}
+	return NoNUL("oci fields", append([]string{s.CgroupPath, s.NetNS}, append(s.MaskedPaths, s.ReadOnlyPaths...)...)...)
 }

@@ -55,3 +55,20 @@ func ToDrop(keep uint64) []int {
 	}
 	return out
 }
+
+// Names lists the names of the capabilities in mask, by number.
+func Names(mask uint64) []string {
+	var out []string
+	for c := 0; c <= maxCap; c++ {
+		if mask&(1<<c) != 0 {
+			name := fmt.Sprintf("capability %d", c)
+			for n, v := range names {
+				if v == c {
+					name = n
+				}
+			}
+			out = append(out, name)
+		}
+	}
+	return out
+}

@@ -80,3 +80,12 @@ func thaw(dir string) {
 	writeOptional(dir, "freezer.state", "THAWED")
 	writeOptional(dir, "cgroup.freeze", "0")
 }
+
+// Frozen reports whether the group is frozen now.
+func (g *Group) Frozen() bool {
+	if g.host.Version == V2 {
+		return readKeyed(g.dirs["memory"], "cgroup.events", "frozen") == 1
+	}
+	dir, ok := g.dirs["freezer"]
+	return ok && strings.TrimSpace(readSmall(dir+"/freezer.state")) == "FROZEN"
+}

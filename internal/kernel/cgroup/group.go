@@ -59,6 +59,20 @@ func (g *Group) FD() int { return g.fd }
 // cpuacct for its CPU time (a one-shot sandbox gets that from its PID 1's
 // rusage instead). On failure nothing is left behind.
 func (h *Host) Create(name string, lim Limits, longLived bool) (g *Group, err error) {
+	return h.create(name, "/"+Parent+"/"+name, lim, longLived)
+}
+
+// CreateAt is Create for a group at path, below each hierarchy's root (an
+// OCI container's cgroupsPath, such as /default/c1), parents made as
+// needed. The reaper never touches it: its owner removes it (OpenAt).
+func (h *Host) CreateAt(path string, lim Limits, longLived bool) (*Group, error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" || strings.HasPrefix(path+"/", "/"+Parent+"/") {
+		return nil, fmt.Errorf("cgroup path %q: want a clean absolute path outside /%s", path, Parent)
+	}
+	return h.create(path, path, lim, longLived)
+}
+
+func (h *Host) create(name, path string, lim Limits, longLived bool) (g *Group, err error) {
 	if h.Version == None {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, h.Why)
 	}
@@ -85,10 +99,10 @@ func (h *Host) Create(name string, lim Limits, longLived bool) (g *Group, err er
 	}
 	switch h.Version {
 	case V2:
-		if err := h.ensureV2Parent(); err != nil {
+		if err := h.ensureV2Parents(path); err != nil {
 			return nil, err
 		}
-		dir := filepath.Join(h.V2Mount, Parent, name)
+		dir := filepath.Join(h.V2Mount, path)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 		}
@@ -106,11 +120,11 @@ func (h *Host) Create(name string, lim Limits, longLived bool) (g *Group, err er
 				g.dirs[c] = dir // co-mounted controllers (cpu,cpuacct) share a directory
 				continue
 			}
-			parent := filepath.Join(h.V1Mounts[c], Parent)
-			if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			parent := filepath.Join(h.V1Mounts[c], filepath.Dir(path))
+			if err := os.MkdirAll(parent, 0o755); err != nil {
 				return nil, fmt.Errorf("create cgroup %s: %w", parent, err)
 			}
-			dir := filepath.Join(parent, name)
+			dir := filepath.Join(h.V1Mounts[c], path)
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 			}
@@ -131,21 +145,25 @@ func (g *Group) sharedDir(mount string) (string, bool) {
 	return "", false
 }
 
-// ensureV2Parent creates the tine parent in the unified hierarchy and hands
-// it the controllers sandboxes need.
-func (h *Host) ensureV2Parent() error {
-	parent := filepath.Join(h.V2Mount, Parent)
-	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create cgroup %s: %w", parent, err)
-	}
+// ensureV2Parents creates the parents of the group at path in the unified
+// hierarchy and hands each the controllers sandboxes need.
+func (h *Host) ensureV2Parents(path string) error {
 	var enable []string
 	for _, c := range h.Enforceable {
 		enable = append(enable, "+"+c)
 	}
-	for _, dir := range []string{h.V2Mount, parent} {
+	dir := h.V2Mount
+	for _, part := range strings.Split(strings.Trim(filepath.Dir(path), "/"), "/") {
 		if err := writeFile(dir, "cgroup.subtree_control", strings.Join(enable, " ")); err != nil {
 			return fmt.Errorf("enable controllers %v in %s: %w", enable, dir, err)
 		}
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+	}
+	if err := writeFile(dir, "cgroup.subtree_control", strings.Join(enable, " ")); err != nil {
+		return fmt.Errorf("enable controllers %v in %s: %w", enable, dir, err)
 	}
 	return nil
 }
@@ -438,4 +456,53 @@ func readKeyed(dir, file, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// OpenAt returns the existing group at path (made by CreateAt, perhaps by
+// another process): to read, freeze, kill or remove it.
+func (h *Host) OpenAt(path string) (*Group, error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+		return nil, fmt.Errorf("cgroup path %q: want a clean absolute path", path)
+	}
+	g := &Group{host: h, name: path, dirs: map[string]string{}, fd: -1}
+	switch h.Version {
+	case V2:
+		dir := filepath.Join(h.V2Mount, path)
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		for _, c := range Controllers {
+			g.dirs[c] = dir
+		}
+	case V1:
+		for _, c := range Controllers {
+			if m := h.V1Mounts[c]; m != "" {
+				if dir := filepath.Join(m, path); isDir(dir) {
+					g.dirs[c] = dir
+				}
+			}
+		}
+		if len(g.dirs) == 0 {
+			return nil, fmt.Errorf("cgroup %s: %w", path, os.ErrNotExist)
+		}
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, h.Why)
+	}
+	return g, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// Procs lists the pids in the group (its pids hierarchy's cgroup.procs).
+func (g *Group) Procs() []int {
+	var out []int
+	for _, f := range strings.Fields(readSmall(filepath.Join(g.dirs["pids"], "cgroup.procs"))) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
