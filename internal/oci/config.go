@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/tine-run/tine/internal/kernel/caps"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
@@ -266,10 +265,7 @@ func sameCaps(c *specs.LinuxCapabilities) error {
 			return fmt.Errorf("capabilities: inheritable or ambient sets other than the bounding set: %w", ErrUnsupported)
 		}
 	}
-	if _, err := caps.Mask(c.Bounding); err != nil {
-		return err
-	}
-	return nil
+	return sandbox.CheckCapabilities(c.Bounding)
 }
 
 var rlimits = map[string]int{

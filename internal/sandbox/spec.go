@@ -344,14 +344,23 @@ func (s *Spec) validateOCI() error {
 		}
 	}
 	if s.Capabilities != nil {
-		want, err := caps.Mask(s.Capabilities)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
-		}
-		def, _ := caps.Mask(caps.Default)
-		if extra := want &^ def; extra != 0 {
-			return fmt.Errorf("%w: capabilities %v are beyond tine's default set (%s); a sandbox's set can only be narrowed", ErrInvalidSpec, caps.Names(extra), strings.Join(caps.Default, " "))
+		if err := CheckCapabilities(s.Capabilities); err != nil {
+			return err
 		}
 	}
 	return NoNUL("oci fields", append([]string{s.CgroupPath, s.NetNS}, append(s.MaskedPaths, s.ReadOnlyPaths...)...)...)
+}
+
+// CheckCapabilities checks a capability set for Spec.Capabilities: known
+// names, within tine's default set.
+func CheckCapabilities(list []string) error {
+	want, err := caps.Mask(list)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+	}
+	def, _ := caps.Mask(caps.Default)
+	if extra := want &^ def; extra != 0 {
+		return fmt.Errorf("%w: capabilities %v are beyond tine's default set (%s); a sandbox's set can only be narrowed", ErrInvalidSpec, caps.Names(extra), strings.Join(caps.Default, " "))
+	}
+	return nil
 }

@@ -1,0 +1,297 @@
+// Package oci_test runs tine as an OCI runtime, black-box: the runc-style
+// command line on bundles made here, and under Debian's containerd with
+// ctr, the way containerd's runc shim calls it.
+package oci_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
+)
+
+var tineBin string
+
+func TestMain(m *testing.M) { testbin.Main(m, &tineBin) }
+
+// runcLink is a "tine-runc" link to the binary: the name under which it
+// takes runc's command line.
+func runcLink(t *testing.T) string {
+	t.Helper()
+	link := filepath.Join(t.TempDir(), "tine-runc")
+	if err := os.Symlink(tineBin, link); err != nil {
+		t.Fatal(err)
+	}
+	return link
+}
+
+// busyboxTools are the applets linked in the test root.
+var busyboxTools = []string{"sh", "cat", "echo", "grep", "sleep", "touch", "ls", "hostname", "true"}
+
+// makeRootfs writes a root holding Debian's static busybox.
+func makeRootfs(t *testing.T, dir string) {
+	t.Helper()
+	require.Binary(t, "busybox")
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range busyboxTools {
+		os.Symlink("busybox", filepath.Join(dir, "bin", n))
+	}
+}
+
+// config is a config.json like containerd's for args.
+func config(args ...string) *specs.Spec {
+	dockerCaps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
+	limit := int64(96 << 20)
+	return &specs.Spec{
+		Version:  specs.Version,
+		Hostname: "oci-test",
+		Root:     &specs.Root{Path: "rootfs"},
+		Process: &specs.Process{
+			Args: args, Env: []string{"PATH=/bin"}, Cwd: "/",
+			Capabilities:    &specs.LinuxCapabilities{Bounding: dockerCaps, Effective: dockerCaps, Permitted: dockerCaps},
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}},
+			NoNewPrivileges: true,
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts"},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm"},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755", "size=65536k"}},
+		},
+		Linux: &specs.Linux{
+			Resources: &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}},
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace}},
+			MaskedPaths:   []string{"/proc/kcore", "/sys/firmware"},
+			ReadonlyPaths: []string{"/proc/sys"},
+		},
+	}
+}
+
+// bundle makes a bundle directory for cfg and returns it.
+func bundle(t *testing.T, cfg *specs.Spec) string {
+	t.Helper()
+	dir := t.TempDir()
+	makeRootfs(t, filepath.Join(dir, "rootfs"))
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// runtime runs the runc-style command line with state under root.
+type runtime struct {
+	t          *testing.T
+	link, root string
+}
+
+func newRuntime(t *testing.T) *runtime {
+	require.Root(t)
+	require.Feature(t, "cgroup")
+	return &runtime{t: t, link: runcLink(t), root: t.TempDir()}
+}
+
+// run runs tine-runc with its output in a file: a created container
+// keeps create's stdio as its command's, so a pipe would not end.
+func (r *runtime) run(args ...string) (string, error) {
+	out, err := os.CreateTemp(r.t.TempDir(), "out")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(r.link, append([]string{"--root", r.root}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	return string(b), err
+}
+
+func (r *runtime) must(args ...string) string {
+	r.t.Helper()
+	out, err := r.run(args...)
+	if err != nil {
+		r.t.Fatalf("tine-runc %v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+func (r *runtime) state(id string) specs.State {
+	r.t.Helper()
+	var s specs.State
+	if err := json.Unmarshal([]byte(r.must("state", id)), &s); err != nil {
+		r.t.Fatal(err)
+	}
+	return s
+}
+
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// memoryCgroup is the host directory of a container's memory cgroup.
+func memoryCgroup(path string) string {
+	for _, d := range []string{"/sys/fs/cgroup/memory" + path, "/sys/fs/cgroup" + path} {
+		if _, err := os.Stat(d); err == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+func TestLifecycle(t *testing.T) {
+	r := newRuntime(t)
+	id := fmt.Sprintf("life-%d", os.Getpid())
+	cfg := config("sh", "-c", "touch /started-in-place; sleep 3600")
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	b := bundle(t, cfg)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	r.must("create", "--bundle", b, "--pid-file", pidFile, id)
+	t.Cleanup(func() { r.run("delete", "--force", id) })
+
+	s := r.state(id)
+	pidText, _ := os.ReadFile(pidFile)
+	if s.Status != specs.StateCreated || strconv.Itoa(s.Pid) != string(pidText) {
+		t.Fatalf("after create: status %s pid %d, pid file %q", s.Status, s.Pid, pidText)
+	}
+	// Created, not started: the process exists in its own namespaces, the
+	// command has not run.
+	mine, _ := os.Readlink("/proc/self/ns/pid")
+	theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.Pid))
+	if theirs == "" || theirs == mine {
+		t.Fatalf("the container's PID 1 (%d) is not in a pid namespace of its own: %q vs %q", s.Pid, theirs, mine)
+	}
+	marker := filepath.Join(b, "rootfs", "started-in-place")
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran before start")
+	}
+	if cg := memoryCgroup(cfg.Linux.CgroupsPath); cg == "" {
+		t.Fatalf("no memory cgroup at %s", cfg.Linux.CgroupsPath)
+	} else if b, _ := os.ReadFile(cg + "/memory.limit_in_bytes"); len(b) > 0 && strings.TrimSpace(string(b)) != strconv.Itoa(96<<20) {
+		t.Errorf("memory limit %s, want %d", b, 96<<20)
+	}
+
+	r.must("start", id)
+	// The rootfs is written in place: the file appears in the bundle.
+	if !eventually(func() bool { _, err := os.Stat(marker); return err == nil }) {
+		t.Fatal("the command never wrote into the bundle's rootfs")
+	}
+	if s := r.state(id); s.Status != specs.StateRunning {
+		t.Fatalf("after start: %s", s.Status)
+	}
+	if out, err := r.run("start", id); err == nil {
+		t.Errorf("a second start succeeded: %s", out)
+	}
+	var pids []int
+	json.Unmarshal([]byte(r.must("ps", "--format", "json", id)), &pids)
+	if len(pids) < 2 {
+		t.Errorf("ps lists %v: want PID 1 and the command", pids)
+	}
+	r.must("pause", id)
+	if s := r.state(id); s.Status != "paused" {
+		t.Errorf("after pause: %s", s.Status)
+	}
+	r.must("resume", id)
+	if out, err := r.run("delete", id); err == nil || !strings.Contains(out, "--force") {
+		t.Errorf("delete of a running container: %v %s", err, out)
+	}
+	r.must("kill", id, "KILL")
+	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+		t.Fatalf("still %s after SIGKILL", r.state(id).Status)
+	}
+	r.must("delete", id)
+	if _, err := os.Stat(filepath.Join(r.root, id)); !os.IsNotExist(err) {
+		t.Errorf("state left after delete: %v", err)
+	}
+	if cg := memoryCgroup(cfg.Linux.CgroupsPath); cg != "" {
+		t.Errorf("cgroup left after delete: %s", cg)
+	}
+	if out, err := r.run("state", id); err == nil {
+		t.Errorf("state of a deleted container: %s", out)
+	}
+}
+
+func TestRunExitCodeAndWalls(t *testing.T) {
+	r := newRuntime(t)
+	b := bundle(t, config("sh", "-c", `hostname; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; cat /proc/kcore 2>&1 | head -c 20; echo; exit 7`))
+	out, err := r.run("run", "--bundle", b, fmt.Sprintf("run-%d", os.Getpid()))
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 7 {
+		t.Fatalf("exit: %v, want 7\n%s", err, out)
+	}
+	for _, want := range []string{"oci-test\n", "Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t00000000a80425fb"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "ELF") {
+		t.Errorf("/proc/kcore is readable:\n%s", out)
+	}
+}
+
+func TestBadConfigLeavesNothing(t *testing.T) {
+	r := newRuntime(t)
+	cfg := config("true")
+	cfg.Process.User.UID = 1000
+	id := fmt.Sprintf("bad-%d", os.Getpid())
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	log := filepath.Join(t.TempDir(), "log.json")
+	out, err := r.run("--log", log, "--log-format", "json", "create", "--bundle", bundle(t, cfg), id)
+	if err == nil || !strings.Contains(out, "process.user 1000") {
+		t.Fatalf("create with uid 1000: %v\n%s", err, out)
+	}
+	var entry struct{ Level, Msg string }
+	b, _ := os.ReadFile(log)
+	if json.Unmarshal(bytes.TrimSpace(b), &entry); entry.Level != "error" || !strings.Contains(entry.Msg, "process.user") {
+		t.Errorf("log: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(r.root, id)); !os.IsNotExist(err) {
+		t.Errorf("state left: %v", err)
+	}
+	if cg := memoryCgroup(cfg.Linux.CgroupsPath); cg != "" {
+		t.Errorf("cgroup left: %s", cg)
+	}
+	// A command that is not in the root fails create, not start.
+	cfg = config("no-such-command")
+	out, err = r.run("create", "--bundle", bundle(t, cfg), id)
+	if err == nil || !strings.Contains(out, "no-such-command: not found") {
+		t.Fatalf("create of a missing command: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(r.root, id)); !os.IsNotExist(err) {
+		t.Errorf("state left: %v", err)
+	}
+}
