@@ -54,9 +54,9 @@ type SessionList struct {
 	Sessions []Session `json:"sessions"`
 }
 
-// RunRequest is one cell: the body of POST …/sessions/{sid}/run, and the
+// CellRequest is one cell: the body of POST …/sessions/{sid}/run, and the
 // first message of GET …/sessions/{sid}/run/ws.
-type RunRequest struct {
+type CellRequest struct {
 	Code string `json:"code"`
 	// TimeoutMs interrupts the cell after this long (KeyboardInterrupt);
 	// an interpreter that does not stop within a grace period is killed
@@ -177,7 +177,7 @@ type SessionEvent struct {
 	Failure   *Error           `json:"failure,omitempty"`
 }
 
-// ForkRequest is the body of POST …/sessions/{sid}/fork.
+// ForkSessionRequest is the body of POST …/sessions/{sid}/fork.
 type ForkSessionRequest struct {
 	// Count is how many children to make (1 to the host's capacity).
 	Count int `json:"count"`

@@ -14,6 +14,7 @@ import (
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/sandbox"
+	"github.com/tine-run/tine/internal/session"
 	"github.com/tine-run/tine/internal/snapshot"
 	"github.com/tine-run/tine/internal/store"
 	"github.com/tine-run/tine/internal/zygote"
@@ -70,6 +71,13 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusBadRequest, api.CodeInvalidArgument
 	case errors.Is(err, zygote.ErrInvalidSpec), errors.Is(err, zygote.ErrEntry):
 		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, session.ErrInvalid),
+		errors.Is(err, session.ErrStart) && errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, session.ErrNoSession):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrDead), errors.Is(err, session.ErrHeld):
+		return http.StatusConflict, api.CodeConflict
 	case errors.Is(err, zygote.ErrNoFunction):
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, zygote.ErrTooLarge):

@@ -313,7 +313,7 @@ func (a *agent) send(v any) error {
 }
 
 // run runs one cell to its end (see Session.Run).
-func (a *agent) run(ctx context.Context, cell api.RunRequest, o *Options, emit func(Event)) *api.Execution {
+func (a *agent) run(ctx context.Context, cell api.CellRequest, o *Options, emit func(Event)) *api.Execution {
 	t0 := time.Now()
 	ex := &api.Execution{Results: []api.Result{}}
 	stdout, stderr := capped.New(o.MaxOutput), capped.New(o.MaxOutput)

@@ -201,7 +201,7 @@ type Event = api.SessionEvent
 // the error, which is for a cell that could not run: ErrDead, ErrNoSession,
 // or ctx's error while it was queued. When ctx ends while the cell runs,
 // the cell is interrupted.
-func (s *Session) Run(ctx context.Context, cell api.RunRequest, emit func(Event)) (*api.Execution, error) {
+func (s *Session) Run(ctx context.Context, cell api.CellRequest, emit func(Event)) (*api.Execution, error) {
 	if cell.TimeoutMs < 0 {
 		return nil, fmt.Errorf("%w: timeout_ms %d: want milliseconds > 0, or 0 for none", ErrInvalid, cell.TimeoutMs)
 	}

@@ -47,7 +47,7 @@ func start(t *testing.T, sb *sandbox.Sandbox, o Options) *Session {
 
 func run(t *testing.T, s *Session, code string) *api.Execution {
 	t.Helper()
-	ex, err := s.Run(context.Background(), api.RunRequest{Code: code}, nil)
+	ex, err := s.Run(context.Background(), api.CellRequest{Code: code}, nil)
 	if err != nil {
 		t.Fatalf("run %q: %v", code, err)
 	}
@@ -131,7 +131,7 @@ func TestStreamedEventsComeInOrder(t *testing.T) {
 	sb := newSandbox(t, 256<<20)
 	s := start(t, sb, Options{})
 	var got []string
-	ex, err := s.Run(context.Background(), api.RunRequest{Code: "print('a')\ndisplay(1)\nprint('é' * 3)\nimport sys; sys.stderr.write('b')\n5"},
+	ex, err := s.Run(context.Background(), api.CellRequest{Code: "print('a')\ndisplay(1)\nprint('é' * 3)\nimport sys; sys.stderr.write('b')\n5"},
 		func(e Event) {
 			switch e.Type {
 			case api.EventResult:
@@ -161,7 +161,7 @@ func TestInterruptAndTimeoutEndOnlyTheCell(t *testing.T) {
 
 	done := make(chan *api.Execution)
 	go func() {
-		ex, _ := s.Run(context.Background(), api.RunRequest{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.01)"}, func(e Event) {
+		ex, _ := s.Run(context.Background(), api.CellRequest{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.01)"}, func(e Event) {
 			if e.Type == api.EventStdout {
 				s.Interrupt()
 			}
@@ -172,7 +172,7 @@ func TestInterruptAndTimeoutEndOnlyTheCell(t *testing.T) {
 	if ex.Status != api.ExecInterrupted || ex.Error.Name != "KeyboardInterrupt" || strings.Contains(ex.Error.Traceback, "<string>") {
 		t.Fatalf("interrupted cell: %+v %+v", ex, ex.Error)
 	}
-	ex, _ = s.Run(context.Background(), api.RunRequest{Code: "while True: pass", TimeoutMs: 200}, nil)
+	ex, _ = s.Run(context.Background(), api.CellRequest{Code: "while True: pass", TimeoutMs: 200}, nil)
 	if ex.Status != api.ExecTimeout || ex.SessionDead != "" {
 		t.Fatalf("timed-out cell: %+v", ex)
 	}
@@ -181,11 +181,11 @@ func TestInterruptAndTimeoutEndOnlyTheCell(t *testing.T) {
 	}
 	// A cell that ignores its interrupt: the interpreter has to go.
 	s.opts.InterruptGrace = 300 * time.Millisecond
-	ex, _ = s.Run(context.Background(), api.RunRequest{Code: "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", TimeoutMs: 200}, nil)
+	ex, _ = s.Run(context.Background(), api.CellRequest{Code: "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", TimeoutMs: 200}, nil)
 	if ex.Status != api.ExecTimeout || !strings.Contains(ex.SessionDead, "was killed") || s.Info().State != api.SessionDead {
 		t.Fatalf("wedged cell: %+v, %+v", ex, s.Info())
 	}
-	if _, err := s.Run(context.Background(), api.RunRequest{Code: "1"}, nil); !errors.Is(err, ErrDead) {
+	if _, err := s.Run(context.Background(), api.CellRequest{Code: "1"}, nil); !errors.Is(err, ErrDead) {
 		t.Fatalf("run on a dead session: %v", err)
 	}
 	// Restart brings it back, empty.
@@ -217,7 +217,7 @@ func TestCellsQueue(t *testing.T) {
 	var once sync.Once
 	results := make(chan *api.Execution, 2)
 	go func() {
-		ex, _ := s.Run(context.Background(), api.RunRequest{Code: "import time\nprint('go', flush=True)\nwhile not __import__('os').path.exists('/tmp/release'): time.sleep(0.01)\n'first'"}, func(e Event) {
+		ex, _ := s.Run(context.Background(), api.CellRequest{Code: "import time\nprint('go', flush=True)\nwhile not __import__('os').path.exists('/tmp/release'): time.sleep(0.01)\n'first'"}, func(e Event) {
 			if e.Type == api.EventStdout {
 				once.Do(func() { close(first) })
 			}
@@ -226,7 +226,7 @@ func TestCellsQueue(t *testing.T) {
 	}()
 	<-first
 	go func() {
-		ex, _ := s.Run(context.Background(), api.RunRequest{Code: "'second'"}, nil)
+		ex, _ := s.Run(context.Background(), api.CellRequest{Code: "'second'"}, nil)
 		results <- ex
 	}()
 	for s.Info().Queued != 1 {

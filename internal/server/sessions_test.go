@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/require"
+)
+
+// The routes of sessions over the fake runtime (the interpreter runs on
+// the host): what the HTTP layer adds, not the sandbox's walls, which
+// internal/session and test/api test against real sandboxes.
+func TestSessionRoutes(t *testing.T) {
+	require.Binary(t, "python3")
+	ts := newTestServer(t, Config{})
+	ctx := context.Background()
+	sb, err := ts.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ts.c.CreateSession(ctx, sb.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := s.Run(ctx, "x = 41"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("first cell: %+v %v", ex, err)
+	}
+	ex, err := s.Run(ctx, "x + 1")
+	if err != nil || ex.Text() != "42" || ex.ExecutionCount != 2 {
+		t.Fatalf("second cell: %+v %v", ex, err)
+	}
+	// A syntax error is the cell's result, not the call's failure.
+	if ex, err = s.Run(ctx, "def ("); err != nil || ex.Status != api.ExecError || ex.Error.Name != "SyntaxError" {
+		t.Fatalf("syntax error: %+v %v", ex, err)
+	}
+	var events []string
+	ex, err = s.RunStream(ctx, &api.CellRequest{Code: "print('hi')\nx"}, func(e api.SessionEvent) {
+		if len(events) == 0 || events[len(events)-1] != string(e.Type) { // output may come in chunks
+			events = append(events, string(e.Type))
+		}
+	})
+	if err != nil || ex.Text() != "41" || ex.Stdout != "" || strings.Join(events, ",") != "stdout,result" {
+		t.Fatalf("stream: %+v %v %v", ex, events, err)
+	}
+	list, err := ts.c.Sessions(ctx, sb.ID)
+	if err != nil || len(list) != 1 || list[0].ID != s.ID || list[0].ExecutionCount != 4 || list[0].State != api.SessionIdle {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := s.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ex, err = s.Run(ctx, "'x' in globals()"); err != nil || ex.Text() != "False" {
+		t.Fatalf("after restart: %+v %v", ex, err)
+	}
+
+	// Bad input.
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"POST", "/v1/sandboxes/" + sb.ID + "/sessions/snope/run", `{"code":"1"}`, http.StatusNotFound},
+		{"GET", "/v1/sandboxes/" + sb.ID + "/sessions/snope", "", http.StatusNotFound},
+		{"DELETE", "/v1/sandboxes/" + sb.ID + "/sessions/snope", "", http.StatusNotFound},
+		{"POST", "/v1/sandboxes/nope/sessions", `{}`, http.StatusNotFound},
+		{"POST", "/v1/sandboxes/" + sb.ID + "/sessions", `{"language":"ruby"}`, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes/" + sb.ID + "/sessions", `{"workdir":"rel"}`, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes/" + sb.ID + "/sessions/" + s.ID + "/run", `{"code":"1","timeout_ms":-1}`, http.StatusBadRequest},
+		{"POST", "/v1/sandboxes/" + sb.ID + "/sessions/" + s.ID + "/run", `{"cod":"1"}`, http.StatusBadRequest},
+	} {
+		resp, e := ts.raw(t, c.method, c.path, c.body)
+		if resp.StatusCode != c.status || e.Message == "" {
+			t.Errorf("%s %s %s: %d %+v, want %d", c.method, c.path, c.body, resp.StatusCode, e, c.status)
+		}
+	}
+	// The session goes with its sandbox.
+	if err := ts.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(ctx, "1"); client.ErrorCode(err) != api.CodeNotFound {
+		t.Fatalf("run in a deleted sandbox: %v", err)
+	}
+}
