@@ -273,12 +273,8 @@ func TestHeldNamesWhatAForkCannotCarry(t *testing.T) {
 }
 
 func TestMatplotlibFiguresBecomePNG(t *testing.T) {
+	require.Feature(t, "matplotlib")
 	sb := newSandbox(t, 512<<20)
-	if err := exec.Command("python3", "-c", "import matplotlib").Run(); err != nil {
-		if err := exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run(); err != nil {
-			t.Skip("needs python3-matplotlib: import matplotlib failed on the host")
-		}
-	}
 	s := start(t, sb, Options{Spec: api.SessionSpec{Env: []string{"MPLCONFIGDIR=/tmp/mpl"}}})
 	ex := run(t, s, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nplt.figure(); plt.bar([1], [2]); None")
 	if ex.Status != api.ExecOK || len(ex.Results) != 2 {
