@@ -211,6 +211,10 @@ func (s *Session) Run(ctx context.Context, cell api.CellRequest, emit func(Event
 	defer s.give()
 	s.mu.Lock()
 	a := s.agent
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: session %s was deleted", ErrNoSession, s.id)
+	}
 	if a == nil {
 		why := s.dead
 		s.mu.Unlock()
@@ -292,18 +296,29 @@ func (s *Session) Restart(ctx context.Context) error {
 	return nil
 }
 
-// Close ends the interpreter; a running cell ends with status "dead".
+// Close ends the interpreter; a running cell ends with status "dead" and
+// queued ones with ErrNoSession. It returns once the interpreter is gone
+// and its descriptors are closed.
 func (s *Session) Close() {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	s.closed = true
 	a := s.agent
 	s.agent, s.dead = nil, "deleted"
 	s.mu.Unlock()
-	if a != nil {
-		a.restarting.Store(true)
-		a.kill()
-		a.close()
+	if a == nil {
+		return
 	}
+	a.restarting.Store(true)
+	a.kill()
+	// The running cell polls a's descriptors until it sees the death:
+	// they are closed after it, never under it.
+	s.turn <- struct{}{}
+	a.close()
+	<-s.turn
 }
 
 // Held asks the interpreter, between cells, what it holds that a fork

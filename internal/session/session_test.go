@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -310,3 +311,75 @@ func TestBadSpecs(t *testing.T) {
 func sbPid(sb *sandbox.Sandbox) int { return sb.Pid() }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// openFDs counts this process's descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestNothingLeftBehind(t *testing.T) {
+	sb := newSandbox(t, 96<<20)
+	before := openFDs(t)
+	// Closed while idle, closed while a cell runs, dead of OOM, restarted.
+	s := start(t, sb, Options{})
+	run(t, s, "x = 1")
+	s.Close()
+	s = start(t, sb, Options{})
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan *api.Execution)
+	go func() {
+		ex, _ := s.Run(context.Background(), api.CellRequest{Code: "import time\nprint('go', flush=True)\ntime.sleep(3600)"}, func(e Event) {
+			once.Do(func() { close(started) })
+		})
+		done <- ex
+	}()
+	<-started
+	s.Close()
+	if ex := <-done; ex.Status != api.ExecDead || !strings.Contains(ex.SessionDead, "deleted") {
+		t.Fatalf("the cell of a deleted session: %+v", ex)
+	}
+	if _, err := s.Run(context.Background(), api.CellRequest{Code: "1"}, nil); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("run after delete: %v", err)
+	}
+	s = start(t, sb, Options{})
+	if ex := run(t, s, "b = bytearray(200 << 20)"); ex.Status != api.ExecOOM {
+		t.Fatalf("oom: %+v", ex)
+	}
+	if err := s.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	run(t, s, "1")
+	s.Close()
+	if after := openFDs(t); after != before {
+		t.Fatalf("%d descriptors open before the sessions, %d after", before, after)
+	}
+	// The interpreters are gone from the sandbox: only its PID 1 is left.
+	if u := sb.Usage(); u.Pids != 1 {
+		t.Fatalf("%d processes in the sandbox after every session ended", u.Pids)
+	}
+}
+
+func TestSandboxGoneMidCell(t *testing.T) {
+	sb := newSandbox(t, 128<<20)
+	s := start(t, sb, Options{})
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan *api.Execution)
+	go func() {
+		ex, _ := s.Run(context.Background(), api.CellRequest{Code: "import time\nprint('go', flush=True)\ntime.sleep(3600)"}, func(e Event) {
+			once.Do(func() { close(started) })
+		})
+		done <- ex
+	}()
+	<-started
+	sb.Destroy()
+	if ex := <-done; ex.Status != api.ExecDead || ex.SessionDead == "" || s.Info().State != api.SessionDead {
+		t.Fatalf("the cell of a destroyed sandbox: %+v, %+v", ex, s.Info())
+	}
+}
