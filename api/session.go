@@ -177,20 +177,9 @@ type SessionEvent struct {
 	Failure   *Error           `json:"failure,omitempty"`
 }
 
-// ForkSessionRequest is the body of POST …/sessions/{sid}/fork.
+// ForkSessionRequest is the body of POST …/sessions/{sid}/fork (the
+// route checks it and answers 501: the live fork is not built, ADR 0013).
 type ForkSessionRequest struct {
 	// Count is how many children to make (1 to the host's capacity).
 	Count int `json:"count"`
-}
-
-// ForkedSession is one child of a session fork: a new sandbox and the
-// session in it.
-type ForkedSession struct {
-	Sandbox Sandbox `json:"sandbox"`
-	Session Session `json:"session"`
-}
-
-// SessionForks is the answer of POST …/sessions/{sid}/fork.
-type SessionForks struct {
-	Children []ForkedSession `json:"children"`
 }

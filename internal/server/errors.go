@@ -35,6 +35,8 @@ var (
 	ErrNoSnapshot      = errors.New("no such snapshot")
 	ErrNoSnapshots     = errors.New("snapshots are unavailable")
 	ErrConflictState   = errors.New("conflict")
+	// ErrNoLiveFork: a session's live fork is not built (ADR 0013).
+	ErrNoLiveFork = errors.New("the live fork of a session is not built yet")
 )
 
 // methodError is ErrMethod with the methods the path takes, for the Allow
@@ -82,7 +84,7 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, zygote.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer):
+	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer), errors.Is(err, ErrNoLiveFork):
 		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrNoSnapshot), errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound

@@ -288,6 +288,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/sessions/{sid}/run/ws", s.runCellStream},
 		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/interrupt", s.interruptSession},
 		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/restart", s.restartSession},
+		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/fork", s.forkSession},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -86,4 +87,59 @@ func TestSessionRoutes(t *testing.T) {
 	if _, err := s.Run(ctx, "1"); client.ErrorCode(err) != api.CodeNotFound {
 		t.Fatalf("run in a deleted sandbox: %v", err)
 	}
+}
+
+// The live fork's preflight, in its order; past it, 501.
+func TestSessionForkPreflight(t *testing.T) {
+	require.Binary(t, "python3")
+	ts := newTestServer(t, Config{MaxSandboxes: 3})
+	ctx := context.Background()
+	sb, err := ts.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ts.c.CreateSession(ctx, sb.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := func(body string) (int, api.Error) {
+		resp, e := ts.raw(t, "POST", "/v1/sandboxes/"+sb.ID+"/sessions/"+s.ID+"/fork", body)
+		return resp.StatusCode, e
+	}
+	for _, c := range []struct {
+		body, want string
+		status     int
+	}{
+		{`{"count": 0}`, "count 0", http.StatusBadRequest},
+		{`{"count": 257}`, "count 257", http.StatusBadRequest},
+		{`{"count": 3}`, "capacity for 3 sandboxes", http.StatusTooManyRequests},
+		{`{"count": 2}`, "not built", http.StatusNotImplemented},
+	} {
+		if status, e := fork(c.body); status != c.status || !strings.Contains(e.Message, c.want) {
+			t.Errorf("fork %s: %d %q, want %d with %q", c.body, status, e.Message, c.status, c.want)
+		}
+	}
+	if resp, _ := ts.raw(t, "POST", "/v1/sandboxes/"+sb.ID+"/sessions/snope/fork", `{"count":1}`); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("fork of an unknown session: %d", resp.StatusCode)
+	}
+	// What a copy cannot carry is named.
+	if ex, err := s.Run(ctx, "import threading, socket\nev = threading.Event(); th = threading.Thread(target=ev.wait); th.start()\nsk = socket.socket()"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("cell: %+v %v", ex, err)
+	}
+	if status, e := fork(`{"count": 1}`); status != http.StatusConflict || !strings.Contains(e.Message, "thread") || !strings.Contains(e.Message, "socket") {
+		t.Errorf("fork of a session holding a thread and a socket: %d %q", status, e.Message)
+	}
+	s.Run(ctx, "ev.set(); th.join(); sk.close()")
+	// A running cell: 409 at once, not queued behind it.
+	go s.Run(ctx, "import time\nwhile not __import__('os').path.exists('"+t.TempDir()+"/never'): time.sleep(0.01)")
+	for {
+		if info, _ := s.Info(ctx); info.State == api.SessionBusy {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if status, e := fork(`{"count": 1}`); status != http.StatusConflict || !strings.Contains(e.Message, "running a cell") {
+		t.Errorf("fork while a cell runs: %d %q", status, e.Message)
+	}
+	s.Interrupt(ctx)
 }

@@ -366,5 +366,5 @@ func (h *Held) Err() error {
 	for _, w := range what[1:] {
 		msg += "; " + w
 	}
-	return fmt.Errorf("%w: it holds %s; join the threads, close the sockets and wait for the children in a cell first", ErrHeld, msg)
+	return fmt.Errorf("%w: it holds %s; join the threads, close the sockets and wait for the children in a cell first (a fork of the sandbox, POST /v1/sandboxes/{id}/fork, copies its files but no process)", ErrHeld, msg)
 }
