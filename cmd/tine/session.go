@@ -118,8 +118,13 @@ when the cell ran to its end, 1 when it raised, was interrupted or timed out,
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			enc.Encode(ex)
-		} else if ex, err = runInteractively(cmd.Context(), s, req, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
-			return err
+		} else {
+			sigs := make(chan os.Signal, 4)
+			signal.Notify(sigs, os.Interrupt)
+			defer signal.Stop(sigs)
+			if ex, err = runInteractively(cmd.Context(), s, req, cmd.OutOrStdout(), cmd.ErrOrStderr(), sigs); err != nil {
+				return err
+			}
 		}
 		return cellExit(ex)
 	}
@@ -137,12 +142,9 @@ func cellExit(ex *api.Execution) error {
 	return nil
 }
 
-// runInteractively streams a cell to out and errOut; Ctrl-C (SIGINT)
-// interrupts it.
-func runInteractively(ctx context.Context, s *client.Session, req *api.CellRequest, out, errOut io.Writer) (*api.Execution, error) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt)
-	defer signal.Stop(sigs)
+// runInteractively streams a cell to out and errOut; a signal on sigs
+// (the caller's Ctrl-C) interrupts it.
+func runInteractively(ctx context.Context, s *client.Session, req *api.CellRequest, out, errOut io.Writer, sigs <-chan os.Signal) (*api.Execution, error) {
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -218,9 +220,11 @@ goes on).`,
 			return err
 		}
 		out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-		// Ctrl-C at the prompt is not the end of attach.
-		signal.Ignore(os.Interrupt)
-		defer signal.Reset(os.Interrupt)
+		// Ctrl-C interrupts a running cell; at the prompt it is dropped,
+		// not the end of attach.
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, os.Interrupt)
+		defer signal.Stop(sigs)
 		in := bufio.NewScanner(cmd.InOrStdin())
 		in.Buffer(make([]byte, 1<<20), 16<<20)
 		n := info.ExecutionCount + 1
@@ -234,7 +238,10 @@ goes on).`,
 			if strings.TrimSpace(code) == "" {
 				continue
 			}
-			ex, err := runInteractively(cmd.Context(), s, &api.CellRequest{Code: code}, out, errOut)
+			for len(sigs) > 0 {
+				<-sigs // pressed at the prompt
+			}
+			ex, err := runInteractively(cmd.Context(), s, &api.CellRequest{Code: code}, out, errOut, sigs)
 			if err != nil {
 				return err
 			}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tine-run/tine/api"
@@ -68,6 +70,26 @@ func TestSessionBehindTheSandboxWalls(t *testing.T) {
 	out, err = attach.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "loop 0\nloop 1\n") || !strings.Contains(string(out), "43\n") {
 		t.Fatalf("tine session attach: %v %q", err, out)
+	}
+	// Ctrl-C interrupts the cell, not the session.
+	run := exec.Command(tineBin, "session", "run", sock, s.ID, "-c", "import time\nprint('looping', flush=True)\nwhile True: time.sleep(0.01)")
+	stdout, _ := run.StdoutPipe()
+	var stderr strings.Builder
+	run.Stderr = &stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 8)
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "looping\n" {
+		t.Fatalf("the looping cell did not start: %q %v", line, err)
+	}
+	run.Process.Signal(syscall.SIGINT)
+	err = run.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "KeyboardInterrupt") {
+		t.Fatalf("tine session run after Ctrl-C: %v %q", err, stderr.String())
+	}
+	if ex, err := s.Run(ctx, "y"); err != nil || ex.Text() != "42" {
+		t.Fatalf("the session after an interrupt: %+v %v", ex, err)
 	}
 	out, err = exec.Command(tineBin, "session", "ls", sock).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), s.ID) {
