@@ -227,6 +227,9 @@ func (s *Session) Run(ctx context.Context, cell api.CellRequest, emit func(Event
 
 	s.mu.Lock()
 	s.running = false
+	if ex.ExecutionCount == 0 { // it died before it said: it was the next
+		ex.ExecutionCount = s.count + 1
+	}
 	s.count = ex.ExecutionCount
 	if ex.SessionDead != "" && s.agent == a {
 		s.agent, s.dead = nil, ex.SessionDead

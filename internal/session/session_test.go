@@ -203,7 +203,7 @@ func TestOOMKillsTheSession(t *testing.T) {
 	sb := newSandbox(t, 96<<20)
 	s := start(t, sb, Options{})
 	ex := run(t, s, "hog = []\nwhile True: hog.append(bytearray(8 << 20))")
-	if ex.Status != api.ExecOOM || ex.SessionDead == "" || s.Info().State != api.SessionDead {
+	if ex.Status != api.ExecOOM || ex.SessionDead == "" || s.Info().State != api.SessionDead || ex.ExecutionCount != 1 {
 		t.Fatalf("oom cell: %+v, %+v", ex, s.Info())
 	}
 	if !strings.Contains(s.Info().DeadReason, "out of memory") {
