@@ -289,6 +289,12 @@ func TestMatplotlibFiguresBecomePNG(t *testing.T) {
 	if ex = run(t, s, "len(plt.get_fignums())"); ex.Text() != "0" {
 		t.Fatalf("figures left open after they were shown: %+v", ex)
 	}
+	// The backend is the session's alone: a python3 the cell starts
+	// imports pyplot with matplotlib's default.
+	ex = run(t, s, "import subprocess\nsubprocess.run(['python3', '-c', 'import matplotlib.pyplot as p; print(p.get_backend())'], capture_output=True, text=True).stdout.strip()")
+	if ex.Text() != "'agg'" {
+		t.Fatalf("a subprocess's matplotlib backend: %+v %+v", ex, ex.Error)
+	}
 }
 
 func TestBadSpecs(t *testing.T) {

@@ -7,8 +7,7 @@
 #
 # Protocol, fd 0 (a stream socket to the daemon), frames of a 4-byte
 # big-endian length and a JSON object:
-#   daemon -> agent: {"op": "run", "code": ...} | {"op": "check_fork"} |
-#                    {"op": "fork", "reply": True}
+#   daemon -> agent: {"op": "run", "code": ...} | {"op": "check_fork"}
 #   agent -> daemon: {"type": "ready", "pid": N} once; per cell
 #                    {"type": "result", ...} and {"type": "error", ...}
 #                    as they happen, then {"type": "end", "count": N}.
@@ -154,8 +153,8 @@ class Agent:
                 continue
             try:
                 v = m(obj)
-            except NotImplementedError:
-                continue
+            except Exception:
+                continue  # a broken formatter costs its type, not the cell (as in IPython)
             if isinstance(v, tuple):  # (data, metadata)
                 v = v[0]
             if v is not None:
@@ -195,9 +194,10 @@ class Agent:
 
     def install_matplotlib_backend(self):
         # matplotlib's default here would be Agg, whose show() only warns.
-        # This backend is Agg whose show() sends the open figures; it is a
-        # module of its own, loaded (with matplotlib) only when the user
-        # imports matplotlib.
+        # This backend is Agg whose show() sends the open figures. It is
+        # chosen when matplotlib is imported (an import hook sets its
+        # rcParams), not through MPLBACKEND, which every process a cell
+        # starts would inherit without the module; a user's MPLBACKEND wins.
         agent = self
         mod = types.ModuleType("tine_inline")
 
@@ -214,7 +214,25 @@ class Agent:
         mod.show = show
         mod.__getattr__ = __getattr__
         sys.modules["tine_inline"] = mod
-        os.environ.setdefault("MPLBACKEND", "module://tine_inline")
+
+        class Hook:
+            def find_spec(self, name, path, target=None):
+                if name != "matplotlib":
+                    return None
+                sys.meta_path.remove(self)
+                import importlib.util
+                spec = importlib.util.find_spec(name)
+                if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                    return spec
+                load = spec.loader.exec_module
+
+                def exec_module(module):
+                    load(module)
+                    if "MPLBACKEND" not in os.environ:
+                        module.rcParams["backend"] = "module://tine_inline"
+                spec.loader.exec_module = exec_module
+                return spec
+        sys.meta_path.insert(0, Hook())
 
     # --- cells ---
 
