@@ -32,15 +32,9 @@ func (b *box) sessionsOf() *session.Set {
 	return b.sessions
 }
 
-// closeSessions ends b's sessions (before its sandbox goes).
-func (b *box) closeSessions() {
-	b.mu.Lock()
-	set := b.sessions
-	b.mu.Unlock()
-	if set != nil {
-		set.Close()
-	}
-}
+// closeSessions ends b's sessions (before its sandbox goes); a session
+// still starting is ended when it is ready (the set is closed).
+func (b *box) closeSessions() { b.sessionsOf().Close() }
 
 // useSession finds the running sandbox and the session a request names;
 // done ends the sandbox's use (see use).
