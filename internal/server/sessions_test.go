@@ -143,3 +143,33 @@ func TestSessionForkPreflight(t *testing.T) {
 	}
 	s.Interrupt(ctx)
 }
+
+// A stream's client that goes away interrupts its cell; the session goes on.
+func TestSessionStreamClientLeaves(t *testing.T) {
+	require.Binary(t, "python3")
+	ts := newTestServer(t, Config{})
+	ctx := context.Background()
+	sb, err := ts.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ts.c.CreateSession(ctx, sb.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Run(ctx, "kept = 'yes'")
+	sctx, cancel := context.WithCancel(ctx)
+	_, err = s.RunStream(sctx, &api.CellRequest{Code: "import time\nprint('go', flush=True)\nwhile True: time.sleep(0.01)"}, func(e api.SessionEvent) {
+		if e.Type == api.EventStdout {
+			cancel()
+		}
+	})
+	if err == nil {
+		t.Fatal("the stream ended normally after its client left")
+	}
+	// The next cell queues behind the interrupted one, then answers.
+	ex, err := s.Run(ctx, "kept")
+	if err != nil || ex.Text() != "'yes'" || ex.ExecutionCount != 3 {
+		t.Fatalf("after the client left: %+v %v", ex, err)
+	}
+}
