@@ -80,6 +80,27 @@ of it. The target: the warm call's p50 at most 1/20 of tine run's.`,
 				}
 				return groups, func() { cleanup(); d.Stop() }, nil
 			}),
+		newSuiteCommand("session", "Time code-interpreter sessions: a cell's round trip, and a session's state in a new sandbox",
+			`session starts a tine serve for the run and measures, through the Go client:
+the round trip of a cell 1 + 1 in a session (JSON and WebSocket) next to the
+exec of /bin/true in the same sandbox (the floor); and getting the state of
+a session that imported the 16 modules of bench warm and holds 50 MiB of
+data into a new sandbox until its first cell answers: a new sandbox and
+session replaying the cells (what a user does without fork), next to the live
+fork and the memory-tier fork, reported as not available while they are not
+built. The target: `+bench.SessionTarget.Text+`.`,
+			func(self string) ([]bench.Group, func(), error) {
+				d, err := bench.StartDaemon(self, 0)
+				if err != nil {
+					return nil, nil, err
+				}
+				groups, cleanup, err := bench.SessionGroups(d)
+				if err != nil {
+					d.Stop()
+					return nil, nil, err
+				}
+				return groups, func() { cleanup(); d.Stop() }, nil
+			}),
 		newWarmSuiteCommand("warm", "Time the warm path: a 16-import Python function at a steady rate, next to the fork floor",
 			`warm starts a tine serve for the run, registers a function whose entry imports
 16 stdlib modules (json, re, ssl, decimal, datetime, hashlib, urllib.request,

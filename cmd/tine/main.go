@@ -33,7 +33,7 @@ capabilities and Landlock.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
-	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newGuestCommand(), newOCICommand("oci"))
+	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newSessionCommand(), newGuestCommand(), newOCICommand("oci"))
 	return root
 }
 

@@ -35,6 +35,8 @@ var registry = []*probe{
 		affects: "the memory snapshot tier (checkpoint and restore of running sandboxes)"},
 	{name: "xvfb", run: checkXvfb,
 		affects: "desktops (the virtual X display of GUI sandboxes)"},
+	{name: "matplotlib", run: checkMatplotlib,
+		affects: "sessions' matplotlib figures as image/png results (python3-matplotlib)"},
 	{name: "bwrap", run: checkBwrap,
 		affects: "only `tine bench`, which compares tine with bubblewrap"},
 	{name: "kernel", run: checkKernel},

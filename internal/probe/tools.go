@@ -148,3 +148,28 @@ func checkBwrap() Check {
 	}
 	return Check{OK: true, Detail: fmt.Sprintf("bubblewrap %s at %s", version, path), Version: version}
 }
+
+// sandboxPath is the PATH a sandbox's commands get by default
+// (sandbox.DefaultPath): a session's python3 is the first found there.
+var sandboxPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+func checkMatplotlib() Check {
+	python := ""
+	for _, dir := range sandboxPath {
+		if st, err := os.Stat(dir + "/python3"); err == nil && st.Mode().IsRegular() {
+			python = dir + "/python3"
+			break
+		}
+	}
+	if python == "" {
+		return Check{Detail: "no python3 on a sandbox's PATH (" + strings.Join(sandboxPath, ":") + ")", Fix: "apt-get install python3 python3-matplotlib"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "-c", "import matplotlib; print(matplotlib.__version__)").Output()
+	if err != nil {
+		return Check{Detail: python + " cannot import matplotlib", Fix: "apt-get install python3-matplotlib"}
+	}
+	v := strings.TrimSpace(string(out))
+	return Check{OK: true, Detail: "matplotlib " + v + " for " + python, Version: v}
+}

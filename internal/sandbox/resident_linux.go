@@ -19,7 +19,7 @@ import (
 // heap that PID 1 never reads. So what PID 1 needs to serve launches — its
 // buffers, the command's vfork stack and a stack of its own — lives in a
 // mapping outside Go's heap (resident), and before it serves, PID 1 unmaps
-// every other writable mapping of the copy (ADR 0013).
+// every other writable mapping of the copy (ADR 0014).
 
 // residentStackSize is PID 1's own stack while it serves: its nosplit
 // frames need a few hundred bytes.

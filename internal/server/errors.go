@@ -14,6 +14,7 @@ import (
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/sandbox"
+	"github.com/tine-run/tine/internal/session"
 	"github.com/tine-run/tine/internal/snapshot"
 	"github.com/tine-run/tine/internal/store"
 	"github.com/tine-run/tine/internal/zygote"
@@ -34,6 +35,8 @@ var (
 	ErrNoSnapshot      = errors.New("no such snapshot")
 	ErrNoSnapshots     = errors.New("snapshots are unavailable")
 	ErrConflictState   = errors.New("conflict")
+	// ErrNoLiveFork: a session's live fork is not built (ADR 0013).
+	ErrNoLiveFork = errors.New("the live fork of a session is not built yet")
 )
 
 // methodError is ErrMethod with the methods the path takes, for the Allow
@@ -70,11 +73,18 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusBadRequest, api.CodeInvalidArgument
 	case errors.Is(err, zygote.ErrInvalidSpec), errors.Is(err, zygote.ErrEntry):
 		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, session.ErrInvalid),
+		errors.Is(err, session.ErrStart) && errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, session.ErrNoSession):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrDead), errors.Is(err, session.ErrHeld):
+		return http.StatusConflict, api.CodeConflict
 	case errors.Is(err, zygote.ErrNoFunction):
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, zygote.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer):
+	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer), errors.Is(err, ErrNoLiveFork):
 		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrNoSnapshot), errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound

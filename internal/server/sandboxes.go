@@ -14,6 +14,7 @@ import (
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
+	"github.com/tine-run/tine/internal/session"
 )
 
 // box is one sandbox of the table.
@@ -31,9 +32,10 @@ type box struct {
 	mu         sync.Mutex
 	state      api.State
 	lastActive time.Time
-	busy       int      // exec and file requests in flight
-	execs      int      // commands running
-	desktop    *desktop // set once a desktop's guest is ready
+	busy       int          // exec and file requests in flight
+	execs      int          // commands running
+	desktop    *desktop     // set once a desktop's guest is ready
+	sessions   *session.Set // its code-interpreter sessions, made on first use
 
 	forkedFrom string // the snapshot it was forked from
 }
@@ -251,6 +253,7 @@ func (s *Server) watch(b *box) {
 		return // being destroyed
 	}
 	s.log.Warn("sandbox died on its own", "id", b.id, "pid", b.inst.Pid())
+	b.closeSessions()
 	if err := b.inst.Destroy(); err != nil {
 		s.log.Error("clean up dead sandbox", "id", b.id, "err", err)
 	}
@@ -270,6 +273,7 @@ func (s *Server) destroy(b *box, why string) {
 		b.mu.Lock()
 		b.state = api.StateStopping
 		b.mu.Unlock()
+		b.closeSessions()
 		if err := b.inst.Destroy(); err != nil {
 			s.log.Error("destroy sandbox", "id", b.id, "err", err)
 		}

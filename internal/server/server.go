@@ -6,7 +6,7 @@
 // (internal/sandbox) and internal/inroot.
 //
 // One file per resource: sandboxes.go, exec.go and exec_stream.go,
-// files.go, run.go (one-shot runs handed over by `tine run`), health.go,
+// files.go, sessions.go, run.go (one-shot runs handed over by `tine run`), health.go,
 // metrics.go; errors.go holds the sentinel errors and
 // statusOf, the one place an error becomes an HTTP status.
 //
@@ -280,6 +280,15 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/snapshots/{sid}", s.getSnapshot},
 		{"DELETE", "/v1/snapshots/{sid}", s.deleteSnapshot},
 		{"POST", "/v1/snapshots/{sid}/fork", s.forkSnapshot},
+		{"POST", "/v1/sandboxes/{id}/sessions", s.createSession},
+		{"GET", "/v1/sandboxes/{id}/sessions", s.listSessions},
+		{"GET", "/v1/sandboxes/{id}/sessions/{sid}", s.getSession},
+		{"DELETE", "/v1/sandboxes/{id}/sessions/{sid}", s.deleteSession},
+		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/run", s.runCell},
+		{"GET", "/v1/sandboxes/{id}/sessions/{sid}/run/ws", s.runCellStream},
+		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/interrupt", s.interruptSession},
+		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/restart", s.restartSession},
+		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/fork", s.forkSession},
 	}
 }
 

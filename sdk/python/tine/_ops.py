@@ -430,3 +430,74 @@ def _snapshot_path(snap: str, rest: str = "") -> str:
 def aci_ws_path(did: str) -> str:
     """The ACI session's WebSocket route (docs/aci.md)."""
     return _desktop_path(did, "/aci")
+
+
+# --- code-interpreter sessions --------------------------------------------
+
+def _session_path(sid: str, session: str = "", rest: str = "") -> str:
+    tail = "/sessions" + ("/" + urllib.parse.quote(session, safe="") if session else "")
+    return _sandbox_path(sid, tail + rest)
+
+
+def session_spec(env: Mapping[str, str] | Sequence[str] | None = None,
+                 workdir: str | None = None, language: str | None = None) -> dict[str, Any]:
+    """A session's create body."""
+    body: dict[str, Any] = {}
+    if language:
+        body["language"] = language
+    if env:
+        body["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, Mapping) else list(env)
+    if workdir:
+        body["workdir"] = workdir
+    return body
+
+
+def create_session(sid: str, body: Mapping[str, Any]) -> Call[m.SessionInfo]:
+    """POST /v1/sandboxes/{id}/sessions."""
+    return _json_call("POST", _session_path(sid), _decode(m.SessionInfo), body=dict(body) or {})
+
+
+def list_sessions(sid: str) -> Call[list[m.SessionInfo]]:
+    """GET /v1/sandboxes/{id}/sessions."""
+    return Call("GET", _session_path(sid),
+                lambda b: [from_json(m.SessionInfo, s) for s in json.loads(b).get("sessions") or []])
+
+
+def get_session(sid: str, session: str) -> Call[m.SessionInfo]:
+    """GET /v1/sandboxes/{id}/sessions/{sid}."""
+    return Call("GET", _session_path(sid, session), _decode(m.SessionInfo))
+
+
+def delete_session(sid: str, session: str) -> Call[None]:
+    """DELETE /v1/sandboxes/{id}/sessions/{sid}."""
+    return Call("DELETE", _session_path(sid, session), _none)
+
+
+def cell_request(code: str, timeout: float | None = None) -> dict[str, Any]:
+    """A cell's body (``timeout`` in seconds)."""
+    if not isinstance(code, str):
+        raise TypeError("code is a str of Python source")
+    req: dict[str, Any] = {"code": code}
+    if timeout:
+        req["timeout_ms"] = max(1, round(timeout * 1000))
+    return req
+
+
+def run_cell(sid: str, session: str, req: Mapping[str, Any]) -> Call[m.Execution]:
+    """POST /v1/sandboxes/{id}/sessions/{sid}/run."""
+    return _json_call("POST", _session_path(sid, session, "/run"), _decode(m.Execution), body=req)
+
+
+def run_cell_ws_path(sid: str, session: str) -> str:
+    """The streamed cell's WebSocket route."""
+    return _session_path(sid, session, "/run/ws")
+
+
+def interrupt_session(sid: str, session: str) -> Call[m.SessionInfo]:
+    """POST /v1/sandboxes/{id}/sessions/{sid}/interrupt."""
+    return Call("POST", _session_path(sid, session, "/interrupt"), _decode(m.SessionInfo))
+
+
+def restart_session(sid: str, session: str) -> Call[m.SessionInfo]:
+    """POST /v1/sandboxes/{id}/sessions/{sid}/restart."""
+    return Call("POST", _session_path(sid, session, "/restart"), _decode(m.SessionInfo))

@@ -20,6 +20,7 @@ from . import _aci
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
+from . import session as _session
 from . import models as m
 from .errors import TransportError, error_from_response
 
@@ -583,6 +584,16 @@ class AsyncClient:
     async def delete(self, sandbox_id: str) -> None:
         """See :meth:`tine.Client.delete`."""
         await self._t.do(ops.delete(sandbox_id))
+
+    async def session(self, sandbox: str | m.Sandbox, *, env: Mapping[str, str] | Sequence[str] | None = None,
+                      workdir: str | None = None) -> "_session.AsyncSession":
+        """See :meth:`tine.Client.session`."""
+        sid = _session.sandbox_id_of(sandbox)
+        return _session.AsyncSession(self, await self._t.do(ops.create_session(sid, ops.session_spec(env, workdir))))
+
+    async def sessions(self, sandbox: str | m.Sandbox) -> builtins.list[m.SessionInfo]:
+        """See :meth:`tine.Client.sessions`."""
+        return await self._t.do(ops.list_sessions(_session.sandbox_id_of(sandbox)))
 
     async def exec(self, sandbox_id: str, argv: Sequence[str], *, stdin: bytes | str | None = None,
                    env: Mapping[str, str] | Sequence[str] | None = None, workdir: str | None = None,

@@ -17,6 +17,7 @@ from . import _aci
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
+from . import session as _session
 from . import models as m
 from .errors import TransportError, error_from_response
 
@@ -590,6 +591,18 @@ class Client:
             stream.close()
             raise TransportError(f"send the exec request: {e}") from e
         return stream
+
+    # --- code-interpreter sessions ---
+
+    def session(self, sandbox: str | m.Sandbox, *, env: Mapping[str, str] | Sequence[str] | None = None,
+                workdir: str | None = None) -> "_session.Session":
+        """Start a stateful Python session in a sandbox (see :mod:`tine.session`)."""
+        sid = _session.sandbox_id_of(sandbox)
+        return _session.Session(self, self._do(ops.create_session(sid, ops.session_spec(env, workdir))))
+
+    def sessions(self, sandbox: str | m.Sandbox) -> builtins.list[m.SessionInfo]:
+        """A sandbox's sessions, oldest first."""
+        return self._do(ops.list_sessions(_session.sandbox_id_of(sandbox)))
 
     # --- files ---
 

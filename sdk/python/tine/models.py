@@ -425,3 +425,100 @@ class ForkResult:
     def ids(self) -> list[str]:
         """Every replica's id."""
         return [s.id for s in self.sandboxes] + [d.id for d in self.desktops]
+
+
+# --- code-interpreter sessions --------------------------------------------
+
+@dataclass
+class SessionSpec:
+    """What a session starts with: ``language`` (python), ``env``
+    (KEY=VALUE strings added to the sandbox's) and ``workdir``."""
+    language: str | None = None
+    env: list[str] | None = None
+    workdir: str | None = None
+
+
+@dataclass
+class SessionInfo:
+    """A session as the daemon describes it: ``state`` idle, busy or dead
+    (``dead_reason`` says why), the cells run and queued, the
+    interpreter's pid in the sandbox."""
+    id: str
+    sandbox_id: str = ""
+    language: str = "python"
+    state: str = "idle"
+    dead_reason: str = ""
+    execution_count: int = 0
+    queued: int = 0
+    pid: int = 0
+    created_at: datetime.datetime | None = None
+    spec: SessionSpec = field(default_factory=SessionSpec)
+
+
+@dataclass
+class Result:
+    """One rich result of a cell: ``data`` maps MIME types to the value
+    (text as str, images base64, application/json a JSON value);
+    ``is_main_result`` marks the value of the cell's last expression."""
+    data: dict[str, Any] = field(default_factory=dict)
+    is_main_result: bool = False
+
+    @property
+    def text(self) -> str | None:
+        """The text/plain (the object's repr)."""
+        return self.data.get("text/plain")
+
+    @property
+    def html(self) -> str | None:
+        return self.data.get("text/html")
+
+    @property
+    def png(self) -> bytes | None:
+        """The image/png, decoded."""
+        v = self.data.get("image/png")
+        return base64.b64decode(v) if v else None
+
+    @property
+    def json(self) -> Any:
+        return self.data.get("application/json")
+
+
+@dataclass
+class CellError:
+    """What a cell raised: ``name`` (the exception's type), ``value`` (its
+    message) and the ``traceback``, starting at the user's code."""
+    name: str
+    value: str = ""
+    traceback: str = ""
+
+
+@dataclass
+class Execution:
+    """The whole result of a cell. ``status``: ok, error, interrupted,
+    timeout, oom or dead; ``session_dead`` says why when the session did
+    not survive it."""
+    execution_count: int = 0
+    status: str = "ok"
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    results: list[Result] = field(default_factory=list)
+    error: CellError | None = None
+    session_dead: str = ""
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def main(self) -> Result | None:
+        """The value of the cell's last expression, if it had one."""
+        return next((r for r in self.results if r.is_main_result), None)
+
+    @property
+    def text(self) -> str | None:
+        """The main result's text/plain: ``s.run("1 + 1").text == "2"``."""
+        r = self.main
+        return r.text if r else None

@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/tine-run/tine/api"
+)
+
+// SessionTarget is the bar for a cell's round trip.
+var SessionTarget = Target{Variant: "session cell (JSON)", MaxRatio: 2, Text: "cell round trip of 1 + 1 p50 at most 2x the same-run exec floor (exec of /bin/true through the daemon)"}
+
+// sessionState is what the state-carrying variants start from: the 16
+// imports of the warm suites and 50 MiB of data, touched.
+var sessionState = []string{
+	"import " + strings.Join(WarmImports, ", "),
+	"data = bytes(range(256)) * (50 << 12)",
+	"marker = hashlib.sha256(data).hexdigest()[:16]",
+}
+
+// sessionProbe is the first cell a session holding sessionState answers.
+const sessionProbe = "len(data) >> 20, marker"
+
+// liveForkUnavailable says why the live-fork variant is not measured.
+const liveForkUnavailable = "not built: live fork of a session into a new sandbox (docs/decisions/0013-code-interpreter-sessions.md says where it stands)"
+
+// SessionGroups is the session suite, against d: a cell's round trip
+// (JSON and streamed) next to the exec floor, and getting a session's
+// state into a new sandbox: a new sandbox and session replaying the
+// cells, next to the live fork and the memory-tier fork (reported as not
+// available until they are built).
+func SessionGroups(d *Daemon) ([]Group, func(), error) {
+	ctx := context.Background()
+	c := d.Client
+	sb, err := c.Create(ctx, &api.SandboxSpec{Limits: api.Limits{MemoryBytes: 512 << 20}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the sandbox to measure: %w", err)
+	}
+	cleanup := func() { c.Delete(context.Background(), sb.ID) }
+	s, err := c.CreateSession(ctx, sb.ID, nil)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("start the session to measure: %w", err)
+	}
+
+	execFloor := Variant{Name: "exec floor (/bin/true)", Func: func(ctx context.Context) error {
+		res, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/true"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit code %d", res.ExitCode)
+		}
+		return err
+	}}
+	cell := func(ex *api.Execution, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case ex.Text() != "2":
+			return fmt.Errorf("1 + 1 answered %q (%s)", ex.Text(), ex.Status)
+		}
+		return nil
+	}
+	cellJSON := Variant{Name: "session cell (JSON)", Func: func(ctx context.Context) error {
+		return cell(s.Run(ctx, "1 + 1"))
+	}}
+	cellStream := Variant{Name: "session cell (stream)", Func: func(ctx context.Context) error {
+		return cell(s.RunStream(ctx, &api.CellRequest{Code: "1 + 1"}, nil))
+	}}
+
+	// The state's answer, computed once in a session that ran the cells.
+	want, err := replayed(ctx, d, nil)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("build the session state: %w", err)
+	}
+	replay := Variant{Name: "new sandbox + session + replay", Func: func(ctx context.Context) error {
+		_, err := replayed(ctx, d, &want)
+		return err
+	}}
+	return []Group{
+		{Name: "cell round trip", Reference: execFloor.Name, Subject: cellJSON.Name, Variants: []Variant{execFloor, cellJSON, cellStream}, Targets: []Target{SessionTarget}},
+		{Name: "session state → new sandbox, first cell answered", Reference: replay.Name, Subject: "live fork",
+			Variants: []Variant{replay, {Name: "live fork", Unavailable: liveForkUnavailable},
+				{Name: "memory-tier fork", Unavailable: "not built: the memory tier answers 501"}}},
+	}, cleanup, nil
+}
+
+// replayed makes a sandbox and a session, runs sessionState's cells and
+// the probe, and deletes the sandbox; the probe's answer must be *want
+// when want is not nil.
+func replayed(ctx context.Context, d *Daemon, want *string) (string, error) {
+	c := d.Client
+	sb, err := c.Create(ctx, &api.SandboxSpec{Limits: api.Limits{MemoryBytes: 512 << 20}})
+	if err != nil {
+		return "", err
+	}
+	defer c.Delete(context.Background(), sb.ID)
+	s, err := c.CreateSession(ctx, sb.ID, nil)
+	if err != nil {
+		return "", err
+	}
+	for _, code := range append(sessionState, sessionProbe) {
+		ex, err := s.Run(ctx, code)
+		if err != nil {
+			return "", err
+		}
+		if ex.Status != api.ExecOK {
+			return "", fmt.Errorf("cell %q: %s %+v", code, ex.Status, ex.Error)
+		}
+		if code == sessionProbe {
+			if want != nil && ex.Text() != *want {
+				return "", fmt.Errorf("the replayed state answers %q, want %q", ex.Text(), *want)
+			}
+			return ex.Text(), nil
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,334 @@
+# tine's code-interpreter agent, embedded in the tine binary and launched
+# by the daemon inside a sandbox (behind all of its walls) for each session.
+# It runs cells one at a time in one namespace, so state persists between
+# them, and reports them the way a Jupyter kernel does: the value of the
+# last expression and display() calls as MIME bundles, open matplotlib
+# figures as image/png, errors as {name, value, traceback}.
+#
+# Protocol, fd 0 (a stream socket to the daemon), frames of a 4-byte
+# big-endian length and a JSON object:
+#   daemon -> agent: {"op": "run", "code": ...} | {"op": "check_fork"}
+#   agent -> daemon: {"type": "ready", "pid": N} once; per cell
+#                    {"type": "result", ...} and {"type": "error", ...}
+#                    as they happen, then {"type": "end", "count": N}.
+# Cell output is not framed: fd 1 and 2 are pipes the daemon reads. Every
+# frame carries how many bytes sys.stdout and sys.stderr had written when
+# it was sent ("out", "err"), so the daemon, which reads pipes and socket
+# in bulk, puts each frame back where it happened in the output. (What
+# bypasses sys.stdout, a subprocess or os.write, is not counted: it may
+# come after a frame that followed it.)
+# SIGINT raises KeyboardInterrupt in a running cell and is ignored between
+# cells. Standard library only: this runs on whatever Python the root has.
+import ast
+import builtins
+import io
+import json
+import linecache
+import os
+import signal
+import socket
+import struct
+import sys
+import traceback
+import types
+
+MAX_FRAME = 64 << 20
+
+# The methods an object may offer for a rich representation, by MIME type
+# (IPython's display protocol). Looked up on the type, not the instance: an
+# object whose __getattr__ answers everything offers nothing.
+REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("text/latex", "_repr_latex_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+)
+BINARY = ("image/png", "image/jpeg")
+
+
+class CountingWriter(io.RawIOBase):
+    # fd 1 or 2, counting the bytes written (whole writes: TextIOWrapper
+    # does not retry a short one).
+    def __init__(self, fd):
+        self.fd = fd
+        self.n = 0
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self.fd
+
+    def write(self, b):
+        view = memoryview(b)
+        total = len(view)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.n += total
+        return total
+
+
+def counted_stream(fd, old):
+    raw = CountingWriter(fd)
+    return raw, io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, write_through=True)
+
+
+def agent_frame(f):
+    # This file runs as `python -c`, so its frames are "<string>".
+    return f.filename == "<string>"
+
+
+def error_of(exc):
+    # The traceback starts at the user's code: the agent's frames are not
+    # the user's business.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not agent_frame(f)]
+    tb = ""
+    if frames:
+        tb = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+    return {
+        "name": type(exc).__name__,
+        "value": str(exc),
+        "traceback": tb + "".join(traceback.format_exception_only(type(exc), exc)),
+    }
+
+
+class Agent:
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.count = 0
+        self.in_cell = False
+        self.inbuf = b""
+        self.out, sys.stdout = counted_stream(1, sys.stdout)
+        self.err, sys.stderr = counted_stream(2, sys.stderr)
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        main.display = self.display
+        sys.modules["__main__"] = main
+        self.ns = main.__dict__
+        self.install_matplotlib_backend()
+
+    # --- frames ---
+
+    def send(self, obj):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        obj["out"], obj["err"] = self.out.n, self.err.n
+        b = json.dumps(obj, default=repr).encode()
+        self.ctl.sendall(struct.pack(">I", len(b)) + b)
+
+    def recv(self):
+        while len(self.inbuf) < 4 or len(self.inbuf) < 4 + struct.unpack_from(">I", self.inbuf)[0]:
+            try:
+                chunk = self.ctl.recv(1 << 20)
+            except InterruptedError:
+                continue
+            if not chunk:
+                return None
+            self.inbuf += chunk
+            if len(self.inbuf) >= 4 and struct.unpack_from(">I", self.inbuf)[0] > MAX_FRAME:
+                raise ValueError("frame too large")
+        n = struct.unpack_from(">I", self.inbuf)[0]
+        msg, self.inbuf = self.inbuf[4:4 + n], self.inbuf[4 + n:]
+        return json.loads(msg)
+
+    # --- display ---
+
+    def bundle(self, obj):
+        data = {"text/plain": repr(obj)}
+        t = type(obj)
+        mb = getattr(t, "_repr_mimebundle_", None)
+        if mb is not None:
+            got = mb(obj)
+            if isinstance(got, tuple):
+                got = got[0]
+            if isinstance(got, dict):
+                data.update(got)
+        for mime, name in REPR_METHODS:
+            m = getattr(t, name, None)
+            if m is None or mime in data:
+                continue
+            try:
+                v = m(obj)
+            except Exception:
+                continue  # a broken formatter costs its type, not the cell (as in IPython)
+            if isinstance(v, tuple):  # (data, metadata)
+                v = v[0]
+            if v is not None:
+                data[mime] = v
+        if t.__module__ == "matplotlib.figure" and "image/png" not in data:
+            data["image/png"] = self.figure_png(obj)
+        for mime in BINARY:
+            v = data.get(mime)
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                data[mime] = __import__("base64").b64encode(bytes(v)).decode()
+        for mime, v in list(data.items()):
+            if isinstance(v, (bytes, bytearray)) and mime != "application/json":
+                data[mime] = bytes(v).decode("utf-8", "replace")
+        return data
+
+    def display(self, *objs):
+        """display(obj, ...) shows each object as a result of the cell."""
+        for obj in objs:
+            self.send({"type": "result", "data": self.bundle(obj), "main": False})
+
+    def figure_png(self, fig):
+        import io
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        return buf.getvalue()
+
+    def show_figures(self):
+        # Figures shown (plt.show()) or left open at the end of a cell are
+        # results, as in a notebook; shown ones are closed.
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        for num in plt.get_fignums():
+            fig = plt.figure(num)
+            self.send({"type": "result", "data": self.bundle(fig), "main": False})
+        plt.close("all")
+
+    def install_matplotlib_backend(self):
+        # matplotlib's default here would be Agg, whose show() only warns.
+        # This backend is Agg whose show() sends the open figures. It is
+        # chosen when matplotlib is imported (an import hook sets its
+        # rcParams), not through MPLBACKEND, which every process a cell
+        # starts would inherit without the module; a user's MPLBACKEND wins.
+        agent = self
+        mod = types.ModuleType("tine_inline")
+
+        def show(*args, **kwargs):
+            agent.show_figures()
+
+        def __getattr__(name):
+            if name in ("FigureCanvas", "FigureManager"):
+                from matplotlib.backends import backend_agg
+                mod.FigureCanvas = backend_agg.FigureCanvasAgg
+                mod.FigureManager = backend_agg.FigureManagerBase
+                return getattr(mod, name)
+            raise AttributeError(name)
+        mod.show = show
+        mod.__getattr__ = __getattr__
+        sys.modules["tine_inline"] = mod
+
+        class Hook:
+            def find_spec(self, name, path, target=None):
+                if name != "matplotlib":
+                    return None
+                sys.meta_path.remove(self)
+                import importlib.util
+                spec = importlib.util.find_spec(name)
+                if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                    return spec
+                load = spec.loader.exec_module
+
+                def exec_module(module):
+                    load(module)
+                    if "MPLBACKEND" not in os.environ:
+                        module.rcParams["backend"] = "module://tine_inline"
+                spec.loader.exec_module = exec_module
+                return spec
+        sys.meta_path.insert(0, Hook())
+
+    # --- cells ---
+
+    def run(self, code):
+        self.count += 1
+        name = "<cell %d>" % self.count
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        try:
+            try:
+                self.in_cell = True
+                tree = ast.parse(code, name)
+                last = None
+                if tree.body and isinstance(tree.body[-1], ast.Expr):
+                    last = ast.Expression(tree.body.pop().value)
+                exec(compile(tree, name, "exec"), self.ns)
+                value = eval(compile(last, name, "eval"), self.ns) if last is not None else None
+            finally:
+                self.in_cell = False
+            if value is not None:
+                self.ns["_"] = value
+                self.send({"type": "result", "data": self.bundle(value), "main": True})
+            self.show_figures()
+        except BaseException as e:  # SystemExit and KeyboardInterrupt too: the cell ends, not the session
+            self.in_cell = False
+            try:
+                self.show_figures()
+            except Exception:
+                pass
+            self.send(dict(error_of(e), type="error"))
+        self.send({"type": "end", "count": self.count})
+
+    # --- fork ---
+
+    def held(self):
+        # What a forked copy of this process cannot carry: threads (only
+        # the forking one survives), sockets (the connection stays the
+        # parent's), child processes (they stay the parent's).
+        threads = len(os.listdir("/proc/self/task")) - 1
+        sockets = []
+        for fd in os.listdir("/proc/self/fd"):
+            fd = int(fd)
+            if fd == self.ctl.fileno():
+                continue
+            try:
+                if os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
+                    sockets.append(fd)
+            except OSError:
+                pass
+        me = str(os.getpid())
+        children = []
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % p, "rb") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            if st[st.rindex(b")") + 2:].split()[1].decode() == me:
+                children.append(int(p))
+        return {"threads": threads, "sockets": sockets, "children": children}
+
+    def serve(self):
+        self.send({"type": "ready", "pid": os.getpid()})
+        while True:
+            try:
+                msg = self.recv()
+            except KeyboardInterrupt:
+                continue  # an interrupt that came too late for its cell
+            if msg is None:
+                return
+            op = msg.get("op")
+            if op == "run":
+                self.run(msg.get("code", ""))
+            elif op == "check_fork":
+                self.send(dict(self.held(), type="held"))
+            else:
+                self.send({"type": "error", "name": "ProtocolError", "value": "unknown op %r" % (op,), "traceback": ""})
+
+
+def main():
+    # The socket arrives as stdin; stdin becomes /dev/null (a cell reading
+    # input() gets EOFError rather than the protocol).
+    ctl = socket.socket(fileno=os.dup(0))
+    ctl.set_inheritable(False)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = open(0, closefd=False)
+    agent = Agent(ctl)
+
+    def interrupt(sig, frame):
+        if agent.in_cell:
+            raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupt)
+    agent.serve()
+
+
+main()
