@@ -45,6 +45,12 @@ A peer that is not installed is reported as not available.`,
 				}
 				return bench.ColdGroups(self, d.Socket, ""), d.Stop, nil
 			}),
+		newSuiteCommand("oci", "Time ctr run --rm of a busybox image with tine-runc against Debian's runc, under containerd",
+			`oci starts a containerd of its own (Debian's package; root, state and socket
+in a temporary directory), imports a busybox image it builds, and times ctr
+run --rm IMAGE true with the runc shim's runtime binary set to Debian's runc
+and to tine-runc, interleaved. The target: `+bench.OCITarget.Text+`.`,
+			func(self string) ([]bench.Group, func(), error) { return bench.OCIGroups(self) }),
 		newSuiteCommand("api", "Time the daemon's API: create a live sandbox, exec /bin/true, put and get 1 MiB",
 			`api starts a tine serve for the run and measures, through the Go client on
 its unix socket: create→ready of a live sandbox, the round trip of an exec of

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/require"
 	"github.com/tine-run/tine/internal/testbin"
 )
@@ -35,31 +36,12 @@ func runcLink(t *testing.T) string {
 	return link
 }
 
-// busyboxTools are the applets linked in the test root.
-var busyboxTools = []string{"sh", "cat", "echo", "grep", "sleep", "touch", "ls", "hostname", "true"}
-
 // makeRootfs writes a root holding Debian's static busybox.
 func makeRootfs(t *testing.T, dir string) {
 	t.Helper()
 	require.Binary(t, "busybox")
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
+	if err := ctrd.BusyboxRoot(dir); err != nil {
 		t.Fatal(err)
-	}
-	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data, err := os.ReadFile(bb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range busyboxTools {
-		os.Symlink("busybox", filepath.Join(dir, "bin", n))
 	}
 }
 

@@ -1,0 +1,213 @@
+// Package ctrd runs a containerd of its own (root, state and socket in a
+// directory, the CRI plugin off) and drives it with ctr: for the tests and
+// the benchmark of tine as containerd's runtime (test/oci, tine bench oci).
+package ctrd
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Containerd is a running containerd and the ctr namespace its callers use.
+type Containerd struct {
+	Dir, Socket, Namespace string
+	cmd                    *exec.Cmd
+}
+
+// Binaries are what Start needs on PATH.
+var Binaries = []string{"containerd", "ctr", "containerd-shim-runc-v2"}
+
+// Start starts containerd with everything under dir, and waits until it
+// answers.
+func Start(dir, namespace string) (*Containerd, error) {
+	for _, b := range Binaries {
+		if _, err := exec.LookPath(b); err != nil {
+			return nil, fmt.Errorf("%s is not installed (Debian: apt-get install containerd)", b)
+		}
+	}
+	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Namespace: namespace}
+	config := fmt.Sprintf("version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = %q\n",
+		filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Socket)
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	c.cmd = exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
+	c.cmd.Stdout, c.cmd.Stderr = log, log
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := c.Ctr("version"); err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			c.Stop()
+			b, _ := os.ReadFile(filepath.Join(dir, "containerd.log"))
+			return nil, fmt.Errorf("containerd did not come up:\n%s", b)
+		}
+	}
+}
+
+// CtrArgs is the start of a ctr command line for this containerd.
+func (c *Containerd) CtrArgs() []string {
+	return []string{"ctr", "--address", c.Socket, "--namespace", c.Namespace}
+}
+
+// Ctr runs ctr and returns its output. The output goes through a file: a
+// container's command holds ctr's stdio, so a pipe might not end with ctr.
+func (c *Containerd) Ctr(args ...string) (string, error) {
+	out, err := os.CreateTemp(c.Dir, "ctr-out")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	argv := append(c.CtrArgs(), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	return string(b), err
+}
+
+// Stop removes the tasks left, ends containerd, and undoes its mounts.
+func (c *Containerd) Stop() {
+	if out, err := c.Ctr("task", "ls", "-q"); err == nil {
+		for _, id := range strings.Fields(out) {
+			c.Ctr("task", "kill", "-s", "SIGKILL", id)
+			time.Sleep(200 * time.Millisecond)
+			c.Ctr("task", "rm", "-f", id)
+		}
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		c.cmd.Process.Kill()
+		<-done
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], c.Dir) {
+			syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
+	}
+	os.RemoveAll(filepath.Join("/run/containerd/runc", c.Namespace))
+}
+
+// BusyboxTools are the applets linked in a busybox root.
+var BusyboxTools = []string{"sh", "cat", "echo", "grep", "sleep", "touch", "ls", "hostname", "true", "head"}
+
+// BusyboxRoot writes a root holding Debian's static busybox (package
+// busybox-static) and its applets' links.
+func BusyboxRoot(dir string) error {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return errors.New("busybox is not installed (Debian: apt-get install busybox-static)")
+	}
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
+		return err
+	}
+	for _, n := range BusyboxTools {
+		if err := os.Symlink("busybox", filepath.Join(dir, "bin", n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ImportBusybox imports an image tagged ref whose one layer is a busybox
+// root, written as a docker save archive.
+func (c *Containerd) ImportBusybox(ref string) error {
+	root := filepath.Join(c.Dir, "busybox-root")
+	os.RemoveAll(root)
+	if err := BusyboxRoot(root); err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		link := ""
+		if fi.Mode()&os.ModeSymlink != 0 {
+			link, _ = os.Readlink(p)
+		}
+		h, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		h.Name, _ = filepath.Rel(root, p)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			_, err = tw.Write(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	tw.Close()
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	layerID := sum(layer.Bytes())
+	config, _ := json.Marshal(map[string]any{"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"Env": []string{"PATH=/bin"}, "Cmd": []string{"sh"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerID}}})
+	manifest, _ := json.Marshal([]map[string]any{{"Config": sum(config) + ".json", "RepoTags": []string{ref}, "Layers": []string{layerID + "/layer.tar"}}})
+	var archive bytes.Buffer
+	aw := tar.NewWriter(&archive)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{sum(config) + ".json", config}, {layerID + "/layer.tar", layer.Bytes()}, {"manifest.json", manifest}} {
+		aw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data))})
+		aw.Write(f.data)
+	}
+	aw.Close()
+	path := filepath.Join(c.Dir, "busybox.tar")
+	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	if out, err := c.Ctr("image", "import", path); err != nil {
+		return fmt.Errorf("ctr image import: %v\n%s", err, out)
+	}
+	return nil
+}
