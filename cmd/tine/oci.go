@@ -38,8 +38,8 @@ func newOCICommand(use string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: "Run OCI bundles, as containerd's runc shim and CRI-O expect (tine as an OCI runtime)",
-		Long: `tine as an OCI runtime: the command line of runc (create, start, state, kill,
-delete, ps, pause, resume, list, features, run), for containerd's runc shim
+		Long: `tine as an OCI runtime: the command line of runc (create, start, exec, state,
+kill, delete, ps, pause, resume, list, features, run), for containerd's runc shim
 (io.containerd.runc.v2 with BinaryName pointing at a "tine-runc" link to this
 binary) and CRI-O. A container is a tine sandbox made from the bundle's
 config.json: its rootfs written in place, new pid, mount, ipc, uts and
@@ -269,7 +269,7 @@ honour is refused with an error naming it. See docs/kubernetes.md.`,
 	cmd.AddCommand(create, run, one("start", "Start a created container's command", (*oci.Runtime).Start), state, kill, del, ps, list,
 		one("pause", "Freeze every process of a running container", (*oci.Runtime).Pause),
 		one("resume", "Thaw a paused container", (*oci.Runtime).Resume), feats,
-		notYet("exec", "running a second process in a container"),
+		newOCIExecCommand(rt, logged),
 		notYet("update", "changing a running container's resources"),
 		notYet("checkpoint", "CRIU checkpoints through the OCI path"),
 		notYet("restore", "CRIU restores through the OCI path"))
@@ -329,4 +329,55 @@ func ociFeatures() *features.Features {
 		},
 		Annotations: map[string]string{"run.tine.walls": "seccomp (Docker's default policy), Landlock, masks, no_new_privs"},
 	}
+}
+
+func newOCIExecCommand(rt func() *oci.Runtime, logged func(func(*cobra.Command, []string) error) func(*cobra.Command, []string) error) *cobra.Command {
+	var o oci.ExecOptions
+	var processFile, cwd string
+	var env []string
+	var tty bool
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID [COMMAND [ARG...]]",
+		Short: "Run another process in a running container, behind its walls",
+		Long: `exec runs a process in a running container: the one described by --process
+(a runtime-spec process JSON, as containerd's shim passes), or COMMAND. With
+--detach it returns once the process runs, its pid in --pid-file; otherwise it
+waits and exits with the process's exit code.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: logged(func(cmd *cobra.Command, args []string) error {
+			var p specs.Process
+			switch {
+			case processFile != "":
+				b, err := os.ReadFile(processFile)
+				if err != nil {
+					return fmt.Errorf("read --process: %w", err)
+				}
+				if err := json.Unmarshal(b, &p); err != nil {
+					return fmt.Errorf("parse --process %s: %w", processFile, err)
+				}
+			case len(args) > 1:
+				p = specs.Process{Args: args[1:], Env: env, Cwd: cwd, Terminal: tty}
+			default:
+				return usageError{"exec: give a command, or --process FILE"}
+			}
+			code, err := rt().Exec(args[0], &p, o)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return exitError{code}
+			}
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVarP(&processFile, "process", "p", "", "the process to run, as runtime-spec process JSON")
+	f.BoolVarP(&o.Detach, "detach", "d", false, "return once it runs; its pid goes to --pid-file")
+	f.StringVar(&o.PidFile, "pid-file", "", "write the process's pid to this file (with --detach)")
+	f.StringVar(&o.ConsoleSocket, "console-socket", "", "send the terminal's master to this unix socket")
+	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
+	f.StringVar(&cwd, "cwd", "", "working directory inside the container")
+	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for the command (repeatable)")
+	f.SetInterspersed(false)
+	return cmd
 }

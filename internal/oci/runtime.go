@@ -449,3 +449,74 @@ func writeAtomic(path string, b []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// ExecOptions are exec's flags.
+type ExecOptions struct {
+	// Detach leaves the process running when exec returns (the shim's
+	// way): PidFile gets its pid, and whoever inherits it reaps it.
+	Detach        bool
+	PidFile       string
+	ConsoleSocket string
+}
+
+// Exec runs process p in a running container, behind the container's
+// walls. Without Detach it waits and returns the process's exit code.
+func (r *Runtime) Exec(id string, p *specs.Process, o ExecOptions) (int, error) {
+	st, _, err := r.load(id)
+	if err != nil {
+		return 0, err
+	}
+	if s := st.status(); s != specs.StateRunning {
+		return 0, fmt.Errorf("container %s is %s: exec needs a running container", id, s)
+	}
+	c, err := LoadBundle(st.Bundle)
+	if err != nil {
+		return 0, err
+	}
+	c.Spec.CgroupPath = st.CgroupPath
+	if len(p.Args) == 0 {
+		return 0, errors.New("exec: no command given")
+	}
+	if p.User.UID != 0 || p.User.GID != 0 {
+		return 0, fmt.Errorf("exec as %d:%d: %w", p.User.UID, p.User.GID, ErrUnsupported)
+	}
+	if p.Capabilities != nil {
+		if err := sameCaps(p.Capabilities); err != nil {
+			return 0, err
+		}
+		c.Spec.Capabilities = p.Capabilities.Bounding
+	}
+	sb, err := sandbox.Join(&c.Spec, st.Pid)
+	if err != nil {
+		return 0, err
+	}
+	defer sb.Close()
+	if p.Terminal && o.ConsoleSocket == "" && o.Detach {
+		return 0, errors.New("a detached exec with a terminal needs --console-socket")
+	}
+	proc, err := sb.Exec(&sandbox.ExecSpec{Args: p.Args, Env: p.Env, Workdir: p.Cwd, TTY: p.Terminal, Detach: o.Detach,
+		Stdio: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	if err != nil {
+		return 0, err
+	}
+	if p.Terminal && o.ConsoleSocket != "" {
+		if err := sendConsole(o.ConsoleSocket, proc.TTY()); err != nil {
+			proc.Signal(unix.SIGKILL)
+			return 0, err
+		}
+	}
+	if !o.Detach {
+		out, err := proc.Wait()
+		if err != nil {
+			return 0, err
+		}
+		return out.ExitCode, nil
+	}
+	if o.PidFile != "" {
+		if err := writeAtomic(o.PidFile, []byte(strconv.Itoa(proc.Pid()))); err != nil {
+			proc.Signal(unix.SIGKILL)
+			return 0, fmt.Errorf("write pid file: %w", err)
+		}
+	}
+	return 0, proc.Commit()
+}

@@ -121,7 +121,7 @@ func childMain(p *program) {
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotUpper+1, ^uintptr(0)>>1, 0)
 		serveResident(p.resident)
 	}
-	if p.startSet != 0 {
+	if p.detached {
 		// A detached sandbox (an OCI container) is created now: closing
 		// the error pipe, and every copy of the parent's descriptors
 		// (clone copied them all) tells the parent; the command, with its
@@ -135,7 +135,7 @@ func childMain(p *program) {
 			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 1, 0, 0)
 		}
 		syscall.RawSyscall(syscall.SYS_CLOSE, slotSync, 0, 0)
-		for {
+		for p.startSet != 0 {
 			sig, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGTIMEDWAIT, uintptr(unsafe.Pointer(&p.startSet)), uintptr(unsafe.Pointer(&p.siginfo)), 0, 8, 0, 0)
 			if e == 0 && sig == uintptr(StartSignal) {
 				break
@@ -151,7 +151,7 @@ func childMain(p *program) {
 	// exec's reaper outside the sandbox's pid namespace): it kills the
 	// command's process group by it.
 	p.cmdPid = int32(pid)
-	if p.startSet == 0 {
+	if !p.detached {
 		syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.cmdPid)), 4)
 	}
 	// PID 1 keeps only the status pipe: closing the error pipe lets the
@@ -212,7 +212,7 @@ func reap(p *program, cmd uintptr) {
 				break
 			}
 			if pid == cmd {
-				if p.startSet != 0 {
+				if p.detached {
 					// Detached: no parent reads a status pipe; whoever
 					// waits for PID 1 (containerd's shim) reads the
 					// command's exit code, or 128+signal, as a shell gives.

@@ -62,6 +62,11 @@ type ExecSpec struct {
 	// CgroupProcs are open cgroup.procs files (cgroup.Group.ProcsFiles)
 	// the command joins before its execve (Launch only; at most 4).
 	CgroupProcs []int
+	// Detach makes the command outlive the caller (an OCI exec --detach):
+	// its reaper, the process Exec returns, has no parent-death signal,
+	// exits with the command's exit code (128+signal), and runs nothing
+	// unless Process.Commit is called. Wait and Timeout do not apply.
+	Detach bool
 }
 
 // Usage is a live sandbox's resource use now.
@@ -195,7 +200,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	p, h := sb.plan, sb.h
 	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...), TTY: e.TTY}, p.Hostname)
 	cmd := &command{argv: e.Args, env: env, candidates: candidates(e.Args[0], env), workdir: e.Workdir, tty: e.TTY,
-		size: unix.Winsize{Col: e.Cols, Row: e.Rows}}
+		size: unix.Winsize{Col: e.Cols, Row: e.Rows}, detach: e.Detach}
 	if cmd.workdir == "" {
 		cmd.workdir = p.Workdir
 	}
@@ -207,6 +212,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		return nil, err
 	}
 	in.asRoot = p.UserNS && !p.Rootless
+	in.narrowCaps(p.Spec.Capabilities)
 	if in.ruleset >= 0 {
 		defer unix.Close(in.ruleset)
 	}
@@ -223,13 +229,13 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		ch.statusR.Close()
 		return nil, err
 	}
-	pr := &Process{plan: p, pidfd: -1, launchFD: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
+	pr := &Process{plan: p, pidfd: -1, launchFD: -1, commitFD: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
 	g := sb.init.group
 	cgroupFD := -1
 	if g != nil && g.FD() >= 0 {
 		cgroupFD = g.FD()
 	}
-	if g != nil {
+	if g != nil && !e.Detach { // (a detached one's is the sandbox's)
 		pr.oomBefore = g.Stats().OOMKills
 		// Everything the command starts is tracked (see Launch).
 		if pr.track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
@@ -267,8 +273,10 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		if err := g.Attach(pid); err != nil {
 			return fail(err)
 		}
-		if err := pr.track.Attach(pid); err != nil {
-			return fail(err)
+		if pr.track != nil {
+			if err := pr.track.Attach(pid); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	if err := ch.release(nil); err != nil {
@@ -287,6 +295,10 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		}
 		return fail(err)
 	}
+	if e.Detach {
+		pr.commitFD, ch.releaseFD = ch.releaseFD, -1
+		return pr, nil
+	}
 	pr.readCmdPid()
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
@@ -294,6 +306,46 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		go pr.enforceTimeout(e.Timeout)
 	}
 	return pr, nil
+}
+
+// Join returns a handle on the detached sandbox (Spec.Detach) made from s
+// whose PID 1 is pid, for Exec into it: an OCI exec, from another process
+// than the one that created it. Close releases the handle; the sandbox
+// runs on.
+func Join(s *Spec, pid int) (*Sandbox, error) {
+	if !s.Detach {
+		return nil, fmt.Errorf("%w: only a detached sandbox can be joined by pid", ErrInvalidSpec)
+	}
+	h, err := hostOnce()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := NewPlan(s, os.Geteuid() != 0)
+	if err != nil {
+		return nil, err
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSandboxGone, err)
+	}
+	init := &Process{plan: plan, pid: pid, pidfd: pidfd, launchFD: -1, commitFD: -1, done: make(chan struct{}), exited: make(chan struct{})}
+	if s.CgroupPath != "" && h.cgroup.Version != cgroup.None {
+		if init.group, err = h.cgroup.OpenAt(s.CgroupPath); err != nil {
+			unix.Close(pidfd)
+			return nil, err
+		}
+	}
+	return &Sandbox{h: h, init: init, plan: plan, dead: make(chan struct{})}, nil
+}
+
+// Close releases a handle made by Join.
+func (sb *Sandbox) Close() {
+	sb.starting.Lock()
+	defer sb.starting.Unlock()
+	if !sb.destroyed {
+		sb.destroyed = true
+		unix.Close(sb.init.pidfd)
+	}
 }
 
 // ErrSandboxGone means the sandbox died or was destroyed.

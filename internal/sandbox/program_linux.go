@@ -44,8 +44,12 @@ type program struct {
 	cmdPid  int32
 	status  int32
 	waitSet uint64
-	// startSet is a detached sandbox's start signal (Spec.Detach), which
-	// PID 1 waits for before it forks the command; 0 otherwise.
+	// detached: the child outlives its parent (Spec.Detach, ExecSpec.Detach):
+	// no parent-death signal, it waits for the parent's commit, and exits
+	// with the command's exit code instead of reporting it on a pipe.
+	detached bool
+	// startSet is a detached sandbox's start signal, which PID 1 waits for
+	// before it forks the command; 0 otherwise.
 	startSet uint64
 	siginfo  [128]byte
 
@@ -162,6 +166,8 @@ type command struct {
 	// size is the terminal's size, set before the command starts (zero:
 	// the kernel's 0x0, for the caller to set).
 	size unix.Winsize
+	// detach: the command's reaper outlives its parent (ExecSpec.Detach).
+	detach bool
 }
 
 func (p *Plan) command() *command {
@@ -175,7 +181,7 @@ func (p *Plan) command() *command {
 func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg := newProgram()
 	if p.Spec.Detach {
-		pg.startSet = 1 << (StartSignal - 1)
+		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
 	} else {
 		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	}
@@ -271,8 +277,8 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 // forwarding signals, and dies with tine like PID 1 does.
 func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg := newProgram()
-	if p.Spec.Detach {
-		pg.startSet = 1 << (StartSignal - 1)
+	if cmd.detach {
+		pg.detached = true
 	} else {
 		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	}

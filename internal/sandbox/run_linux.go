@@ -130,10 +130,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		return nil, err
 	}
 	in.asRoot = userns && !rootless
-	if s.Capabilities != nil {
-		in.keepCaps, _ = caps.Mask(s.Capabilities) // checked by Validate
-		in.dropCaps = caps.ToDrop(in.keepCaps)
-	}
+	in.narrowCaps(s.Capabilities)
 	if in.ruleset >= 0 && s.Zygote {
 		unix.Close(in.ruleset) // requests restrict themselves (RequestWalls)
 		in.ruleset = -1
@@ -312,6 +309,15 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		go pr.enforceTimeout(s.Timeout)
 	}
 	return pr, nil
+}
+
+// narrowCaps keeps only list (Spec.Capabilities, checked by Validate) when
+// it is not nil.
+func (in *inputs) narrowCaps(list []string) {
+	if list != nil {
+		in.keepCaps, _ = caps.Mask(list)
+		in.dropCaps = caps.ToDrop(in.keepCaps)
+	}
 }
 
 // wallInputs returns what every child needs for its walls: the seccomp

@@ -66,6 +66,11 @@ func TestContainerd(t *testing.T) {
 	if out, _ := c.Ctr("task", "ls"); !strings.Contains(out, "RUNNING") {
 		t.Errorf("ctr task ls:\n%s", out)
 	}
+	// exec through the shim (tine-runc exec --process --detach).
+	out, err = c.Ctr("task", "exec", "--exec-id", "x1", "bg", "sh", "-c", `echo "exec in $(hostname)"; grep Seccomp: /proc/self/status; exit 6`)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 6 || !strings.Contains(out, "Seccomp:\t2") {
+		t.Errorf("ctr task exec: %v\n%s", err, out)
+	}
 	if out, err := c.Ctr("task", "kill", "-s", "SIGKILL", "bg"); err != nil {
 		t.Fatalf("ctr task kill: %v\n%s", err, out)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,6 +204,19 @@ func TestLifecycle(t *testing.T) {
 	if len(pids) < 2 {
 		t.Errorf("ps lists %v: want PID 1 and the command", pids)
 	}
+	// exec: in the container's namespaces and walls, its exit code back;
+	// detached, it runs on with its pid in the pid file.
+	out, err := r.run("exec", id, "sh", "-c", `hostname; grep Seccomp: /proc/self/status; ls /started-in-place; exit 5`)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 || !strings.Contains(out, "oci-test\n") || !strings.Contains(out, "Seccomp:\t2") || !strings.Contains(out, "/started-in-place") {
+		t.Errorf("exec: %v\n%s", err, out)
+	}
+	execPid := filepath.Join(t.TempDir(), "exec.pid")
+	r.must("exec", "--detach", "--pid-file", execPid, id, "sleep", "3600")
+	execPidText, _ := os.ReadFile(execPid)
+	json.Unmarshal([]byte(r.must("ps", "--format", "json", id)), &pids)
+	if !slices.Contains(pids, atoi(string(execPidText))) {
+		t.Errorf("the detached exec's pid %q is not among the container's %v", execPidText, pids)
+	}
 	r.must("pause", id)
 	if s := r.state(id); s.Status != "paused" {
 		t.Errorf("after pause: %s", s.Status)
@@ -277,3 +291,5 @@ func TestBadConfigLeavesNothing(t *testing.T) {
 		t.Errorf("state left: %v", err)
 	}
 }
+
+func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }
