@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 )
@@ -33,18 +32,12 @@ capabilities and Landlock.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
-	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newSessionCommand(), newGuestCommand(), newOCICommand("oci"))
+	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newSessionCommand(), newGuestCommand(), newOCICommand())
 	return root
 }
 
 func main() {
-	root := newRootCommand()
-	if filepath.Base(os.Args[0]) == ociName {
-		// Called with runc's command line (containerd's runc shim).
-		root = newOCICommand(ociName)
-		root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
-	}
-	err := root.Execute()
+	err := newRootCommand().Execute()
 	if err == nil {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/kernel/seccomp/policy"
 	"github.com/tine-run/tine/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -156,7 +157,12 @@ func translateLinux(l *specs.Linux, s *sandbox.Spec, unsupported unsupportedFunc
 		return unsupported("linux.sysctl")
 	}
 	if l.Seccomp != nil {
-		return unsupported("a seccomp profile from the config (tine applies its own default policy, Docker's)")
+		// Stacked on tine's own policy: both apply.
+		filter, err := policy.CompileProfile(l.Seccomp)
+		if err != nil {
+			return fmt.Errorf("linux.seccomp: %w: %w", err, ErrUnsupported)
+		}
+		s.CommandFilter = filter
 	}
 	if l.RootfsPropagation != "" && l.RootfsPropagation != "private" && l.RootfsPropagation != "rprivate" {
 		return unsupported("rootfsPropagation %q", l.RootfsPropagation)

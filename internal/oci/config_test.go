@@ -73,7 +73,9 @@ func TestTranslateRefuses(t *testing.T) {
 		want   string
 	}{
 		{"user", func(c *specs.Spec) { c.Process.User.UID = 1000 }, "process.user 1000"},
-		{"seccomp", func(c *specs.Spec) { c.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow} }, "seccomp profile"},
+		{"seccomp notify", func(c *specs.Spec) {
+			c.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, ListenerPath: "/run/listener"}
+		}, "listener path"},
 		{"hooks", func(c *specs.Spec) { c.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/true"}}} }, "hooks"},
 		{"cgroup mount", func(c *specs.Spec) {
 			c.Mounts = append(c.Mounts, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup"})
@@ -109,5 +111,18 @@ func TestTranslateRefuses(t *testing.T) {
 				t.Errorf("%v is not ErrUnsupported", err)
 			}
 		})
+	}
+}
+
+func TestTranslateStacksTheConfigsSeccompProfile(t *testing.T) {
+	cfg := ctrConfig(t)
+	cfg.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow,
+		Syscalls: []specs.LinuxSyscall{{Names: []string{"mkdirat", "mkdir"}, Action: specs.ActErrno}}}
+	c, err := Translate(cfg, "/bundle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Spec.CommandFilter) == 0 || c.Spec.Seccomp == "" {
+		t.Fatalf("filter of %d instructions, tine's mode %q: want both", len(c.Spec.CommandFilter), c.Spec.Seccomp)
 	}
 }

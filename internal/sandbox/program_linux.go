@@ -168,13 +168,15 @@ type command struct {
 	size unix.Winsize
 	// detach: the command's reaper outlives its parent (ExecSpec.Detach).
 	detach bool
+	// filter is loaded last before execve (Spec.CommandFilter).
+	filter []unix.SockFilter
 }
 
 func (p *Plan) command() *command {
 	if len(p.Argv) == 0 {
 		return nil // a live sandbox: PID 1 only reaps
 	}
-	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY}
+	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY, filter: p.Spec.CommandFilter}
 }
 
 // compileBoot turns plan p into the program of a new sandbox's PID 1.
@@ -467,6 +469,12 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
 	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
 	pg.addCommand("enter working directory "+c.workdir, sys(unix.SYS_CHDIR, pg.cstr(c.workdir)))
+	if len(c.filter) > 0 {
+		// Last, so that it judges only the command (runc's order).
+		prog := &unix.SockFprog{Len: uint16(len(c.filter)), Filter: &c.filter[0]}
+		pg.keep = append(pg.keep, c.filter)
+		pg.addCommand("load the config's seccomp filter", sys(unix.SYS_SECCOMP, 1 /* SECCOMP_SET_MODE_FILTER */, 0, pg.ptr(prog, unsafe.Pointer(prog))))
+	}
 	argv := pg.cstrv(c.argv)
 	envp := pg.cstrv(c.env)
 	for _, cand := range c.candidates {

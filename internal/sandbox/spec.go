@@ -17,6 +17,7 @@ import (
 	"github.com/tine-run/tine/internal/kernel/caps"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultDisk is the default size of a sandbox's writable storage: the
@@ -91,6 +92,11 @@ type Spec struct {
 	// Capabilities, when not nil, is the command's capability set (names
 	// such as "CAP_CHOWN") instead of the default; it may only narrow it.
 	Capabilities []string
+	// CommandFilter is a second seccomp filter, loaded last in the command's
+	// process, just before its execve (an OCI config's own profile, as
+	// runc loads it): the kernel applies both it and Seccomp's, the
+	// stricter verdict winning.
+	CommandFilter []unix.SockFilter
 	// Detach makes a sandbox that outlives the tine that starts it (an OCI
 	// container: tine oci create exits, and containerd's shim, a
 	// subreaper, inherits PID 1). PID 1 gets no parent-death signal, is

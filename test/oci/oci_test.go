@@ -26,15 +26,15 @@ var tineBin string
 
 func TestMain(m *testing.M) { testbin.Main(m, &tineBin) }
 
-// runcLink is a "tine-runc" link to the binary: the name under which it
-// takes runc's command line.
+// runcLink is tine-runc, built next to the test's tine: the OCI runtime
+// binary, runc's command line.
 func runcLink(t *testing.T) string {
 	t.Helper()
-	link := filepath.Join(t.TempDir(), "tine-runc")
-	if err := os.Symlink(tineBin, link); err != nil {
-		t.Fatal(err)
+	bin := filepath.Join(filepath.Dir(tineBin), "tine-runc")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("tine-runc was not built next to tine: %v", err)
 	}
-	return link
+	return bin
 }
 
 // makeRootfs writes a root holding Debian's static busybox.
@@ -293,3 +293,22 @@ func TestBadConfigLeavesNothing(t *testing.T) {
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }
+
+// TestConfigSeccompProfileIsStacked: the config's own profile applies to
+// the command (a mkdir it refuses fails) and tine's stays (two filters).
+func TestConfigSeccompProfileIsStacked(t *testing.T) {
+	r := newRuntime(t)
+	cfg := config("sh", "-c", `grep -E '^Seccomp_filters:' /proc/self/status; mkdir /tmp/refused && echo made`)
+	cfg.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow,
+		Syscalls: []specs.LinuxSyscall{{Names: []string{"mkdir", "mkdirat"}, Action: specs.ActErrno}}}
+	out, _ := r.run("run", "--bundle", bundle(t, cfg), fmt.Sprintf("seccomp-%d", os.Getpid()))
+	if !strings.Contains(out, "Seccomp_filters:\t2") || strings.Contains(out, "made") || !strings.Contains(out, "not permitted") {
+		t.Fatalf("want two filters and mkdir refused:\n%s", out)
+	}
+	// The negative control: without the profile, the same mkdir works.
+	cfg.Linux.Seccomp = nil
+	out, _ = r.run("run", "--bundle", bundle(t, cfg), fmt.Sprintf("seccomp-%d", os.Getpid()))
+	if !strings.Contains(out, "made") {
+		t.Fatalf("mkdir without the profile:\n%s", out)
+	}
+}

@@ -106,3 +106,25 @@ func toSockFilter(prog []bpf.Instruction) ([]unix.SockFilter, error) {
 	}
 	return out, nil
 }
+
+// CompileProfile compiles a profile as given (an OCI config's) for the
+// native architecture. Callers stack it on a mode's filter: the kernel
+// applies both, the stricter verdict winning.
+func CompileProfile(profile *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
+	if profile.ListenerPath != "" || len(profile.Flags) > 0 {
+		return nil, fmt.Errorf("seccomp profile: flags %v and a listener path (user notification) are not supported", profile.Flags)
+	}
+	a, err := nativeArch()
+	if err != nil {
+		return nil, err
+	}
+	p, err := translate(profile, a)
+	if err != nil {
+		return nil, fmt.Errorf("translate the seccomp profile: %w", err)
+	}
+	prog, err := assemble(p, a)
+	if err != nil {
+		return nil, fmt.Errorf("assemble the seccomp profile: %w", err)
+	}
+	return toSockFilter(prog)
+}

@@ -85,9 +85,13 @@ func translate(profile *specs.LinuxSeccomp, a *arch.Info) (table, error) {
 		if err != nil {
 			return table{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
 		}
-		conds, err := conditions(s.Args)
-		if err != nil {
-			return table{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
+		var condSets [][]cond
+		for _, args := range splitRepeatedArgs(s.Args) {
+			conds, err := conditions(args)
+			if err != nil {
+				return table{}, fmt.Errorf("rule for %s: %w", strings.Join(s.Names, ","), err)
+			}
+			condSets = append(condSets, conds)
 		}
 		for _, name := range s.Names {
 			num, ok := a.SyscallNames[name]
@@ -103,8 +107,10 @@ func translate(profile *specs.LinuxSeccomp, a *arch.Info) (table, error) {
 				d = &decision{fallback: defaultAction}
 				p.syscalls[nr] = d
 			}
-			if len(conds) > 0 {
-				d.rules = append(d.rules, rule{conds: conds, action: act})
+			if len(condSets[0]) > 0 {
+				for _, conds := range condSets {
+					d.rules = append(d.rules, rule{conds: conds, action: act})
+				}
 				continue
 			}
 			if prev, ok := unconditional[nr]; ok && prev != act {
@@ -159,8 +165,7 @@ func conditions(args []specs.LinuxSeccompArg) ([]cond, error) {
 		if a.Index >= uint(len(compared)) {
 			return nil, fmt.Errorf("argument index %d out of range", a.Index)
 		}
-		// runc turns such a rule into several rules (OR), libseccomp would
-		// AND the comparisons; refuse rather than pick one silently.
+		// (splitRepeatedArgs made rules that compare one twice several.)
 		if compared[a.Index] {
 			return nil, fmt.Errorf("argument %d compared twice", a.Index)
 		}
@@ -174,4 +179,25 @@ func conditions(args []specs.LinuxSeccompArg) ([]cond, error) {
 		conds = append(conds, cond{arg: uint32(a.Index), op: a.Op, value: a.Value, valueTwo: a.ValueTwo})
 	}
 	return conds, nil
+}
+
+// splitRepeatedArgs is runc's reading of a rule that compares one argument
+// more than once (old Docker profiles have them, for personality): one
+// rule per comparison, any of which may match (OR), where libseccomp would
+// AND them. A rule without repeats stays one.
+func splitRepeatedArgs(args []specs.LinuxSeccompArg) [][]specs.LinuxSeccompArg {
+	seen := map[uint]bool{}
+	repeated := false
+	for _, a := range args {
+		repeated = repeated || seen[a.Index]
+		seen[a.Index] = true
+	}
+	if !repeated {
+		return [][]specs.LinuxSeccompArg{args}
+	}
+	out := make([][]specs.LinuxSeccompArg, len(args))
+	for i, a := range args {
+		out[i] = []specs.LinuxSeccompArg{a}
+	}
+	return out
 }
