@@ -19,6 +19,9 @@ type Variant struct {
 	Argv []string
 	// Func, when set, is timed instead of Argv.
 	Func func(context.Context) error
+	// Before, when set, runs before each timed Func call, untimed (e.g. to
+	// space the calls out).
+	Before func(context.Context) error
 	// After, when set, runs after each timed Func call, untimed (e.g. to
 	// delete what Func created).
 	After func(context.Context) error

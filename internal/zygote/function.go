@@ -75,6 +75,9 @@ type zygoteProc struct {
 	dead chan struct{}
 	why  string
 	log  *tailBuffer
+	// spares: the request groups it keeps spare children waiting in (nil
+	// for a zygote that only starts Node workers).
+	spares *spares
 }
 
 func (f *function) timeout() time.Duration {
@@ -147,6 +150,8 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 				sb.Destroy()
 				sb, budget, z, groups = nil, nil, nil, nil
 			}
+		} else if err == nil {
+			z.spares = newSpares(z, groups)
 		}
 		f.mu.Lock()
 		f.sb, f.budget, f.zyg, f.groups, f.nodes, f.warmErr, f.warming = sb, budget, z, groups, nodes, err, nil
@@ -364,6 +369,9 @@ func (z *zygoteProc) send(msg []byte, fds []int) error {
 func (z *zygoteProc) close() {
 	z.l.Signal(unix.SIGKILL)
 	<-z.dead
+	if z.spares != nil {
+		z.spares.close()
+	}
 	z.mu.Lock()
 	if z.ctl >= 0 {
 		unix.Close(z.ctl)
@@ -411,9 +419,14 @@ type request struct {
 // every request: the function's handler, a pool script, or (runtime exec)
 // the function's command.
 func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *groupPool, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
-	rg, err := groups.take()
-	if err != nil {
-		return err
+	// An armed group has the request's process waiting in it already.
+	rg := z.spares.take()
+	armed := rg != nil
+	if !armed {
+		var err error
+		if rg, err = groups.take(); err != nil {
+			return err
+		}
 	}
 	defer rg.release()
 	io := newRequestIO(payload)
@@ -445,8 +458,12 @@ func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *grou
 	}
 	fds = append(fds, rg.procs...)
 	hdr, _ := json.Marshal(h)
+	if armed {
+		hdr = toSpare(rg, hdr)
+	}
 	sent := monotonic()
-	err = z.send(hdr, fds)
+	err := z.send(hdr, fds)
+	z.spares.kick()
 	io.closeChildEnds()
 	if cache != nil {
 		cache.sent()

@@ -4,13 +4,18 @@
 # (its own mount, IPC and network namespaces with a private /tmp, /dev/shm
 # and /dev/pts, Landlock, capabilities, seccomp), admits itself into its
 # request's cgroup, runs the handler (a pool script; or spawns a
-# runtime-exec command and waits for it), replies and exits. The fork and the walls do not depend on the request,
-# so the zygote keeps SPARES children forked and walled in ahead, each
-# waiting on a socket of its own; a request goes to a spare when there is
-# one (then a new spare is forked) and to a fresh fork otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
-#   daemon -> agent: one config message (JSON), then requests: a JSON
-#     header with descriptors [reply, payload, stdout, stderr, (a pool
-#     script's source, then its compiled code or a pipe for it), cgroup...].
+# runtime-exec command and waits for it), replies and exits. The fork, the
+# walls and even the cgroup do not depend on the request, so the daemon
+# arms spares: it hands the zygote a request cgroup ahead, and the zygote
+# forks a child that walls itself in and joins that cgroup, then waits on a
+# socket of its own; a request for that cgroup goes to its spare when it is
+# still there, and to a fresh fork (which joins the cgroup itself)
+# otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
+#   daemon -> agent: one config message (JSON), then requests and arms.
+#     A request: a JSON header, prefixed by "to ID\n" when armed group ID
+#     is its cgroup, with descriptors [reply, payload, stdout, stderr, (a
+#     pool script's source, then its compiled code or a pipe for it),
+#     cgroup...]. An arm: "arm ID" with descriptors [cgroup...].
 #   agent -> daemon: one ready message (JSON), then nothing: each child
 #     writes its reply (8-byte length, JSON) to its reply pipe.
 # Standard library only: this runs on whatever Python the root has.
@@ -42,7 +47,6 @@ PR_CAPBSET_DROP = 24
 CAP_SYS_ADMIN = 21
 MAX_HEADER = 1 << 16
 MAX_FDS = 16
-SPARES = 2  # one per CPU of the machine this was tuned on; a burst past it forks
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -151,7 +155,8 @@ class Agent:
         self.command_env = dict(os.environ)
         if self.command_env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8"):
             del self.command_env["LC_CTYPE"]
-        self.spares = []  # the zygote's ends of the spares' sockets, oldest first
+        self.spares = {}  # armed group ID -> the zygote's end of its spare's socket
+        self.arms = []  # (group ID, cgroup descriptors) to fork spares for, oldest first
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
 
@@ -282,9 +287,10 @@ class Agent:
         if self.fprog_ref is not None:
             check(sysc(self.sys_seccomp, 1, 0, self.fprog_ref), "load seccomp filter")
 
-    def child(self, msg, fds, t_fork, walled):
+    def child(self, msg, fds, t_fork, walled, admitted=False):
         # walled: None when this child walls itself in here; True when a
-        # spare did it ahead; the exception when that failed.
+        # spare did it ahead; the exception when that failed. admitted: a
+        # spare already in the request's cgroup.
         t_start = time.monotonic_ns()
         reply, payload, out, err, cgroups = fds[0], fds[1], fds[2], fds[3], fds[4:]
         try:
@@ -296,11 +302,8 @@ class Agent:
             src, cgroups = cgroups[0], cgroups[1:]
             if hdr.get("pyc") or hdr.get("cache"):
                 cache, cgroups = cgroups[0], cgroups[1:]
-        try:
-            for fd in cgroups:
-                os.write(fd, b"0")
-        except OSError:
-            os._exit(70)  # the request was cancelled and its cgroup removed
+        if not admitted:
+            self.join(cgroups)
         t_admit = time.monotonic_ns()
         t = [t_fork, t_start, t_admit, 0, 0]
         result = error = b64 = ended = None
@@ -399,6 +402,16 @@ class Agent:
             view = view[os.write(reply, view):]
         os._exit(0)
 
+    def join(self, cgroups):
+        # Moves this process into its request's cgroup (one per v1
+        # hierarchy): a process may always move itself, with the files the
+        # daemon opened.
+        try:
+            for fd in cgroups:
+                os.write(fd, b"0")
+        except OSError:
+            os._exit(70)  # the request was cancelled and its cgroup removed
+
     def spawn(self, argv):
         # A runtime-exec request: its command runs as a process of its own
         # inside this child's walls and cgroup (stdin the payload, stdout
@@ -481,14 +494,14 @@ class Agent:
         pack = struct.Struct("=q").pack
         spares = self.spares
         out, err = sys.stdout, sys.stderr
+        arms = self.arms
         # A request that waits goes first: spares are forked only while
         # none does (a fork is a millisecond of the zygote's time here).
         waiting = select.poll()
         waiting.register(ctl_fd, select.POLLIN)
         while True:
-            while len(spares) < SPARES and not waiting.poll(0):
-                if not self.add_spare():
-                    break
+            while arms and not waiting.poll(0):
+                self.add_spare(*arms.pop(0))
             try:
                 msg, anc, _, _ = recvmsg(MAX_HEADER, space)
             except InterruptedError:
@@ -497,16 +510,27 @@ class Agent:
                 os._exit(0)  # the daemon closed the socket
             t_recv = now()
             fds = fds_of(anc)
+            if msg[:4] == b"arm ":
+                arms.append((msg[4:], fds))
+                continue
             handed = False
-            rights = struct.pack("%di" % len(fds), *fds)
-            while spares and not handed:
-                spare = spares.pop(0)
-                try:
-                    spare.sendmsg([pack(t_recv), msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-                    handed = True
-                except OSError:
-                    pass  # that spare died: the next one, or a fork
-                spare.close()
+            if msg[:3] == b"to ":
+                group, _, msg = msg[3:].partition(b"\n")
+                spare = spares.pop(group, None)
+                if spare is None:  # not forked yet: this request's fork takes its place
+                    for i, (g, gfds) in enumerate(arms):
+                        if g == group:
+                            del arms[i]
+                            for fd in gfds:
+                                close(fd)
+                            break
+                else:
+                    try:
+                        spare.sendmsg([pack(t_recv), msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))])
+                        handed = True
+                    except OSError:
+                        pass  # that spare died: a fork
+                    spare.close()
             if not handed:
                 try:
                     out.flush()
@@ -520,37 +544,55 @@ class Agent:
                 if pid == 0:
                     try:
                         close(ctl_fd)  # ctl is never used (nor finalized) here again
-                        for s in spares:
-                            s.close()
+                        self.drop_others()
                         self.child(msg, fds, t_recv, None)
                     finally:
                         os._exit(71)
             for fd in fds:
                 close(fd)
 
-    def add_spare(self):
+    def drop_others(self):
+        # In a child: the other spares' sockets and the cgroups armed for
+        # them are not its business.
+        for s in self.spares.values():
+            s.close()
+        for _, gfds in self.arms:
+            for fd in gfds:
+                os.close(fd)
+
+    def add_spare(self, group, cgroups):
         zygote = os.getpid()
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-        except Exception as e:
-            mine.close()
-            theirs.close()
-            sys.stderr.write("tine zygote: no spare child: %r\n" % (e,))
-            return False
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as e:
+            mine = theirs = None
+            pid, err = -1, e
+        else:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+            except Exception as e:
+                pid, err = -1, e
         if pid == 0:
             try:
                 mine.close()
-                self.spare(theirs, zygote)
+                self.spare(theirs, zygote, cgroups)
             finally:
                 os._exit(71)
+        for fd in cgroups:
+            os.close(fd)
+        if pid < 0:
+            # The request armed for it is forked when it comes.
+            for s in (mine, theirs):
+                if s is not None:
+                    s.close()
+            sys.stderr.write("tine zygote: no spare child: %r\n" % (err,))
+            return
         theirs.close()
-        self.spares.append(mine)
-        return True
+        self.spares[group] = mine
 
-    def spare(self, sock, zygote):
+    def spare(self, sock, zygote, cgroups):
         # Dies with the zygote while it waits (nothing of a request runs
         # yet); the zygote's death is not a request's once it has one.
         self.c_prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL
@@ -560,13 +602,19 @@ class Agent:
         # hand out requests (a spare holding a sibling's end would also
         # keep it waiting after the zygote died).
         os.close(self.ctl_fd)
-        for s in self.spares:
-            s.close()
+        self.drop_others()
         walled = True
         try:
             self.isolate()
         except BaseException as e:
             walled = e  # reported as the request's error, once there is one
+        # Into the request's cgroup now, while nothing waits for it: on a v1
+        # hierarchy the first move after a quiet spell waits for an RCU
+        # grace period (milliseconds), which a request would otherwise pay.
+        # What the spare charged while walling in stays the function's.
+        self.join(cgroups)
+        for fd in cgroups:
+            os.close(fd)
         try:
             msg, anc, _, _ = sock.recvmsg(MAX_HEADER + 8, socket.CMSG_SPACE(MAX_FDS * 4))
         except OSError:
@@ -575,7 +623,7 @@ class Agent:
             os._exit(0)  # the zygote is gone
         self.c_prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
         sock.close()
-        self.child(msg[8:], fds_of(anc), struct.unpack_from("=q", msg)[0], walled)
+        self.child(msg[8:], fds_of(anc), struct.unpack_from("=q", msg)[0], walled, admitted=True)
 
 
 def main():
