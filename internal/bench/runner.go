@@ -200,7 +200,7 @@ func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 	}
 
 	runtime.GC() // start each group with a clean heap, not a pending collection
-	res.Before = opts.Guard.Read()
+	res.Before = opts.Guard.ReadBefore()
 	warmups := make([][]time.Duration, len(timers))
 	samples := make([][]time.Duration, len(timers))
 	for i := range timers {

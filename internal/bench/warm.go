@@ -395,7 +395,7 @@ func putWarmFunction(ctx context.Context, d *Daemon, name string, concurrency in
 
 func newSeriesReport(suite string, g *Guard) (*SeriesReport, HostState) {
 	r := &SeriesReport{Suite: suite, Fingerprint: TakeFingerprint(), Figures: map[string]any{}}
-	return r, g.Read()
+	return r, g.ReadBefore()
 }
 
 func (r *SeriesReport) finish(g *Guard, before HostState, ownLoad bool) {
