@@ -144,6 +144,7 @@ forks per request. The target: at least 1000 requests/s.`,
 			}),
 		newDensityCommand(),
 		newSoakCommand(),
+		newBenchAllCommand(),
 	)
 	return cmd
 }
