@@ -194,7 +194,11 @@ func WriteSummary(w io.Writer, rows []SummaryRow, cmp []Comparison, exits map[st
 		if r.Why != "" {
 			outcome += " (" + r.Why + ")"
 		}
-		p.printf("  %-8s %-*s %10s  %s\n", r.Suite, width, r.Target, formatValue(r.Value), outcome)
+		value := formatValue(r.Value)
+		if r.Outcome == NotMeasured && r.Value == 0 {
+			value = "-"
+		}
+		p.printf("  %-8s %-*s %10s  %s\n", r.Suite, width, r.Target, value, outcome)
 	}
 	var names []string
 	for n := range exits {
