@@ -141,6 +141,7 @@ func Load(ctx context.Context, d *Daemon, window time.Duration) (*SeriesReport, 
 	if floor, err := forkFloorRate(ctx, window, runtime.NumCPU()); err == nil {
 		r.Figures["fork floor rate: python3 with the same imports, fork+exit+wait, one per CPU in flight (per s)"] = int64(floor)
 		r.Figures["sustained rate / fork floor rate"] = fmt.Sprintf("%.2f", best/floor)
+		r.Checks = append(r.Checks, check("sustained rate / same-run fork floor rate (at least)", best/floor, WarmTargets.LoadVsFloor, false))
 	} else {
 		r.Figures["fork floor rate"] = "NOT MEASURED: " + err.Error()
 	}
