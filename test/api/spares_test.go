@@ -1,12 +1,14 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tine-run/tine/api"
@@ -108,6 +110,44 @@ func TestSparesWaitInTheirRequestCgroups(t *testing.T) {
 	}
 	if want := path.Base(cg["memory"]); path.Base(memoryLine(got.Cgroup)) != want {
 		t.Errorf("request's cgroups %q, want the group its spare waited in (%s)", got.Cgroup, want)
+	}
+
+	// Spares killed from outside: the requests their groups were armed for
+	// get fresh forks, which join those groups themselves.
+	if !eventually(patience, joined) {
+		t.Fatalf("no 2 spares in their groups again: %v", spares)
+	}
+	killed := map[string]bool{}
+	for _, pid := range spares {
+		killed[nsPid(pid)] = true
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// Gone first: a spare dying while the zygote hands it a request takes
+	// that request with it (it answers crashed), as it did before.
+	eventually(patience, func() bool {
+		for _, pid := range spares {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 2 {
+		inv := invoke(t, d, "sp", nil)
+		if inv.Status != api.StatusOK {
+			t.Fatalf("request %d after its spare was killed: %s %+v", i, inv.Status, inv.Error)
+		}
+		var r struct {
+			Pid    int
+			Cgroup string
+		}
+		json.Unmarshal(inv.Result, &r)
+		if killed[fmt.Sprint(r.Pid)] {
+			t.Errorf("request %d answered from a killed spare's pid %d", i, r.Pid)
+		}
+		if !strings.HasPrefix(path.Base(memoryLine(r.Cgroup)), "r") {
+			t.Errorf("request %d ran in %q, not in a request group", i, memoryLine(r.Cgroup))
+		}
 	}
 }
 
