@@ -123,7 +123,7 @@ type cgroupMountSet struct {
 	v2      string   // the first cgroup2 mount
 	v2Opts  []string // its superblock options
 	v2Flags []string // its mount's own options (nosuid, relatime, ...)
-	v1     string   // the first v1 hierarchy's mount
+	v1      string   // the first v1 hierarchy's mount
 }
 
 func cgroupMountsInfo() (cgroupMountSet, error) {
