@@ -419,16 +419,6 @@ type request struct {
 // every request: the function's handler, a pool script, or (runtime exec)
 // the function's command.
 func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *groupPool, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
-	// An armed group has the request's process waiting in it already.
-	rg := z.spares.take()
-	armed := rg != nil
-	if !armed {
-		var err error
-		if rg, err = groups.take(); err != nil {
-			return err
-		}
-	}
-	defer rg.release()
 	io := newRequestIO(payload)
 	defer io.closeAll()
 	if io.err != nil {
@@ -456,6 +446,21 @@ func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *grou
 			fds = append(fds, int(cache.w.Fd()))
 		}
 	}
+	// The group last, once the request is known to be good: an armed
+	// group has the request's process waiting in it already, and a spare
+	// given back is a fork and its walls thrown away.
+	rg := z.spares.take()
+	armed := rg != nil
+	if !armed {
+		var err error
+		if rg, err = groups.take(); err != nil {
+			if cache != nil {
+				cache.sent()
+			}
+			return err
+		}
+	}
+	defer rg.release()
 	fds = append(fds, rg.procs...)
 	hdr, _ := json.Marshal(h)
 	if armed {
