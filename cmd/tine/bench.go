@@ -154,11 +154,11 @@ the same-run fork floor rate.`,
 // (with the 16 imports preloaded in the runtime pool), runs, and prints.
 func newWarmSuiteCommand(name, short, long string, run func(context.Context, *bench.Daemon, bench.WarmOptions) (*bench.SeriesReport, error)) *cobra.Command {
 	var (
-		opts     bench.WarmOptions
-		jsonPath string
+		opts              bench.WarmOptions
+		jsonPath, plotDir string
 	)
 	cmd := &cobra.Command{
-		Use:   name + " [-n N] [--rate R] [--json FILE]",
+		Use:   name + " [-n N] [--rate R] [--json FILE] [--plot DIR]",
 		Short: short,
 		Long:  long,
 		Args:  noArgs,
@@ -173,7 +173,7 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 				opts.PythonSDK = abs
 			}
 			serve := []string{"--pool-preload", strings.Join(bench.WarmImports, ",")}
-			return runSeriesSuite(cmd, name, jsonPath, "", serve, func(ctx context.Context, d *bench.Daemon) (*bench.SeriesReport, error) {
+			return runSeriesSuite(cmd, name, jsonPath, plotDir, serve, func(ctx context.Context, d *bench.Daemon) (*bench.SeriesReport, error) {
 				return run(ctx, d, opts)
 			})
 		},
@@ -184,6 +184,7 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 		cmd.Flags().IntVar(&opts.Sparse, "sparse", 50, "sparse calls after the stream, one every 200 ms (0: none)")
 	}
 	cmd.Flags().IntVar(&opts.Scripts, "scripts", 1000, "distinct scripts registered (pool)")
+	cmd.Flags().StringVar(&plotDir, "plot", "", "also write a latency CDF chart (SVG) of every series into `DIR`")
 	cmd.Flags().StringVar(&opts.PythonSDK, "python-sdk", "sdk/python", "directory of the Python SDK, for the desktop suite's Python round trips (skipped when absent)")
 	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
 	return cmd

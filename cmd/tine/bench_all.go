@@ -66,7 +66,7 @@ suite's own load. At the end it prints every target of every suite, and each
 headline figure of docs/benchmarks.md next to this run's (flagged when
 outside 2x either way). --json writes every suite's full report, the
 summary and the comparison; --plot DIR writes each suite's charts into
-DIR/SUITE where it has them.
+DIR/SUITE.
 
 Exit status: 1 when a suite failed or missed a target, else 2 when a figure
 was NOT MEASURED, else 0.`,
@@ -116,7 +116,7 @@ was NOT MEASURED, else 0.`,
 				report := filepath.Join(tmp, s.Name+".json")
 				argv := append([]string{"bench", s.Name}, args...)
 				argv = append(argv, "--json", report)
-				if plotDir != "" && bench.Plottable(s.Name) {
+				if plotDir != "" {
 					argv = append(argv, "--plot", filepath.Join(plotDir, s.Name))
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "\n$ tine %s\n", strings.Join(argv, " "))

@@ -34,15 +34,6 @@ var AllSuites = []SuiteRun{
 	{Name: "soak", Args: nil, Quick: []string{"--duration", "1m", "--warmup", "10s"}},
 }
 
-// Plottable says whether a suite's command takes --plot.
-func Plottable(suite string) bool {
-	switch suite {
-	case "cold", "api", "embed", "density", "soak":
-		return true
-	}
-	return false
-}
-
 // Settle waits until the host's CPUs are quiet (busy at most MaxBusyShare
 // of the cores over a BusyWindow), at most max, and returns the last
 // reading and whether it was quiet. A suite that just ended has left the

@@ -62,3 +62,20 @@ func TestSuiteFiguresAndCompare(t *testing.T) {
 		t.Error("a figure not measured was compared")
 	}
 }
+
+// A series suite without charts of its own gets a latency CDF of its series.
+func TestSeriesLatencyCDF(t *testing.T) {
+	dir := t.TempDir()
+	r := &SeriesReport{Suite: "warm", Series: []Series{
+		{Name: "warm function (16 imports)", Latency: Stats{N: 3}, Samples: []int64{1_000_000, 2_000_000, 3_000_000}},
+		{Name: "no samples"},
+	}}
+	files, err := r.WritePlots(dir)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("wrote %v, %v; want one chart", files, err)
+	}
+	b, _ := os.ReadFile(files[0])
+	if !strings.Contains(string(b), "warm function (16 imports) (n=3)") || strings.Contains(string(b), "no samples") {
+		t.Errorf("chart %s does not show exactly the series with samples", files[0])
+	}
+}
