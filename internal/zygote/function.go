@@ -75,8 +75,10 @@ type zygoteProc struct {
 	dead chan struct{}
 	why  string
 	log  *tailBuffer
-	// spares: the request groups it keeps spare children waiting in (nil
-	// for a zygote that only starts Node workers).
+	// armed is the daemon's end of the spares socket, on which the zygote
+	// offers its spares; spares, the request groups it keeps them waiting
+	// in (nil for a zygote that only starts Node workers).
+	armed  *os.File
 	spares *spares
 }
 
@@ -151,7 +153,7 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 				sb, budget, z, groups = nil, nil, nil, nil
 			}
 		} else if err == nil {
-			z.spares = newSpares(z, groups)
+			z.spares = newSpares(z, groups, z.armed)
 		}
 		f.mu.Lock()
 		f.sb, f.budget, f.zyg, f.groups, f.nodes, f.warmErr, f.warming = sb, budget, z, groups, nodes, err, nil
@@ -260,9 +262,22 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	// holding every request of the function.
 	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 	unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	// The zygote offers its spares on a socket of their own, which the
+	// daemon reads through the poller.
+	spares, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(pair[0])
+		agentEnd.Close()
+		return nil, fmt.Errorf("%w: spares socket: %v", ErrWarm, err)
+	}
+	unix.SetNonblock(spares[0], true)
+	armed := os.NewFile(uintptr(spares[0]), "zygote spares")
+	defer unix.Close(spares[1]) // the agent's copy arrives with its config
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		unix.Close(pair[0])
+		agentEnd.Close()
+		armed.Close()
 		return nil, err
 	}
 	defer logW.Close()
@@ -277,10 +292,11 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	agentEnd.Close() // only the agent holds it now: its death is EOF here
 	if err != nil {
 		unix.Close(pair[0])
+		armed.Close()
 		logR.Close()
 		return nil, fmt.Errorf("%w: start %s: %v", ErrWarm, python, err)
 	}
-	z := &zygoteProc{ctl: pair[0], l: l, dead: make(chan struct{}), log: &tailBuffer{max: 16 << 10}}
+	z := &zygoteProc{ctl: pair[0], l: l, dead: make(chan struct{}), log: &tailBuffer{max: 16 << 10}, armed: armed}
 	go func() { io.Copy(z.log, logR); logR.Close() }()
 	go func() {
 		o, _ := l.Wait()
@@ -295,7 +311,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	}
 	b, _ := json.Marshal(cfg)
 	var ready agentReady
-	err = z.send(b, nil)
+	err = z.send(b, []int{spares[1]})
 	if err == nil {
 		var buf [1 << 16]byte
 		var n int
@@ -370,7 +386,9 @@ func (z *zygoteProc) close() {
 	z.l.Signal(unix.SIGKILL)
 	<-z.dead
 	if z.spares != nil {
-		z.spares.close()
+		z.spares.close() // and the spares socket
+	} else {
+		z.armed.Close()
 	}
 	z.mu.Lock()
 	if z.ctl >= 0 {
@@ -449,8 +467,8 @@ func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *grou
 	// The group last, once the request is known to be good: an armed
 	// group has the request's process waiting in it already, and a spare
 	// given back is a fork and its walls thrown away.
-	rg := z.spares.take()
-	armed := rg != nil
+	sp, armed := z.spares.take()
+	rg := sp.rg
 	if !armed {
 		var err error
 		if rg, err = groups.take(); err != nil {
@@ -463,11 +481,11 @@ func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *grou
 	defer rg.release()
 	fds = append(fds, rg.procs...)
 	hdr, _ := json.Marshal(h)
-	if armed {
-		hdr = toSpare(rg, hdr)
-	}
 	sent := monotonic()
-	err := z.send(hdr, fds)
+	var err error
+	if !armed || sp.hand(hdr, fds, sent) != nil {
+		err = z.send(hdr, fds) // no spare (or it died): the zygote forks
+	}
 	z.spares.kick()
 	io.closeChildEnds()
 	if cache != nil {

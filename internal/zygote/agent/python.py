@@ -7,17 +7,21 @@
 # runtime-exec command and waits for it), replies and exits. The fork, the
 # walls and even the cgroup do not depend on the request, so the daemon
 # arms spares: it hands the zygote a request cgroup ahead, and the zygote
-# forks a child that walls itself in and joins that cgroup, then waits on a
-# socket of its own; a request for that cgroup goes to its spare when it is
-# still there, and to a fresh fork (which joins the cgroup itself)
-# otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
-#   daemon -> agent: one config message (JSON), then requests and arms.
-#     A request: a JSON header, prefixed by "to ID\n" when armed group ID
-#     is its cgroup, with descriptors [reply, payload, stdout, stderr, (a
-#     pool script's source, then its compiled code or a pipe for it),
-#     cgroup...]. An arm: "arm ID" with descriptors [cgroup...].
-#   agent -> daemon: one ready message (JSON), then nothing: each child
-#     writes its reply (8-byte length, JSON) to its reply pipe.
+# forks a child that walls itself in and joins that cgroup, and hands the
+# daemon that child's socket: the daemon sends a request for that cgroup
+# straight to its spare (the zygote is not woken), and to the zygote for a
+# fresh fork (which joins the cgroup itself) when there is none.
+# Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
+#   daemon -> agent: one config message (JSON, with the spares socket as
+#     its descriptor), then requests and arms. A request: a JSON header
+#     with descriptors [reply, payload, stdout, stderr, (a pool script's
+#     source, then its compiled code or a pipe for it), cgroup...]. An
+#     arm: "arm ID" with descriptors [cgroup...].
+#   agent -> daemon: one ready message (JSON), then nothing; on the spares
+#     socket, "armed ID" with the spare's socket, or "unarmed ID" when no
+#     spare could be forked. Each child writes its reply (8-byte length,
+#     JSON) to its reply pipe; a spare gets its request as an 8-byte send
+#     time and the request's header and descriptors.
 # Standard library only: this runs on whatever Python the root has.
 import ctypes
 import fcntl
@@ -155,12 +159,12 @@ class Agent:
         self.command_env = dict(os.environ)
         if self.command_env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8"):
             del self.command_env["LC_CTYPE"]
-        self.spares = {}  # armed group ID -> the zygote's end of its spare's socket
         self.arms = []  # (group ID, cgroup descriptors) to fork spares for, oldest first
+        self.armed = None  # the spares socket to the daemon
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
 
-    def warm(self, ctl_fd):
+    def warm(self, ctl_fd, armed_fd):
         self.enter_userns()
         for m in self.cfg.get("preload") or []:
             __import__(m)
@@ -188,7 +192,7 @@ class Agent:
             raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threads - 1))
         for fd in os.listdir("/proc/self/fd"):
             fd = int(fd)
-            if fd > 2 and fd != ctl_fd and fd not in [f for f, _ in self.ll_open]:
+            if fd > 2 and fd != ctl_fd and fd != armed_fd and fd not in [f for f, _ in self.ll_open]:
                 try:
                     if os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
                         raise RuntimeError("the entry or a preloaded module left a socket open (fd %d); open connections inside the handler" % fd)
@@ -491,8 +495,6 @@ class Agent:
         fork = os.fork
         close = os.close
         now = time.monotonic_ns
-        pack = struct.Struct("=q").pack
-        spares = self.spares
         out, err = sys.stdout, sys.stderr
         arms = self.arms
         # A request that waits goes first: spares are forked only while
@@ -513,49 +515,32 @@ class Agent:
             if msg[:4] == b"arm ":
                 arms.append((msg[4:], fds))
                 continue
-            handed = False
-            if msg[:3] == b"to ":
-                group, _, msg = msg[3:].partition(b"\n")
-                spare = spares.pop(group, None)
-                if spare is None:  # not forked yet: this request's fork takes its place
-                    for i, (g, gfds) in enumerate(arms):
-                        if g == group:
-                            del arms[i]
-                            for fd in gfds:
-                                close(fd)
-                            break
-                else:
-                    try:
-                        spare.sendmsg([pack(t_recv), msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))])
-                        handed = True
-                    except OSError:
-                        pass  # that spare died: a fork
-                    spare.close()
-            if not handed:
+            try:
+                out.flush()
+                err.flush()
+                pid = fork()
+            except Exception as e:
+                # One request lost (pids.max reached, a bad message), not
+                # the zygote: the daemon sees the request's pipes close.
+                sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
+                pid = -1
+            if pid == 0:
                 try:
-                    out.flush()
-                    err.flush()
-                    pid = fork()
-                except Exception as e:
-                    # One request lost (pids.max reached, a bad message), not
-                    # the zygote: the daemon sees the request's pipes close.
-                    sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
-                    pid = -1
-                if pid == 0:
-                    try:
-                        close(ctl_fd)  # ctl is never used (nor finalized) here again
-                        self.drop_others()
-                        self.child(msg, fds, t_recv, None)
-                    finally:
-                        os._exit(71)
+                    close(ctl_fd)  # ctl is never used (nor finalized) here again
+                    self.drop_others()
+                    self.child(msg, fds, t_recv, None)
+                finally:
+                    os._exit(71)
             for fd in fds:
                 close(fd)
 
     def drop_others(self):
-        # In a child: the other spares' sockets and the cgroups armed for
-        # them are not its business.
-        for s in self.spares.values():
-            s.close()
+        # In a child: the spares socket (a request holding it could offer
+        # the daemon a socket of its own as a spare, and be handed the next
+        # request) and the cgroups armed for other spares are not its
+        # business.
+        if self.armed is not None:
+            self.armed.close()
         for _, gfds in self.arms:
             for fd in gfds:
                 os.close(fd)
@@ -583,24 +568,34 @@ class Agent:
         for fd in cgroups:
             os.close(fd)
         if pid < 0:
-            # The request armed for it is forked when it comes.
+            # The daemon gives the group back; its next request is forked.
             for s in (mine, theirs):
                 if s is not None:
                     s.close()
             sys.stderr.write("tine zygote: no spare child: %r\n" % (err,))
+            try:
+                self.armed.send(b"unarmed " + group)
+            except OSError:
+                pass
             return
         theirs.close()
-        self.spares[group] = mine
+        # Only the daemon holds the spare's other end now: its requests do
+        # not wake the zygote, and the spare sees EOF when the daemon lets
+        # it go.
+        try:
+            self.armed.sendmsg([b"armed " + group], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", mine.fileno()))])
+        except OSError:
+            pass  # the daemon is gone: the spare sees EOF
+        mine.close()
 
     def spare(self, sock, zygote, cgroups):
         # Dies with the zygote while it waits (nothing of a request runs
-        # yet); the zygote's death is not a request's once it has one.
+        # yet); the zygote's death is not a request's once it has one. Its
+        # request comes from the daemon.
         self.c_prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL
         if os.getppid() != zygote:
             os._exit(0)
-        # The other spares' sockets and the daemon's: only the zygote may
-        # hand out requests (a spare holding a sibling's end would also
-        # keep it waiting after the zygote died).
+        # The daemon's control socket: only the zygote takes requests there.
         os.close(self.ctl_fd)
         self.drop_others()
         walled = True
@@ -633,11 +628,16 @@ def main():
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    cfg = json.loads(ctl.recv(MAX_HEADER))
+    msg, anc, _, _ = ctl.recvmsg(MAX_HEADER, socket.CMSG_SPACE(4))
+    cfg = json.loads(msg)
     t0 = time.monotonic()
     try:
         agent = Agent(cfg)
-        agent.warm(ctl.fileno())
+        armed = fds_of(anc)
+        if armed:
+            agent.armed = socket.socket(fileno=armed[0])
+            agent.armed.set_inheritable(False)
+        agent.warm(ctl.fileno(), agent.armed.fileno() if agent.armed else -1)
     except BaseException as e:
         ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
         os._exit(1)
