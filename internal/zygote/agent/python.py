@@ -539,7 +539,8 @@ class Agent:
         # the daemon a socket of its own as a spare, and be handed the next
         # request) and the cgroups armed for other spares are not its
         # business.
-        pass
+        if self.armed is not None:
+            self.armed.close()
         for _, gfds in self.arms:
             for fd in gfds:
                 os.close(fd)
