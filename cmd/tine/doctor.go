@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,13 +15,23 @@ import (
 )
 
 func newDoctorCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, fix, yes bool
 	cmd := &cobra.Command{
-		Use:   "doctor [--json]",
+		Use:   "doctor [--json] [--fix [--yes]]",
 		Short: "Check which host features tine can use",
 		Long: `doctor tries each host feature tine uses (namespaces, overlayfs, cgroups,
 seccomp, Landlock, criu, ...) and prints what it found, and for what is
-missing, what stops working and how to fix it.
+missing, what stops working and how to fix it. As root it also measures
+what moving a process between cgroups costs here (about a second): on
+Linux 6.0 and later the first move after a quiet spell waits for an RCU
+grace period, which a one-shot tine run on v1 cgroups pays (warm functions'
+spares move ahead of their requests).
+
+--fix offers the host setting that removes that wait: favordynmods on the
+cgroup2 mount. It measures fork+exec of /bin/true and the move before and
+after, since favordynmods puts every fork and exit on the host on the
+cgroup lock's slower path, and asks before it remounts (--yes: do not
+ask). The setting lasts until the next boot.
 
 It exits 0 when tine run can work on this host (root or unprivileged user
 namespaces, every namespace kind, overlayfs and seccomp), 1 otherwise.`,
@@ -30,6 +42,12 @@ namespaces, every namespace kind, overlayfs and seccomp), 1 otherwise.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if yes && !fix {
+				return usageError{"--yes answers --fix's question; usage: tine doctor --fix --yes"}
+			}
+			if fix {
+				return fixFavorDynmods(cmd.InOrStdin(), cmd.OutOrStdout(), yes)
+			}
 			r := newDoctorReport()
 			var err error
 			if asJSON {
@@ -47,6 +65,8 @@ namespaces, every namespace kind, overlayfs and seccomp), 1 otherwise.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checks as JSON")
+	cmd.Flags().BoolVar(&fix, "fix", false, "offer favordynmods on the cgroup2 mount, with its measured cost, and apply it when agreed")
+	cmd.Flags().BoolVar(&yes, "yes", false, "with --fix: apply without asking")
 	return cmd
 }
 
@@ -58,6 +78,10 @@ type doctorReport struct {
 	Blockers []string      `json:"blockers"`
 	Cgroup   cgroupSummary `json:"cgroup"`
 	Checks   []probe.Check `json:"checks"`
+	// CgroupMove is the measured cost of a cgroup move (nil when it could
+	// not be measured: CgroupMoveError says why).
+	CgroupMove      *probe.MoveCost `json:"cgroup_move,omitempty"`
+	CgroupMoveError string          `json:"cgroup_move_error,omitempty"`
 }
 
 // cgroupSummary is the cgroup interface tine drives on this host.
@@ -87,8 +111,20 @@ func newDoctorReport() doctorReport {
 			r.Cgroup.Enforceable = h.Enforceable
 		}
 	}
+	if mc, err := probe.MeasureCgroupMove(moveSamples, moveQuiet); err != nil {
+		r.CgroupMoveError = err.Error()
+	} else {
+		r.CgroupMove = &mc
+	}
 	return r
 }
+
+// The cgroup-move probe: moves after moveQuiet of no moves (an RCU grace
+// period is a few milliseconds; 200 ms is the sparse calls' spacing).
+const (
+	moveSamples = 5
+	moveQuiet   = 200 * time.Millisecond
+)
 
 func (r doctorReport) writeJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -135,6 +171,16 @@ func (r doctorReport) writeText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "cgroup: tine drives %s; enforceable: %s\n", r.Cgroup.Version, strings.Join(r.Cgroup.Enforceable, " "))
 	}
+	if mc := r.CgroupMove; mc != nil {
+		fmt.Fprintf(&b, "cgroup move: %.2f ms after %.0f ms without one, %.2f ms right after another (%s)\n",
+			mc.QuietMs, mc.QuietGapMs, mc.BusyMs, favorState(mc))
+		if !mc.FavorDynmods && mc.Cgroup2Mount != "" && mc.QuietMs > 4*mc.BusyMs+0.5 {
+			b.WriteString("    affects: tine run's start on v1 cgroups, warm calls in a burst past the spares\n")
+			b.WriteString("    fix:     tine doctor --fix (favordynmods, with its cost measured)\n")
+		}
+	} else if r.CgroupMoveError != "" {
+		fmt.Fprintf(&b, "cgroup move: not measured (%s)\n", r.CgroupMoveError)
+	}
 	if r.Ready {
 		b.WriteString("tine run: ready\n")
 	} else {
@@ -143,3 +189,67 @@ func (r doctorReport) writeText(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+func favorState(mc *probe.MoveCost) string {
+	switch {
+	case mc.Cgroup2Mount == "":
+		return "no cgroup2 mount for favordynmods"
+	case mc.FavorDynmods:
+		return "favordynmods on " + mc.Cgroup2Mount
+	default:
+		return "favordynmods off on " + mc.Cgroup2Mount
+	}
+}
+
+// fixFavorDynmods measures the move and fork+exec, says what favordynmods
+// would change, asks (unless yes), remounts, and measures both again.
+func fixFavorDynmods(in io.Reader, out io.Writer, yes bool) error {
+	before, err := probe.MeasureCgroupMove(moveSamples, moveQuiet)
+	if err != nil {
+		return fmt.Errorf("measure a cgroup move: %w", err)
+	}
+	if before.Cgroup2Mount == "" {
+		return fmt.Errorf("favordynmods is an option of the cgroup2 file system, and none is mounted here (mount one, e.g. mount -t cgroup2 none /sys/fs/cgroup/unified, then run tine doctor --fix again)")
+	}
+	if before.FavorDynmods {
+		fmt.Fprintf(out, "favordynmods is already on for %s: cgroup move %.2f ms after %.0f ms without one, %.2f ms right after another\n",
+			before.Cgroup2Mount, before.QuietMs, before.QuietGapMs, before.BusyMs)
+		return nil
+	}
+	forkBefore, err := probe.ForkExecCost(forkSamples)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, `now: cgroup move %.2f ms after %.0f ms without one, %.2f ms right after another; fork+exec+wait of /bin/true %.3f ms (p50 of %d)
+favordynmods on %s keeps the kernel's cgroup lock ready for writers: a move no longer waits for an RCU
+grace period, but every fork and exit on this host takes the lock's shared counter instead of a per-CPU one.
+`, before.QuietMs, before.QuietGapMs, before.BusyMs, forkBefore, forkSamples, before.Cgroup2Mount)
+	if !yes {
+		fmt.Fprintf(out, "remount %s with favordynmods now? [y/N] ", before.Cgroup2Mount)
+		answer, _ := bufio.NewReader(in).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			fmt.Fprintln(out, "left as it is")
+			return nil
+		}
+	}
+	if err := probe.SetFavorDynmods(true); err != nil {
+		return err
+	}
+	after, err := probe.MeasureCgroupMove(moveSamples, moveQuiet)
+	if err != nil {
+		return fmt.Errorf("favordynmods is on; measuring the move again failed: %w", err)
+	}
+	forkAfter, err := probe.ForkExecCost(forkSamples)
+	if err != nil {
+		return fmt.Errorf("favordynmods is on; measuring fork+exec again failed: %w", err)
+	}
+	fmt.Fprintf(out, `favordynmods is on for %s until the next boot (keep it: add favordynmods to that mount's options in
+/etc/fstab; undo now: mount -o remount %s).
+  cgroup move after %.0f ms without one: %.2f → %.2f ms
+  fork+exec+wait of /bin/true:          %.3f → %.3f ms (%+.1f%%; on a busy host this moves by more than the setting does)
+`, before.Cgroup2Mount, before.Cgroup2Mount, before.QuietGapMs, before.QuietMs, after.QuietMs, forkBefore, forkAfter, (forkAfter/forkBefore-1)*100)
+	return nil
+}
+
+// forkSamples: fork+exec+wait runs per measurement of --fix.
+const forkSamples = 300

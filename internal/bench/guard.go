@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 )
@@ -30,7 +31,22 @@ type HostState struct {
 	// unreadable (not held against the run).
 	StealTicks uint64 `json:"steal_ticks"`
 	TotalTicks uint64 `json:"total_ticks"`
+	// BusyCores is how many CPUs' worth of time the host spent busy (user,
+	// system, interrupts: not idle, iowait or steal) over the BusyWindowMs
+	// just before a run (ReadBefore); 0 and 0 when not measured.
+	BusyCores    float64 `json:"busy_cores,omitempty"`
+	BusyWindowMs float64 `json:"busy_window_ms,omitempty"`
 }
+
+// BusyWindow is how long ReadBefore watches the host's CPUs. The start of
+// a run is judged by what the CPUs do now, not by the 1-minute load
+// average, which still carries the last minute: a previous suite's own
+// load, long gone.
+const BusyWindow = time.Second
+
+// MaxBusyShare is the share of the cores busy just before a run above
+// which the host is disturbed.
+const MaxBusyShare = 0.5
 
 // MaxSteal is the share of CPU time stolen by the hypervisor, between
 // two host states, above which figures are about the neighbours.
@@ -69,6 +85,22 @@ func NewGuard(cores int) *Guard {
 	return g
 }
 
+// ReadBefore is Read at the start of a run, with the host's busy cores
+// measured over BusyWindow first.
+func (g *Guard) ReadBefore() HostState {
+	b0, t0 := readBusy()
+	start := time.Now()
+	time.Sleep(BusyWindow)
+	b1, t1 := readBusy()
+	window := time.Since(start)
+	s := g.Read()
+	if t1 > t0 && b1 >= b0 {
+		s.BusyCores = float64(b1-b0) / float64(t1-t0) * float64(g.Cores)
+		s.BusyWindowMs = float64(window) / 1e6
+	}
+	return s
+}
+
 // Read samples the load average and the throttling counter now.
 func (g *Guard) Read() HostState {
 	var s HostState
@@ -104,6 +136,11 @@ func Judge(cores int, before, after HostState) Verdict {
 		state HostState
 	}{{"before", before}, {"after", after}} {
 		switch {
+		case end.state.BusyWindowMs > 0:
+			if end.state.BusyCores > MaxBusyShare*float64(cores) {
+				v.Reasons = append(v.Reasons, fmt.Sprintf("the host was busy on %.2f of %d cores over the %.0f ms %s (more than %.0f%%)",
+					end.state.BusyCores, cores, end.state.BusyWindowMs, end.when, MaxBusyShare*100))
+			}
 		case end.state.LoadError != "":
 			v.Reasons = append(v.Reasons, fmt.Sprintf("load average unreadable %s: %s", end.when, end.state.LoadError))
 		case end.state.Load1 > float64(cores):
@@ -121,6 +158,28 @@ func Judge(cores int, before, after HostState) Verdict {
 	}
 	v.Disturbed = len(v.Reasons) > 0
 	return v
+}
+
+// readBusy reads the busy and the total CPU time from /proc/stat's cpu
+// line: busy is user, nice, system, irq and softirq.
+func readBusy() (busy, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:9] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		total += n
+		if i != 3 && i != 4 && i != 7 { // idle, iowait, steal
+			busy += n
+		}
+	}
+	return busy, total
 }
 
 // readSteal reads the steal and the total CPU time from /proc/stat's cpu

@@ -27,6 +27,10 @@ func TestJudge(t *testing.T) {
 		{"throttling unreadable is not held against the run",
 			with(func(s *HostState) { s.CPUStatError = "no such file" }), with(func(s *HostState) { s.Throttled = 99 }), false, ""},
 		{"load unreadable", quiet, with(func(s *HostState) { s.LoadError = "permission denied" }), true, "load average unreadable after"},
+		// A previous suite's load lingers in the 1-minute average; the CPUs
+		// measured just before the run are what count when measured.
+		{"a busy-cores reading replaces the load average", with(func(s *HostState) { s.Load1, s.BusyCores, s.BusyWindowMs = 3.5, 0.2, 1000 }), quiet, false, ""},
+		{"busy before", with(func(s *HostState) { s.BusyCores, s.BusyWindowMs = 1.4, 1000 }), quiet, true, "busy on 1.40 of 2 cores"},
 	} {
 		v := Judge(2, tc.before, tc.after)
 		if v.Disturbed != tc.disturbed {

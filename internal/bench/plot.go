@@ -233,9 +233,10 @@ func niceStep(rough float64) float64 {
 	return 10 * p
 }
 
-// WritePlots writes the charts of a series suite that has them into dir:
-// density's memory against live sandboxes with the fitted slopes, soak's
-// daemon readings over time. It returns the files written.
+// WritePlots writes the charts of a series suite into dir: density's
+// memory against live sandboxes with the fitted slopes, soak's daemon
+// readings over time, and for the others a latency CDF of every series
+// with samples. It returns the files written.
 func (r *SeriesReport) WritePlots(dir string) ([]string, error) {
 	charts := map[string][]byte{}
 	switch raw := r.Raw.(type) {
@@ -245,6 +246,18 @@ func (r *SeriesReport) WritePlots(dir string) ([]string, error) {
 		rss, counts := soakCharts(raw)
 		charts["soak-rss.svg"], charts["soak-fds-goroutines.svg"] = rss, counts
 	default:
+		// The series drawn as the variants of one group.
+		g := GroupResult{Name: "every series", Verdict: r.Verdict}
+		for _, s := range r.Series {
+			if len(s.Samples) > 0 {
+				g.Variants = append(g.Variants, VariantResult{Name: s.Name, Stats: &s.Latency, SamplesNs: s.Samples})
+			}
+		}
+		if svg, ok := latencyCDF(r.Suite, g); ok {
+			charts[r.Suite+"-cdf.svg"] = svg
+		}
+	}
+	if len(charts) == 0 {
 		return nil, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -105,6 +105,9 @@ func load1(s HostState) string {
 	if s.LoadError != "" {
 		return "unreadable"
 	}
+	if s.BusyWindowMs > 0 {
+		return fmt.Sprintf("%.2f (CPUs busy %.2f)", s.Load1, s.BusyCores)
+	}
 	return fmt.Sprintf("%.2f", s.Load1)
 }
 

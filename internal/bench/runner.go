@@ -19,6 +19,9 @@ type Variant struct {
 	Argv []string
 	// Func, when set, is timed instead of Argv.
 	Func func(context.Context) error
+	// Before, when set, runs before each timed Func call, untimed (e.g. to
+	// space the calls out).
+	Before func(context.Context) error
 	// After, when set, runs after each timed Func call, untimed (e.g. to
 	// delete what Func created).
 	After func(context.Context) error
@@ -197,7 +200,7 @@ func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 	}
 
 	runtime.GC() // start each group with a clean heap, not a pending collection
-	res.Before = opts.Guard.Read()
+	res.Before = opts.Guard.ReadBefore()
 	warmups := make([][]time.Duration, len(timers))
 	samples := make([][]time.Duration, len(timers))
 	for i := range timers {

@@ -27,7 +27,7 @@ func closeTimers(ts []timer) {
 // newTimer prepares v for timing. why is set when v cannot run on this host.
 func newTimer(v Variant, devNull *os.File, timeout time.Duration) (t timer, why string, err error) {
 	if v.Func != nil {
-		return &funcTimer{f: v.Func, after: v.After}, "", nil
+		return &funcTimer{f: v.Func, before: v.Before, after: v.After}, "", nil
 	}
 	if len(v.Argv) == 0 {
 		return nil, "", fmt.Errorf("variant %s: neither a command nor a function", v.Name)
@@ -86,10 +86,16 @@ func (e *execTimer) failure(round, warmup int, err error) *Failure {
 
 func (e *execTimer) close() { e.stderr.Close() }
 
-// funcTimer times one call of a Go function, then runs its untimed after.
-type funcTimer struct{ f, after func(context.Context) error }
+// funcTimer times one call of a Go function between its untimed before
+// and after.
+type funcTimer struct{ f, before, after func(context.Context) error }
 
 func (t *funcTimer) once() (time.Duration, error) {
+	if t.before != nil {
+		if err := t.before(context.Background()); err != nil {
+			return 0, err
+		}
+	}
 	start := time.Now()
 	err := t.f(context.Background())
 	d := time.Since(start)

@@ -75,6 +75,11 @@ type zygoteProc struct {
 	dead chan struct{}
 	why  string
 	log  *tailBuffer
+	// armed is the daemon's end of the spares socket, on which the zygote
+	// offers its spares; spares, the request groups it keeps them waiting
+	// in (nil for a zygote that only starts Node workers).
+	armed  *os.File
+	spares *spares
 }
 
 func (f *function) timeout() time.Duration {
@@ -147,6 +152,8 @@ func (f *function) ensureWarm() (w warmState, cold bool, warmMs float64, err err
 				sb.Destroy()
 				sb, budget, z, groups = nil, nil, nil, nil
 			}
+		} else if err == nil {
+			z.spares = newSpares(z, groups, z.armed)
 		}
 		f.mu.Lock()
 		f.sb, f.budget, f.zyg, f.groups, f.nodes, f.warmErr, f.warming = sb, budget, z, groups, nodes, err, nil
@@ -255,9 +262,22 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	// holding every request of the function.
 	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 	unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	// The zygote offers its spares on a socket of their own, which the
+	// daemon reads through the poller.
+	spares, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(pair[0])
+		agentEnd.Close()
+		return nil, fmt.Errorf("%w: spares socket: %v", ErrWarm, err)
+	}
+	unix.SetNonblock(spares[0], true)
+	armed := os.NewFile(uintptr(spares[0]), "zygote spares")
+	defer unix.Close(spares[1]) // the agent's copy arrives with its config
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		unix.Close(pair[0])
+		agentEnd.Close()
+		armed.Close()
 		return nil, err
 	}
 	defer logW.Close()
@@ -272,10 +292,11 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	agentEnd.Close() // only the agent holds it now: its death is EOF here
 	if err != nil {
 		unix.Close(pair[0])
+		armed.Close()
 		logR.Close()
 		return nil, fmt.Errorf("%w: start %s: %v", ErrWarm, python, err)
 	}
-	z := &zygoteProc{ctl: pair[0], l: l, dead: make(chan struct{}), log: &tailBuffer{max: 16 << 10}}
+	z := &zygoteProc{ctl: pair[0], l: l, dead: make(chan struct{}), log: &tailBuffer{max: 16 << 10}, armed: armed}
 	go func() { io.Copy(z.log, logR); logR.Close() }()
 	go func() {
 		o, _ := l.Wait()
@@ -290,7 +311,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	}
 	b, _ := json.Marshal(cfg)
 	var ready agentReady
-	err = z.send(b, nil)
+	err = z.send(b, []int{spares[1]})
 	if err == nil {
 		var buf [1 << 16]byte
 		var n int
@@ -364,6 +385,11 @@ func (z *zygoteProc) send(msg []byte, fds []int) error {
 func (z *zygoteProc) close() {
 	z.l.Signal(unix.SIGKILL)
 	<-z.dead
+	if z.spares != nil {
+		z.spares.close() // and the spares socket
+	} else {
+		z.armed.Close()
+	}
 	z.mu.Lock()
 	if z.ctl >= 0 {
 		unix.Close(z.ctl)
@@ -411,11 +437,6 @@ type request struct {
 // every request: the function's handler, a pool script, or (runtime exec)
 // the function's command.
 func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *groupPool, payload []byte, req request, inv *api.Invocation, arrived time.Time) error {
-	rg, err := groups.take()
-	if err != nil {
-		return err
-	}
-	defer rg.release()
 	io := newRequestIO(payload)
 	defer io.closeAll()
 	if io.err != nil {
@@ -443,10 +464,29 @@ func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *grou
 			fds = append(fds, int(cache.w.Fd()))
 		}
 	}
+	// The group last, once the request is known to be good: an armed
+	// group has the request's process waiting in it already, and a spare
+	// given back is a fork and its walls thrown away.
+	sp, armed := z.spares.take()
+	rg := sp.rg
+	if !armed {
+		var err error
+		if rg, err = groups.take(); err != nil {
+			if cache != nil {
+				cache.sent()
+			}
+			return err
+		}
+	}
+	defer rg.release()
 	fds = append(fds, rg.procs...)
 	hdr, _ := json.Marshal(h)
 	sent := monotonic()
-	err = z.send(hdr, fds)
+	var err error
+	if !armed || sp.hand(hdr, fds, sent) != nil {
+		err = z.send(hdr, fds) // no spare (or it died): the zygote forks
+	}
+	z.spares.kick()
 	io.closeChildEnds()
 	if cache != nil {
 		cache.sent()

@@ -16,6 +16,7 @@ import (
 // cgroup_mutex) on every request otherwise.
 type requestGroup struct {
 	*cgroup.Group
+	id    uint64 // unique in the function: names the group to the zygote
 	procs []int
 	watch *cgroup.Watch // its counters, read on every request
 	pool  *groupPool
@@ -77,7 +78,8 @@ func newGroupPool(sb *sandbox.Sandbox, lim cgroup.Limits, size int, seq *atomic.
 }
 
 func (p *groupPool) make() (*requestGroup, error) {
-	g, err := p.sb.RequestGroup("r"+strconv.FormatUint(p.seq.Add(1), 10), p.lim)
+	id := p.seq.Add(1)
+	g, err := p.sb.RequestGroup("r"+strconv.FormatUint(id, 10), p.lim)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +94,7 @@ func (p *groupPool) make() (*requestGroup, error) {
 		g.Remove()
 		return nil, err
 	}
-	return &requestGroup{Group: g, procs: fds, watch: w, pool: p}, nil
+	return &requestGroup{Group: g, id: id, procs: fds, watch: w, pool: p}, nil
 }
 
 func (p *groupPool) kick() { p.stock.kick() }

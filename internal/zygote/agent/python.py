@@ -4,15 +4,24 @@
 # (its own mount, IPC and network namespaces with a private /tmp, /dev/shm
 # and /dev/pts, Landlock, capabilities, seccomp), admits itself into its
 # request's cgroup, runs the handler (a pool script; or spawns a
-# runtime-exec command and waits for it), replies and exits. The fork and the walls do not depend on the request,
-# so the zygote keeps SPARES children forked and walled in ahead, each
-# waiting on a socket of its own; a request goes to a spare when there is
-# one (then a new spare is forked) and to a fresh fork otherwise. Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
-#   daemon -> agent: one config message (JSON), then requests: a JSON
-#     header with descriptors [reply, payload, stdout, stderr, (a pool
-#     script's source, then its compiled code or a pipe for it), cgroup...].
-#   agent -> daemon: one ready message (JSON), then nothing: each child
-#     writes its reply (8-byte length, JSON) to its reply pipe.
+# runtime-exec command and waits for it), replies and exits. The fork, the
+# walls and even the cgroup do not depend on the request, so the daemon
+# arms spares: it hands the zygote a request cgroup ahead, and the zygote
+# forks a child that walls itself in and joins that cgroup, and hands the
+# daemon that child's socket: the daemon sends a request for that cgroup
+# straight to its spare (the zygote is not woken), and to the zygote for a
+# fresh fork (which joins the cgroup itself) when there is none.
+# Protocol (fd 0, a SOCK_SEQPACKET socket to the daemon):
+#   daemon -> agent: one config message (JSON, with the spares socket as
+#     its descriptor), then requests and arms. A request: a JSON header
+#     with descriptors [reply, payload, stdout, stderr, (a pool script's
+#     source, then its compiled code or a pipe for it), cgroup...]. An
+#     arm: "arm ID" with descriptors [cgroup...].
+#   agent -> daemon: one ready message (JSON), then nothing; on the spares
+#     socket, "armed ID" with the spare's socket, or "unarmed ID" when no
+#     spare could be forked. Each child writes its reply (8-byte length,
+#     JSON) to its reply pipe; a spare gets its request as an 8-byte send
+#     time and the request's header and descriptors.
 # Standard library only: this runs on whatever Python the root has.
 import ctypes
 import fcntl
@@ -42,7 +51,6 @@ PR_CAPBSET_DROP = 24
 CAP_SYS_ADMIN = 21
 MAX_HEADER = 1 << 16
 MAX_FDS = 16
-SPARES = 2  # one per CPU of the machine this was tuned on; a burst past it forks
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -151,11 +159,12 @@ class Agent:
         self.command_env = dict(os.environ)
         if self.command_env.get("LC_CTYPE") in ("C.UTF-8", "C.utf8", "UTF-8"):
             del self.command_env["LC_CTYPE"]
-        self.spares = []  # the zygote's ends of the spares' sockets, oldest first
+        self.arms = []  # (group ID, cgroup descriptors) to fork spares for, oldest first
+        self.armed = None  # the spares socket to the daemon
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
 
-    def warm(self, ctl_fd):
+    def warm(self, ctl_fd, armed_fd):
         self.enter_userns()
         for m in self.cfg.get("preload") or []:
             __import__(m)
@@ -183,7 +192,7 @@ class Agent:
             raise RuntimeError("the entry or a preloaded module started %d threads; a zygote forks only single-threaded (start threads inside the handler)" % (threads - 1))
         for fd in os.listdir("/proc/self/fd"):
             fd = int(fd)
-            if fd > 2 and fd != ctl_fd and fd not in [f for f, _ in self.ll_open]:
+            if fd > 2 and fd != ctl_fd and fd != armed_fd and fd not in [f for f, _ in self.ll_open]:
                 try:
                     if os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
                         raise RuntimeError("the entry or a preloaded module left a socket open (fd %d); open connections inside the handler" % fd)
@@ -282,9 +291,10 @@ class Agent:
         if self.fprog_ref is not None:
             check(sysc(self.sys_seccomp, 1, 0, self.fprog_ref), "load seccomp filter")
 
-    def child(self, msg, fds, t_fork, walled):
+    def child(self, msg, fds, t_fork, walled, admitted=False):
         # walled: None when this child walls itself in here; True when a
-        # spare did it ahead; the exception when that failed.
+        # spare did it ahead; the exception when that failed. admitted: a
+        # spare already in the request's cgroup.
         t_start = time.monotonic_ns()
         reply, payload, out, err, cgroups = fds[0], fds[1], fds[2], fds[3], fds[4:]
         try:
@@ -296,11 +306,8 @@ class Agent:
             src, cgroups = cgroups[0], cgroups[1:]
             if hdr.get("pyc") or hdr.get("cache"):
                 cache, cgroups = cgroups[0], cgroups[1:]
-        try:
-            for fd in cgroups:
-                os.write(fd, b"0")
-        except OSError:
-            os._exit(70)  # the request was cancelled and its cgroup removed
+        if not admitted:
+            self.join(cgroups)
         t_admit = time.monotonic_ns()
         t = [t_fork, t_start, t_admit, 0, 0]
         result = error = b64 = ended = None
@@ -399,6 +406,16 @@ class Agent:
             view = view[os.write(reply, view):]
         os._exit(0)
 
+    def join(self, cgroups):
+        # Moves this process into its request's cgroup (one per v1
+        # hierarchy): a process may always move itself, with the files the
+        # daemon opened.
+        try:
+            for fd in cgroups:
+                os.write(fd, b"0")
+        except OSError:
+            os._exit(70)  # the request was cancelled and its cgroup removed
+
     def spawn(self, argv):
         # A runtime-exec request: its command runs as a process of its own
         # inside this child's walls and cgroup (stdin the payload, stdout
@@ -478,17 +495,15 @@ class Agent:
         fork = os.fork
         close = os.close
         now = time.monotonic_ns
-        pack = struct.Struct("=q").pack
-        spares = self.spares
         out, err = sys.stdout, sys.stderr
+        arms = self.arms
         # A request that waits goes first: spares are forked only while
         # none does (a fork is a millisecond of the zygote's time here).
         waiting = select.poll()
         waiting.register(ctl_fd, select.POLLIN)
         while True:
-            while len(spares) < SPARES and not waiting.poll(0):
-                if not self.add_spare():
-                    break
+            while arms and not waiting.poll(0):
+                self.add_spare(*arms.pop(0))
             try:
                 msg, anc, _, _ = recvmsg(MAX_HEADER, space)
             except InterruptedError:
@@ -497,76 +512,104 @@ class Agent:
                 os._exit(0)  # the daemon closed the socket
             t_recv = now()
             fds = fds_of(anc)
-            handed = False
-            rights = struct.pack("%di" % len(fds), *fds)
-            while spares and not handed:
-                spare = spares.pop(0)
+            if msg[:4] == b"arm ":
+                arms.append((msg[4:], fds))
+                continue
+            try:
+                out.flush()
+                err.flush()
+                pid = fork()
+            except Exception as e:
+                # One request lost (pids.max reached, a bad message), not
+                # the zygote: the daemon sees the request's pipes close.
+                sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
+                pid = -1
+            if pid == 0:
                 try:
-                    spare.sendmsg([pack(t_recv), msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-                    handed = True
-                except OSError:
-                    pass  # that spare died: the next one, or a fork
-                spare.close()
-            if not handed:
-                try:
-                    out.flush()
-                    err.flush()
-                    pid = fork()
-                except Exception as e:
-                    # One request lost (pids.max reached, a bad message), not
-                    # the zygote: the daemon sees the request's pipes close.
-                    sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
-                    pid = -1
-                if pid == 0:
-                    try:
-                        close(ctl_fd)  # ctl is never used (nor finalized) here again
-                        for s in spares:
-                            s.close()
-                        self.child(msg, fds, t_recv, None)
-                    finally:
-                        os._exit(71)
+                    close(ctl_fd)  # ctl is never used (nor finalized) here again
+                    self.drop_others()
+                    self.child(msg, fds, t_recv, None)
+                finally:
+                    os._exit(71)
             for fd in fds:
                 close(fd)
 
-    def add_spare(self):
+    def drop_others(self):
+        # In a child: the spares socket (a request holding it could offer
+        # the daemon a socket of its own as a spare, and be handed the next
+        # request) and the cgroups armed for other spares are not its
+        # business.
+        if self.armed is not None:
+            self.armed.close()
+        for _, gfds in self.arms:
+            for fd in gfds:
+                os.close(fd)
+
+    def add_spare(self, group, cgroups):
         zygote = os.getpid()
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-        except Exception as e:
-            mine.close()
-            theirs.close()
-            sys.stderr.write("tine zygote: no spare child: %r\n" % (e,))
-            return False
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as e:
+            mine = theirs = None
+            pid, err = -1, e
+        else:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+            except Exception as e:
+                pid, err = -1, e
         if pid == 0:
             try:
                 mine.close()
-                self.spare(theirs, zygote)
+                self.spare(theirs, zygote, cgroups)
             finally:
                 os._exit(71)
+        for fd in cgroups:
+            os.close(fd)
+        if pid < 0:
+            # The daemon gives the group back; its next request is forked.
+            for s in (mine, theirs):
+                if s is not None:
+                    s.close()
+            sys.stderr.write("tine zygote: no spare child: %r\n" % (err,))
+            try:
+                self.armed.send(b"unarmed " + group)
+            except OSError:
+                pass
+            return
         theirs.close()
-        self.spares.append(mine)
-        return True
+        # Only the daemon holds the spare's other end now: its requests do
+        # not wake the zygote, and the spare sees EOF when the daemon lets
+        # it go.
+        try:
+            self.armed.sendmsg([b"armed " + group], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", mine.fileno()))])
+        except OSError:
+            pass  # the daemon is gone: the spare sees EOF
+        mine.close()
 
-    def spare(self, sock, zygote):
+    def spare(self, sock, zygote, cgroups):
         # Dies with the zygote while it waits (nothing of a request runs
-        # yet); the zygote's death is not a request's once it has one.
+        # yet); the zygote's death is not a request's once it has one. Its
+        # request comes from the daemon.
         self.c_prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL
         if os.getppid() != zygote:
             os._exit(0)
-        # The other spares' sockets and the daemon's: only the zygote may
-        # hand out requests (a spare holding a sibling's end would also
-        # keep it waiting after the zygote died).
+        # The daemon's control socket: only the zygote takes requests there.
         os.close(self.ctl_fd)
-        for s in self.spares:
-            s.close()
+        self.drop_others()
         walled = True
         try:
             self.isolate()
         except BaseException as e:
             walled = e  # reported as the request's error, once there is one
+        # Into the request's cgroup now, while nothing waits for it: on a v1
+        # hierarchy the first move after a quiet spell waits for an RCU
+        # grace period (milliseconds), which a request would otherwise pay.
+        # What the spare charged while walling in stays the function's.
+        self.join(cgroups)
+        for fd in cgroups:
+            os.close(fd)
         try:
             msg, anc, _, _ = sock.recvmsg(MAX_HEADER + 8, socket.CMSG_SPACE(MAX_FDS * 4))
         except OSError:
@@ -575,7 +618,7 @@ class Agent:
             os._exit(0)  # the zygote is gone
         self.c_prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
         sock.close()
-        self.child(msg[8:], fds_of(anc), struct.unpack_from("=q", msg)[0], walled)
+        self.child(msg[8:], fds_of(anc), struct.unpack_from("=q", msg)[0], walled, admitted=True)
 
 
 def main():
@@ -585,11 +628,16 @@ def main():
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    cfg = json.loads(ctl.recv(MAX_HEADER))
+    msg, anc, _, _ = ctl.recvmsg(MAX_HEADER, socket.CMSG_SPACE(4))
+    cfg = json.loads(msg)
     t0 = time.monotonic()
     try:
         agent = Agent(cfg)
-        agent.warm(ctl.fileno())
+        armed = fds_of(anc)
+        if armed:
+            agent.armed = socket.socket(fileno=armed[0])
+            agent.armed.set_inheritable(False)
+        agent.warm(ctl.fileno(), agent.armed.fileno() if agent.armed else -1)
     except BaseException as e:
         ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
         os._exit(1)

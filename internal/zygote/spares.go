@@ -1,0 +1,217 @@
+package zygote
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// spareCount is how many request groups a zygote keeps a spare child
+// waiting in: one per CPU of the machine this was tuned on; a burst past
+// it forks.
+const spareCount = 2
+
+// spares are the request groups a zygote has been armed with: for each,
+// the zygote forks a child that walls itself in and joins the group, and
+// hands the daemon that child's socket. A request that takes an armed
+// group finds its process already in its cgroup (on a v1 hierarchy,
+// moving a process after a quiet spell waits for an RCU grace period,
+// ≈10 ms here, which the spare pays while nothing waits for it), and is
+// sent straight to it: the zygote is not woken, so a request never waits
+// behind the zygote's forks.
+type spares struct {
+	z    *zygoteProc
+	pool *groupPool
+	sock *os.File // the daemon's end of the spares socket (non-blocking)
+	done chan struct{}
+
+	mu      sync.Mutex
+	ready   []armedSpare             // oldest first
+	pending map[uint64]*requestGroup // armed, its spare not offered yet
+	arming  int                      // refills between taking a group and arming it
+	closed  bool
+}
+
+// armedSpare is a spare waiting in its request group, and the daemon's end
+// of its socket.
+type armedSpare struct {
+	rg   *requestGroup
+	sock int
+}
+
+func newSpares(z *zygoteProc, pool *groupPool, sock *os.File) *spares {
+	s := &spares{z: z, pool: pool, sock: sock, done: make(chan struct{}), pending: map[uint64]*requestGroup{}}
+	go s.read()
+	go s.refill()
+	return s
+}
+
+// take returns the oldest spare, or false when there is none (or s is
+// nil: the zygote arms no spares). kick arms another.
+func (s *spares) take() (armedSpare, bool) {
+	if s == nil {
+		return armedSpare{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ready) == 0 {
+		return armedSpare{}, false
+	}
+	sp := s.ready[0]
+	s.ready = s.ready[1:]
+	return sp, true
+}
+
+// hand sends a request to sp (its send time first, as the zygote's own
+// hand-offs did) and lets go of sp's socket; an error means the spare is
+// gone and the request must be forked.
+func (sp armedSpare) hand(hdr []byte, fds []int, sent int64) error {
+	defer unix.Close(sp.sock)
+	msg := binary.NativeEndian.AppendUint64(make([]byte, 0, 8+len(hdr)), uint64(sent))
+	return unix.Sendmsg(sp.sock, append(msg, hdr...), unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+}
+
+// kick starts a refill when one is needed.
+func (s *spares) kick() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	need := !s.closed && s.count() < spareCount
+	s.mu.Unlock()
+	if need {
+		go s.refill()
+	}
+}
+
+// refill arms groups until spareCount are ready or on their way.
+func (s *spares) refill() {
+	for {
+		s.mu.Lock()
+		if s.closed || s.count() >= spareCount {
+			s.mu.Unlock()
+			return
+		}
+		s.arming++
+		s.mu.Unlock()
+		rg, err := s.pool.take()
+		s.mu.Lock()
+		s.arming--
+		if err == nil && !s.closed {
+			s.pending[rg.id] = rg
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		if err != nil {
+			return // the next request forks and joins on its own
+		}
+		if closed {
+			rg.release()
+			return
+		}
+		if err := s.z.send(armMessage(rg), rg.procs); err != nil {
+			s.drop(rg.id)
+			return
+		}
+	}
+}
+
+// count is how many spares are ready or on their way (s.mu held).
+func (s *spares) count() int { return len(s.ready) + len(s.pending) + s.arming }
+
+// drop gives back a pending group whose spare will not come.
+func (s *spares) drop(id uint64) {
+	s.mu.Lock()
+	rg := s.pending[id]
+	delete(s.pending, id)
+	s.mu.Unlock()
+	if rg != nil {
+		rg.release()
+	}
+}
+
+// read takes the zygote's offers of spares until the zygote is gone.
+func (s *spares) read() {
+	defer close(s.done)
+	rc, err := s.sock.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		var n, oobn int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			return rerr != unix.EAGAIN
+		}); err != nil || rerr != nil || n == 0 {
+			return
+		}
+		var fds []int
+		if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, c := range cmsgs {
+				if got, err := unix.ParseUnixRights(&c); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+		s.offered(buf[:n], fds)
+	}
+}
+
+// offered handles one message of the zygote: "armed ID" with the spare's
+// socket, or "unarmed ID".
+func (s *spares) offered(msg []byte, fds []int) {
+	word, idText, _ := bytes.Cut(msg, []byte(" "))
+	id, err := strconv.ParseUint(string(idText), 10, 64)
+	if err != nil || id == 0 {
+		closeAll(fds)
+		return
+	}
+	if string(word) != "armed" || len(fds) != 1 {
+		closeAll(fds)
+		s.drop(id)
+		return
+	}
+	s.mu.Lock()
+	rg := s.pending[id]
+	delete(s.pending, id)
+	if rg != nil && !s.closed {
+		s.ready = append(s.ready, armedSpare{rg: rg, sock: fds[0]})
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	unix.Close(fds[0]) // not armed here (or closed): the spare sees EOF and exits
+	if rg != nil {
+		rg.release()
+	}
+}
+
+// close gives the armed groups back and lets their spares go (each sees
+// EOF and exits; the pool kills what is left when it recycles the group).
+// Called once the zygote is dead.
+func (s *spares) close() {
+	s.mu.Lock()
+	s.closed = true
+	ready, pending := s.ready, s.pending
+	s.ready, s.pending = nil, map[uint64]*requestGroup{}
+	s.mu.Unlock()
+	s.sock.Close() // ends read
+	<-s.done
+	for _, sp := range ready {
+		unix.Close(sp.sock)
+		sp.rg.release()
+	}
+	for _, rg := range pending {
+		rg.release()
+	}
+}
+
+// armMessage asks the zygote to fork a spare into rg.
+func armMessage(rg *requestGroup) []byte { return []byte("arm " + strconv.FormatUint(rg.id, 10)) }
