@@ -21,7 +21,7 @@ type DamageRegion struct {
 
 	mu      sync.Mutex
 	pending []image.Rectangle
-	since   time.Time // when the first pending rectangle came
+	since   time.Time     // when the first pending rectangle came
 	wake    chan struct{} // one token: something is pending
 }
 
