@@ -105,6 +105,71 @@ func TestScreencast(t *testing.T) {
 			t.Fatalf("a message after stop: %+v", h)
 		}
 	})
+
+	// Polling (the baseline, and what a server without DAMAGE gets) and
+	// a scaled JPEG stream with the cursor drawn in: the guest's picture
+	// hashes as the screenshot with the same options does, and the
+	// composite is that picture, exactly (PNG) or nearly (JPEG).
+	for _, c := range []struct {
+		name string
+		o    api.ACIScreencast
+		shot api.ACIScreenshot
+	}{
+		{"PollPNG", api.ACIScreencast{FPS: 30, Delta: true, Poll: true}, api.ACIScreenshot{}},
+		{"ScaledJPEGWithCursor", api.ACIScreencast{FPS: 30, Delta: true, Format: "jpeg", MaxLongEdge: 640, Cursor: true},
+			api.ACIScreenshot{MaxLongEdge: 640, Cursor: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := a.StartScreencast(ctx, &c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop(ctx)
+			if _, _, err := s.Next(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Move(ctx, 300, 200); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := a.Do(ctx, &api.ACIRequest{Op: "type", Text: "ls\n", DelayMs: 50}); err != nil {
+				t.Fatal(err)
+			}
+			want := quietScreenshot(ctx, t, a, &c.shot)
+			var h *api.ACIFrame
+			var pic *image.RGBA
+			for h == nil || h.FrameHash != want.FrameHash {
+				if h, pic, err = s.Next(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if pic.Rect.Dx() != want.Width || pic.Rect.Dy() != want.Height {
+				t.Fatalf("composited %v, screenshot %dx%d", pic.Rect, want.Width, want.Height)
+			}
+			if c.o.Format != "jpeg" {
+				samePixels(t, pic, want.png)
+				return
+			}
+			var diff, n float64
+			for y := range pic.Rect.Dy() {
+				for x := range pic.Rect.Dx() {
+					r, g, b, _ := want.png.At(x, y).RGBA()
+					p := pic.RGBAAt(x, y)
+					diff += abs(float64(p.R)-float64(r>>8)) + abs(float64(p.G)-float64(g>>8)) + abs(float64(p.B)-float64(b>>8))
+					n += 3
+				}
+			}
+			if diff/n > 4 {
+				t.Fatalf("JPEG composite is off by %.1f levels on average", diff/n)
+			}
+		})
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }
 
 type shot struct {
