@@ -11,6 +11,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/desktop/frame"
 )
 
 // One desktop for every screencast case: an xterm to type into.
@@ -103,6 +104,26 @@ func TestScreencast(t *testing.T) {
 		}
 		if h, _, err := s.Next(ctx); err == nil {
 			t.Fatalf("a message after stop: %+v", h)
+		}
+	})
+
+	// A scaled screenshot reads the framebuffer through the scaler; it is
+	// the full screenshot scaled, exactly (region too).
+	t.Run("ScaledScreenshotIsTheFullOneScaled", func(t *testing.T) {
+		for _, region := range [][]int{nil, {10, 20, 333, 222}} {
+			full := quietScreenshot(ctx, t, a, &api.ACIScreenshot{Region: region})
+			rep, img, err := a.Screenshot(ctx, &api.ACIScreenshot{Region: region, MaxLongEdge: 200})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := frame.FromImage(full.png).Downscale(200)
+			if rep.Width != want.Width || rep.Height != want.Height || rep.FrameHash != want.Hash().String() {
+				t.Fatalf("region %v: scaled %dx%d %s, the full one scaled %dx%d %s", region, rep.Width, rep.Height, rep.FrameHash,
+					want.Width, want.Height, want.Hash())
+			}
+			if _, err := png.Decode(bytes.NewReader(img)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 

@@ -99,7 +99,8 @@ type session struct {
 	s   *Server
 	c   *websocket.Conn
 	ctx context.Context
-	buf *frame.Frame
+	buf    *frame.Frame // the last full-size capture, reused
+	scaled *frame.Frame // the last scaled one, reused (screenshot_scaled.go)
 
 	cast       *screencast // the running screencast (screencast.go)
 	afterReply func()      // run once the current reply is written
@@ -415,12 +416,10 @@ func (ss *session) screenshot(o *api.ACIScreenshot, rep *api.ACIReply) ([]byte, 
 	if o.Quality < 0 || o.Quality > 100 || o.MaxLongEdge < 0 {
 		return nil, bad("quality wants 1–100, max_long_edge 0 or more")
 	}
-	f, err := ss.s.D.CaptureInto(ss.buf, region, o.Cursor)
+	f, err := ss.capture(region, o)
 	if err != nil {
 		return nil, err
 	}
-	ss.buf = f
-	f = f.Downscale(o.MaxLongEdge)
 	hash := f.Hash().String()
 	rep.FrameHash, rep.Width, rep.Height, rep.Format = hash, f.Width, f.Height, string(format)
 	if o.IfNoneMatch != "" && o.IfNoneMatch == hash {

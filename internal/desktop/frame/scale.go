@@ -1,11 +1,11 @@
 package frame
 
 import (
-	"encoding/binary"
 	"image"
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // Downscale returns f shrunk so that its longer edge is at most maxLongEdge
@@ -89,92 +89,131 @@ func (s *Scaler) Scale(dst, src *Frame, r image.Rectangle) {
 	}
 	c0 := s.xs.start[r.Min.X]
 	c1 := s.xs.start[r.Max.X-1] + s.xs.n
-	col := make([]byte, (c1-c0)*4+8) // one blended row, padded for word reads
+	col := make([]uint32, c1-c0+2) // one blended row, padded for word reads
 	xn := s.xs.n
 	for y := r.Min.Y; y < r.Max.Y; y++ {
 		s.blendRows(col, src, y, c0, c1)
-		out := dst.Pix[y*dst.Stride:]
-		for x := r.Min.X; x < r.Max.X; x++ {
-			px := col[(s.xs.start[x]-c0)*4:]
-			wt := s.xs.w[x*xn : x*xn+xn]
-			var rb, g uint32
-			if xn == 2 { // the common case: a ratio under 2
-				p0, p1 := binary.LittleEndian.Uint32(px), binary.LittleEndian.Uint32(px[4:])
-				w0, w1 := uint32(wt[0]), uint32(wt[1])
-				rb = (p0&0xff00ff)*w0 + (p1&0xff00ff)*w1
-				g = (p0>>8&0xff)*w0 + (p1>>8&0xff)*w1
-			} else {
-				for k, w := range wt {
-					p := binary.LittleEndian.Uint32(px[k*4:])
-					rb += (p & 0xff00ff) * uint32(w)
-					g += (p >> 8 & 0xff) * uint32(w)
-				}
+		out := pixels32(dst.Pix[y*dst.Stride+r.Min.X*4:], r.Dx())
+		starts := s.xs.start[r.Min.X:r.Max.X]
+		if xn == 2 { // the common case: a ratio under 2
+			ws := s.xs.w[r.Min.X*2 : r.Max.X*2]
+			for i := range out {
+				o := starts[i] - c0
+				p0, p1 := col[o], col[o+1]
+				w0, w1 := uint32(ws[2*i]), uint32(ws[2*i+1])
+				rb := (p0&0xff00ff)*w0 + (p1&0xff00ff)*w1
+				g := (p0&0xff00)*w0 + (p1&0xff00)*w1
+				out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
 			}
-			v := (rb+0x800080)>>8&0xff00ff | ((g+0x80)>>8&0xff)<<8
-			binary.LittleEndian.PutUint32(out[x*4:], v)
+			continue
+		}
+		for i := range out {
+			x := r.Min.X + i
+			px := col[starts[i]-c0:]
+			var rb, g uint32
+			for k, w := range s.xs.w[x*xn : x*xn+xn] {
+				rb += (px[k] & 0xff00ff) * uint32(w)
+				g += (px[k] & 0xff00) * uint32(w)
+			}
+			out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
 		}
 	}
+}
+
+// pixels32 views the first n pixels of p as 32-bit words (x86 and arm64
+// load them unaligned at full speed).
+func pixels32(p []byte, n int) []uint32 {
+	_ = p[n*4-1]
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(p))), n)
+}
+
+// words64 views the first n*8 bytes of p as 64-bit words.
+func words64(p []byte, n int) []uint64 {
+	if n == 0 {
+		return nil
+	}
+	_ = p[n*8-1]
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(p))), n)
 }
 
 // blendRows writes into col the columns c0 to c1 of scaled row y's source
 // rows, weighed: blue and red of two pixels in one uint64, green in
 // another; the padding byte is dropped (it is zero in the result).
-func (s *Scaler) blendRows(col []byte, src *Frame, y, c0, c1 int) {
-	const lo, hi = 0x00ff00ff00ff00ff, 0x000000ff000000ff
+func (s *Scaler) blendRows(col []uint32, src *Frame, y, c0, c1 int) {
+	const lo, hi = 0x00ff00ff00ff00ff, 0x0000ff000000ff00
+	const half = 0x0080008000800080
 	yn := s.ys.n
 	taps := s.ys.w[y*yn : y*yn+yn]
 	first := s.ys.start[y]
-	n := (c1 - c0) * 4
-	var rows [4][]byte
-	var ws [4]uint64
+	px := c1 - c0
+	var rows [3][]uint64
+	var ws [3]uint64
 	k := 0
 	for i, w := range taps {
 		if w == 0 {
 			continue
 		}
-		if k == len(rows) { // more than 4 rows: fold the sum so far in
-			s.blendGeneric(col, src, first, taps, c0, n)
+		if k == len(rows) { // a strong reduction: many rows
+			s.blendGeneric(col, src, first, taps, c0, px)
 			return
 		}
-		off := (first+i)*src.Stride + c0*4
-		rows[k], ws[k] = src.Pix[off:off+n], w
+		rows[k], ws[k] = words64(src.Pix[(first+i)*src.Stride+c0*4:], px/2), w
 		k++
 	}
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		var a, b uint64
-		for j := range k {
-			v := binary.LittleEndian.Uint64(rows[j][i:])
-			a += (v & lo) * ws[j]
-			b += (v >> 8 & hi) * ws[j]
+	out := words64(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(col))), len(col)*4), px/2)
+	switch k {
+	case 1:
+		for i, v := range rows[0][:len(out)] {
+			out[i] = v &^ 0xff000000ff000000
 		}
-		binary.LittleEndian.PutUint64(col[i:], (a+0x0080008000800080)>>8&lo|((b+0x0000008000000080)>>8&hi)<<8)
-	}
-	for ; i < n; i += 4 { // an odd last pixel
-		var a, b uint64
-		for j := range k {
-			v := uint64(binary.LittleEndian.Uint32(rows[j][i:]))
-			a += (v & lo) * ws[j]
-			b += (v >> 8 & hi) * ws[j]
+	case 2:
+		a, b := rows[0][:len(out)], rows[1][:len(out)]
+		w0, w1 := ws[0], ws[1]
+		for i := range out {
+			va, vb := a[i], b[i]
+			l := (va&lo)*w0 + (vb&lo)*w1
+			h := (va&hi>>8)*w0 + (vb&hi>>8)*w1
+			out[i] = (l+half)>>8&lo | (h+half)&(hi)
 		}
-		binary.LittleEndian.PutUint32(col[i:], uint32((a+0x0080008000800080)>>8&lo|((b+0x0000008000000080)>>8&hi)<<8))
+	default:
+		a, b, c := rows[0][:len(out)], rows[1][:len(out)], rows[2][:len(out)]
+		w0, w1, w2 := ws[0], ws[1], ws[2]
+		for i := range out {
+			va, vb, vc := a[i], b[i], c[i]
+			l := (va&lo)*w0 + (vb&lo)*w1 + (vc&lo)*w2
+			h := (va&hi>>8)*w0 + (vb&hi>>8)*w1 + (vc&hi>>8)*w2
+			out[i] = (l+half)>>8&lo | (h+half)&(hi)
+		}
 	}
-}
-
-// blendGeneric is blendRows for any number of rows (strong reductions).
-func (s *Scaler) blendGeneric(col []byte, src *Frame, first int, taps []uint64, c0, n int) {
-	for i := 0; i < n; i += 4 {
-		var bs, gs, rs uint64
+	if px%2 == 1 { // an odd last pixel
+		var b, g, r uint64
 		for t, w := range taps {
 			if w == 0 {
 				continue
 			}
-			p := src.Pix[(first+t)*src.Stride+c0*4+i:]
-			bs += uint64(p[0]) * w
-			gs += uint64(p[1]) * w
-			rs += uint64(p[2]) * w
+			p := src.Pix[(first+t)*src.Stride+(c1-1)*4:]
+			b += uint64(p[0]) * w
+			g += uint64(p[1]) * w
+			r += uint64(p[2]) * w
 		}
-		col[i], col[i+1], col[i+2], col[i+3] = byte((bs+128)>>8), byte((gs+128)>>8), byte((rs+128)>>8), 0
+		col[px-1] = uint32((b+128)>>8) | uint32((g+128)>>8)<<8 | uint32((r+128)>>8)<<16
+	}
+}
+
+// blendGeneric is blendRows for any number of rows (strong reductions).
+func (s *Scaler) blendGeneric(col []uint32, src *Frame, first int, taps []uint64, c0, px int) {
+	for i := range px {
+		var b, g, r uint64
+		for t, w := range taps {
+			if w == 0 {
+				continue
+			}
+			p := src.Pix[(first+t)*src.Stride+(c0+i)*4:]
+			b += uint64(p[0]) * w
+			g += uint64(p[1]) * w
+			r += uint64(p[2]) * w
+		}
+		col[i] = uint32((b+128)>>8) | uint32((g+128)>>8)<<8 | uint32((r+128)>>8)<<16
 	}
 }
 
