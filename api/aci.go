@@ -65,6 +65,9 @@ type ACIRequest struct {
 	// screenshot (and step's observe).
 	Screenshot *ACIScreenshot `json:"screenshot,omitempty"`
 
+	// screencast_start (docs/aci.md, "Screencast").
+	Screencast *ACIScreencast `json:"screencast,omitempty"`
+
 	// step: actions in order, then one observation.
 	Actions []ACIRequest `json:"actions,omitempty"`
 	Observe *ACIObserve  `json:"observe,omitempty"`

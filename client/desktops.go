@@ -69,7 +69,8 @@ type ACI struct {
 	mu      sync.Mutex
 	nextID  uint64
 	pending map[uint64]chan aciAnswer
-	err     error // why the session ended
+	err     error       // why the session ended
+	cast    *Screencast // the running screencast (screencast.go)
 }
 
 type aciAnswer struct {
@@ -143,6 +144,15 @@ func (a *ACI) read() {
 				a.fail(errors.New("aci: malformed binary reply"))
 				return
 			}
+			if f := screencastFrame(head); f != nil {
+				a.mu.Lock()
+				cast := a.cast
+				a.mu.Unlock()
+				if cast != nil {
+					cast.deliver(f, ans.image)
+				}
+				continue
+			}
 		}
 		if err := json.Unmarshal(head, ans.rep); err != nil {
 			a.fail(fmt.Errorf("aci: malformed reply: %w", err))
@@ -177,6 +187,9 @@ func (a *ACI) fail(err error) {
 	for id, ch := range a.pending {
 		close(ch)
 		delete(a.pending, id)
+	}
+	if a.cast != nil {
+		go a.cast.end()
 	}
 }
 

@@ -41,7 +41,7 @@ const (
 )
 
 // Capabilities the welcome announces.
-var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files"}
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "screencast"}
 
 // Server serves the ACI for one display.
 type Server struct {
@@ -70,7 +70,8 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 	if err := c.Write(ctx, websocket.MessageText, welcome); err != nil {
 		return err
 	}
-	sess := &session{s: s, c: c}
+	sess := &session{s: s, c: c, ctx: ctx}
+	defer sess.stopScreencast()
 	for {
 		typ, data, err := c.Read(ctx)
 		if err != nil {
@@ -86,6 +87,10 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 		if err := sess.write(ctx, rep, img); err != nil {
 			return err
 		}
+		if sess.afterReply != nil {
+			sess.afterReply()
+			sess.afterReply = nil
+		}
 	}
 }
 
@@ -93,7 +98,12 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 type session struct {
 	s   *Server
 	c   *websocket.Conn
-	buf *frame.Frame
+	ctx context.Context
+	buf    *frame.Frame // the last full-size capture, reused
+	scaled *frame.Frame // the last scaled one, reused (screenshot_scaled.go)
+
+	cast       *screencast // the running screencast (screencast.go)
+	afterReply func()      // run once the current reply is written
 }
 
 func (ss *session) write(ctx context.Context, rep *api.ACIReply, img []byte) error {
@@ -177,6 +187,11 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 		return rep, img
 	case "step":
 		return ss.step(ctx, &req)
+	case "screencast_start", "screencast_stop", "screencast_keyframe":
+		if err := ss.screencastOp(&req, rep); err != nil {
+			return failErr(req.ID, err), nil
+		}
+		return rep, nil
 	}
 	if err := ss.act(ctx, &req, rep); err != nil {
 		return failErr(req.ID, err), nil
@@ -401,12 +416,10 @@ func (ss *session) screenshot(o *api.ACIScreenshot, rep *api.ACIReply) ([]byte, 
 	if o.Quality < 0 || o.Quality > 100 || o.MaxLongEdge < 0 {
 		return nil, bad("quality wants 1–100, max_long_edge 0 or more")
 	}
-	f, err := ss.s.D.CaptureInto(ss.buf, region, o.Cursor)
+	f, err := ss.capture(region, o)
 	if err != nil {
 		return nil, err
 	}
-	ss.buf = f
-	f = f.Downscale(o.MaxLongEdge)
 	hash := f.Hash().String()
 	rep.FrameHash, rep.Width, rep.Height, rep.Format = hash, f.Width, f.Height, string(format)
 	if o.IfNoneMatch != "" && o.IfNoneMatch == hash {
@@ -431,7 +444,7 @@ func (ss *session) step(ctx context.Context, req *api.ACIRequest) (*api.ACIReply
 	for i := range req.Actions {
 		a := &req.Actions[i]
 		switch a.Op {
-		case "step", "screenshot":
+		case "step", "screenshot", "screencast_start", "screencast_stop", "screencast_keyframe":
 			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action; use observe"}}
 			continue
 		case "read_file", "write_file":

@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"math/rand/v2"
 	"os"
+	"syscall"
 	"testing"
 
 	"github.com/klauspost/compress/zlib"
@@ -227,6 +228,29 @@ func TestParallelPNGBands(t *testing.T) {
 				t.Fatalf("%dx%d in %d bands: image/png cannot read it: %v", f.Width, f.Height, bands, err)
 			}
 			samePixels(t, f, img)
+		}
+	}
+}
+
+// What a 1024-edge screenshot costs against a native one, from the scale
+// on: the scaling must cost less than the encoding it saves.
+func BenchmarkScaled1024(b *testing.B) {
+	f := screenFrame(b)
+	for _, format := range []Format{FormatPNG, FormatJPEG} {
+		for _, edge := range []int{0, 1024} {
+			b.Run(fmt.Sprintf("%s/%d", format, edge), func(b *testing.B) {
+				var ru0, ru1 syscall.Rusage
+				syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+				for b.Loop() {
+					if _, err := Screenshot(f, Options{Format: format, MaxLongEdge: edge}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// CPU time too: on a shared host wall time is mostly waiting.
+				syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+				cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+				b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			})
 		}
 	}
 }

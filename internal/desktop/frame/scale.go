@@ -1,10 +1,11 @@
 package frame
 
 import (
-	"encoding/binary"
+	"image"
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // Downscale returns f shrunk so that its longer edge is at most maxLongEdge
@@ -16,101 +17,204 @@ import (
 // exactly its covered area, so thin text strokes fade instead of vanishing
 // as with bilinear sampling, and it is several times faster than
 // Catmull-Rom (numbers in docs/decisions/0010-desktop-guest.md).
-//
-// Weights are 8-bit fixed point summing to 256, so a weighted sum of one
-// channel fits 16 bits and all four channels of a pixel go through one
-// 64-bit multiply (see spread); the error is under one level per pass.
 func (f *Frame) Downscale(maxLongEdge int) *Frame {
-	long := max(f.Width, f.Height)
-	if maxLongEdge <= 0 || long <= maxLongEdge {
+	s := NewScaler(f.Width, f.Height, maxLongEdge)
+	if s == nil {
 		return f
 	}
-	w := max(1, int(math.Round(float64(f.Width)*float64(maxLongEdge)/float64(long))))
-	h := max(1, int(math.Round(float64(f.Height)*float64(maxLongEdge)/float64(long))))
-	xs, ys := boxWeights(f.Width, w), boxWeights(f.Height, h)
-	out := New(w, h)
-	// Output rows are independent: bands of them scale on all CPUs.
-	bands := max(1, min(runtime.GOMAXPROCS(0), 8, h/64))
-	var wg sync.WaitGroup
-	for i := range bands {
-		wg.Go(func() { f.downscaleRows(out, xs, ys, h*i/bands, h*(i+1)/bands) })
-	}
-	wg.Wait()
+	out := New(s.W, s.H)
+	s.ScaleParallel(out, f, out.Bounds())
 	return out
 }
 
-// downscaleRows computes rows y0 to y1 of out, f scaled by the weights xs
-// and ys.
-func (f *Frame) downscaleRows(out *Frame, xs, ys weights, y0, y1 int) {
-	w := out.Width
-	// Horizontal pass, on demand: source row sy scaled to w pixels, kept
-	// spread for the vertical pass. Output rows need windows of ys.n
-	// consecutive source rows, so a ring of ys.n rows computes each once.
-	spreadRow := make([]uint64, f.Width)
-	ring := make([][]uint64, ys.n)
-	ringRow := make([]int, ys.n)
-	for i := range ring {
-		ring[i], ringRow[i] = make([]uint64, w), -1
-	}
-	hrow := func(sy int) []uint64 {
-		slot := sy % ys.n
-		dst := ring[slot]
-		if ringRow[slot] == sy {
-			return dst
-		}
-		src := f.row(sy)
-		for x := range spreadRow {
-			spreadRow[x] = spread(src[x*4:])
-		}
-		for x := range dst {
-			px := spreadRow[xs.start[x] : xs.start[x]+xs.n]
-			var acc uint64
-			for k, wt := range xs.w[x*xs.n : (x+1)*xs.n] {
-				acc += px[k] * wt
-			}
-			dst[x] = round8(acc)
-		}
-		ringRow[slot] = sy
-		return dst
-	}
+// Scaler scales frames of one size to one smaller size; a screencast
+// keeps one and rescales only the part of the picture that changed.
+type Scaler struct {
+	SrcW, SrcH int
+	W, H       int // the scaled size
+	xs, ys     weights
+}
 
-	acc := make([]uint64, w)
-	for y := y0; y < y1; y++ {
-		clear(acc)
-		for k, wt := range ys.w[y*ys.n : (y+1)*ys.n] {
-			if wt == 0 {
+var scalers sync.Map // [3]int{srcW, srcH, maxLongEdge} → *Scaler
+
+// NewScaler is the scaler from srcW×srcH to the longer edge maxLongEdge;
+// nil when the frame already fits (or maxLongEdge <= 0). Scalers are
+// cached: the weights of a size are computed once.
+func NewScaler(srcW, srcH, maxLongEdge int) *Scaler {
+	long := max(srcW, srcH)
+	if maxLongEdge <= 0 || long <= maxLongEdge {
+		return nil
+	}
+	key := [3]int{srcW, srcH, maxLongEdge}
+	if s, ok := scalers.Load(key); ok {
+		return s.(*Scaler)
+	}
+	w := max(1, int(math.Round(float64(srcW)*float64(maxLongEdge)/float64(long))))
+	h := max(1, int(math.Round(float64(srcH)*float64(maxLongEdge)/float64(long))))
+	s := &Scaler{SrcW: srcW, SrcH: srcH, W: w, H: h, xs: boxWeights(srcW, w), ys: boxWeights(srcH, h)}
+	scalers.Store(key, s)
+	return s
+}
+
+// Covering is the rectangle of scaled pixels that source pixels r feed.
+func (s *Scaler) Covering(r image.Rectangle) image.Rectangle {
+	x0, x1 := s.xs.covering(r.Min.X, r.Max.X)
+	y0, y1 := s.ys.covering(r.Min.Y, r.Max.Y)
+	return image.Rect(x0, y0, x1, y1)
+}
+
+// ScaleParallel is Scale with bands of rows on all CPUs.
+func (s *Scaler) ScaleParallel(dst, src *Frame, r image.Rectangle) {
+	bands := max(1, min(runtime.GOMAXPROCS(0), 8, r.Dy()/64))
+	if bands == 1 {
+		s.Scale(dst, src, r)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range bands {
+		band := image.Rect(r.Min.X, r.Min.Y+r.Dy()*i/bands, r.Max.X, r.Min.Y+r.Dy()*(i+1)/bands)
+		wg.Go(func() { s.Scale(dst, src, band) })
+	}
+	wg.Wait()
+}
+
+// Scale computes the pixels r of dst (a W×H frame) from src (SrcW×SrcH):
+// first down the columns, blending each output row's source rows over
+// just the columns r needs, then along the row. Both passes work on
+// several channels per integer: 8-bit weights summing to 256 keep every
+// weighted channel sum within 16 bits.
+func (s *Scaler) Scale(dst, src *Frame, r image.Rectangle) {
+	if r.Empty() {
+		return
+	}
+	c0 := s.xs.start[r.Min.X]
+	c1 := s.xs.start[r.Max.X-1] + s.xs.n
+	col := make([]uint32, c1-c0+2) // one blended row, padded for word reads
+	xn := s.xs.n
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		s.blendRows(col, src, y, c0, c1)
+		out := pixels32(dst.Pix[y*dst.Stride+r.Min.X*4:], r.Dx())
+		starts := s.xs.start[r.Min.X:r.Max.X]
+		if xn == 2 { // the common case: a ratio under 2
+			ws := s.xs.w[r.Min.X*2 : r.Max.X*2]
+			for i := range out {
+				o := starts[i] - c0
+				p0, p1 := col[o], col[o+1]
+				w0, w1 := uint32(ws[2*i]), uint32(ws[2*i+1])
+				rb := (p0&0xff00ff)*w0 + (p1&0xff00ff)*w1
+				g := (p0&0xff00)*w0 + (p1&0xff00)*w1
+				out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
+			}
+			continue
+		}
+		for i := range out {
+			x := r.Min.X + i
+			px := col[starts[i]-c0:]
+			var rb, g uint32
+			for k, w := range s.xs.w[x*xn : x*xn+xn] {
+				rb += (px[k] & 0xff00ff) * uint32(w)
+				g += (px[k] & 0xff00) * uint32(w)
+			}
+			out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
+		}
+	}
+}
+
+// pixels32 views the first n pixels of p as 32-bit words (x86 and arm64
+// load them unaligned at full speed).
+func pixels32(p []byte, n int) []uint32 {
+	_ = p[n*4-1]
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(p))), n)
+}
+
+// words64 views the first n*8 bytes of p as 64-bit words.
+func words64(p []byte, n int) []uint64 {
+	if n == 0 {
+		return nil
+	}
+	_ = p[n*8-1]
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(p))), n)
+}
+
+// blendRows writes into col the columns c0 to c1 of scaled row y's source
+// rows, weighed: blue and red of two pixels in one uint64, green in
+// another; the padding byte is dropped (it is zero in the result).
+func (s *Scaler) blendRows(col []uint32, src *Frame, y, c0, c1 int) {
+	const lo, hi = 0x00ff00ff00ff00ff, 0x0000ff000000ff00
+	const half = 0x0080008000800080
+	yn := s.ys.n
+	taps := s.ys.w[y*yn : y*yn+yn]
+	first := s.ys.start[y]
+	px := c1 - c0
+	var rows [3][]uint64
+	var ws [3]uint64
+	k := 0
+	for i, w := range taps {
+		if w == 0 {
+			continue
+		}
+		if k == len(rows) { // a strong reduction: many rows
+			s.blendGeneric(col, src, first, taps, c0, px)
+			return
+		}
+		rows[k], ws[k] = words64(src.Pix[(first+i)*src.Stride+c0*4:], px/2), w
+		k++
+	}
+	out := words64(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(col))), len(col)*4), px/2)
+	switch k {
+	case 1:
+		for i, v := range rows[0][:len(out)] {
+			out[i] = v &^ 0xff000000ff000000
+		}
+	case 2:
+		a, b := rows[0][:len(out)], rows[1][:len(out)]
+		w0, w1 := ws[0], ws[1]
+		for i := range out {
+			va, vb := a[i], b[i]
+			l := (va&lo)*w0 + (vb&lo)*w1
+			h := (va&hi>>8)*w0 + (vb&hi>>8)*w1
+			out[i] = (l+half)>>8&lo | (h+half)&(hi)
+		}
+	default:
+		a, b, c := rows[0][:len(out)], rows[1][:len(out)], rows[2][:len(out)]
+		w0, w1, w2 := ws[0], ws[1], ws[2]
+		for i := range out {
+			va, vb, vc := a[i], b[i], c[i]
+			l := (va&lo)*w0 + (vb&lo)*w1 + (vc&lo)*w2
+			h := (va&hi>>8)*w0 + (vb&hi>>8)*w1 + (vc&hi>>8)*w2
+			out[i] = (l+half)>>8&lo | (h+half)&(hi)
+		}
+	}
+	if px%2 == 1 { // an odd last pixel
+		var b, g, r uint64
+		for t, w := range taps {
+			if w == 0 {
 				continue
 			}
-			src := hrow(ys.start[y] + k)
-			src = src[:len(acc)]
-			for x, v := range src {
-				acc[x] += v * wt
-			}
+			p := src.Pix[(first+t)*src.Stride+(c1-1)*4:]
+			b += uint64(p[0]) * w
+			g += uint64(p[1]) * w
+			r += uint64(p[2]) * w
 		}
-		dst := out.row(y)
-		for x, v := range acc {
-			binary.LittleEndian.PutUint32(dst[x*4:], pack(v))
-		}
+		col[px-1] = uint32((b+128)>>8) | uint32((g+128)>>8)<<8 | uint32((r+128)>>8)<<16
 	}
 }
 
-// spread puts the four bytes of a pixel into the four 16-bit lanes of a
-// uint64, so one multiply weighs them all.
-func spread(p []byte) uint64 {
-	v := uint64(binary.LittleEndian.Uint32(p))
-	v = (v | v<<16) & 0x0000ffff0000ffff
-	return (v | v<<8) & 0x00ff00ff00ff00ff
-}
-
-// round8 divides the four lanes of a weighted sum by 256, rounding.
-func round8(v uint64) uint64 { return (v + 0x0080008000800080) >> 8 & 0x00ff00ff00ff00ff }
-
-// pack rounds the four lanes of a weighted sum back to bytes, with the
-// unused fourth byte zero.
-func pack(v uint64) uint32 {
-	v = round8(v)
-	v = (v | v>>8) & 0x0000ffff0000ffff
-	return uint32(v|v>>16) & 0x00ffffff
+// blendGeneric is blendRows for any number of rows (strong reductions).
+func (s *Scaler) blendGeneric(col []uint32, src *Frame, first int, taps []uint64, c0, px int) {
+	for i := range px {
+		var b, g, r uint64
+		for t, w := range taps {
+			if w == 0 {
+				continue
+			}
+			p := src.Pix[(first+t)*src.Stride+(c0+i)*4:]
+			b += uint64(p[0]) * w
+			g += uint64(p[1]) * w
+			r += uint64(p[2]) * w
+		}
+		col[i] = uint32((b+128)>>8) | uint32((g+128)>>8)<<8 | uint32((r+128)>>8)<<16
+	}
 }
 
 const one8 = 256
@@ -123,6 +227,21 @@ type weights struct {
 	n     int
 	start []int
 	w     []uint64
+}
+
+// covering is the range of destination pixels whose taps reach into the
+// source range [lo, hi).
+func (ws weights) covering(lo, hi int) (int, int) {
+	d0, d1 := len(ws.start), 0
+	for i, st := range ws.start {
+		if st < hi && st+ws.n > lo {
+			d0, d1 = min(d0, i), i+1
+		}
+	}
+	if d1 == 0 {
+		return 0, 0
+	}
+	return d0, d1
 }
 
 // boxWeights computes, for each of dst pixels along an axis of src pixels,

@@ -117,19 +117,25 @@ func (d *Display) drawCursor(f *frame.Frame, origin image.Point) error {
 	if err != nil {
 		return err
 	}
-	left := int(c.X) - int(c.Xhot) - origin.X
-	top := int(c.Y) - int(c.Yhot) - origin.Y
-	for cy := range int(c.Height) {
+	blendCursor(f, image.Pt(int(c.X)-int(c.Xhot)-origin.X, int(c.Y)-int(c.Yhot)-origin.Y), int(c.Width), int(c.Height), c.CursorImage)
+	return nil
+}
+
+// blendCursor blends a width×height premultiplied ARGB image over f with
+// its top left at at (in f's coordinates), clipped to f.
+func blendCursor(f *frame.Frame, at image.Point, width, height int, argbs []uint32) {
+	left, top := at.X, at.Y
+	for cy := range height {
 		y := top + cy
 		if y < 0 || y >= f.Height {
 			continue
 		}
-		for cx := range int(c.Width) {
+		for cx := range width {
 			x := left + cx
 			if x < 0 || x >= f.Width {
 				continue
 			}
-			argb := c.CursorImage[cy*int(c.Width)+cx]
+			argb := argbs[cy*width+cx]
 			a := argb >> 24
 			if a == 0 {
 				continue
@@ -141,5 +147,4 @@ func (d *Display) drawCursor(f *frame.Frame, origin image.Point) error {
 			p[2] = byte(argb>>16&0xff + (uint32(p[2])*inv+127)/255)
 		}
 	}
-	return nil
 }

@@ -69,6 +69,9 @@ type Display struct {
 
 	damage screenDamage
 
+	regionsMu sync.Mutex
+	regions   map[damage.Damage]*DamageRegion // screencasts' damage (damage_region.go)
+
 	closeOnce sync.Once
 
 	evMu    sync.Mutex
@@ -262,11 +265,13 @@ func (d *Display) readEvents() {
 			d.markClosed()
 			return
 		}
-		switch ev.(type) {
+		switch ev := ev.(type) {
 		case xproto.MappingNotifyEvent:
 			d.kb.stale.Store(true)
 		case damage.NotifyEvent:
-			d.onDamage()
+			if !d.regionEvent(ev) {
+				d.onDamage()
+			}
 		}
 		d.evMu.Lock()
 		if !d.closed {

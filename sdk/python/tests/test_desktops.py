@@ -115,6 +115,26 @@ class DesktopTest(unittest.TestCase):
         part = self.s.screenshot(region=[10, 20, 100, 50])
         self.assertEqual(png_size(part.data), (100, 50))
 
+    def test_screencast_composites_to_the_screenshot(self) -> None:
+        from tine.screencast import decode_png
+        comp = self.s.screencast_start(fps=30, delta=True)
+        head, _ = self.s.next_frame(timeout=10)
+        self.assertEqual((head["seq"], head["kind"], comp.width, comp.height), (1, "key", W, H))
+        self.s.type("echo streamed from python\n", delay_ms=80)  # ~12 keys a second, while streaming
+        shot = self.s.step([], {"screenshot": {}, "settle_ms": 300}).screenshot
+        assert shot is not None
+        seq, deltas = 1, 0
+        while comp.frame_hash != shot.frame_hash:
+            head, _ = self.s.next_frame(timeout=10)
+            self.assertEqual(head["seq"], seq + 1, "a sequence gap")
+            seq, deltas = head["seq"], deltas + (head["kind"] == "delta")
+        self.assertGreater(deltas, 0)
+        self.assertEqual(decode_png(shot.data), (W, H, bytes(comp.rgb or b"")))
+        self.s.screencast_stop()
+        with self.assertRaises(tine.TransportError):
+            self.s.next_frame(timeout=0.3)  # stopped: nothing more
+        self.s.screen()  # and the session goes on
+
     def test_timeout_then_the_session_goes_on(self) -> None:
         with tine.Client(self.d.socket, timeout=0.3) as c, c.aci(self.desk.id) as s:
             s.wait(10)  # well within the timeout: the session works

@@ -177,3 +177,62 @@ class ACIProtocolTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ScreencastUnitTest(unittest.TestCase):
+    """The PNG reader against PNGs written with every filter type, and the
+    compositor's sequence check."""
+
+    @staticmethod
+    def png(w: int, h: int, rgb: bytes, filters: list[int]) -> bytes:
+        import zlib
+
+        def paeth(a: int, b: int, c: int) -> int:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            return a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+
+        stride, raw, prev = w * 3, bytearray(), bytes(w * 3)
+        for y in range(h):
+            row, f = rgb[y * stride:(y + 1) * stride], filters[y % len(filters)]
+            out = bytearray()
+            for i, v in enumerate(row):
+                a = row[i - 3] if i >= 3 else 0
+                b, c = prev[i], prev[i - 3] if i >= 3 else 0
+                pred = [0, a, b, (a + b) >> 1, paeth(a, b, c)][f]
+                out.append((v - pred) & 0xFF)
+            raw += bytes([f]) + out
+            prev = row
+
+        def chunk(kind: bytes, body: bytes) -> bytes:
+            return struct.pack("!I", len(body)) + kind + body + struct.pack("!I", zlib.crc32(kind + body))
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack("!IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b""))
+
+    def test_decode_png_every_filter(self) -> None:
+        from tine.screencast import decode_png
+        import random
+        rnd = random.Random(7)
+        w, h = 13, 10
+        rgb = bytes(rnd.randrange(256) for _ in range(w * h * 3))
+        for filters in ([0], [1], [2], [3], [4], [0, 1, 2, 3, 4]):
+            self.assertEqual(decode_png(self.png(w, h, rgb, filters)), (w, h, rgb), filters)
+
+    def test_compositor(self) -> None:
+        from tine.screencast import Compositor, SequenceGap
+        key = self.png(4, 2, bytes(range(24)), [2])
+        tile = self.png(1, 1, b"\xff\x00\x01", [0])
+        c = Compositor()
+        with self.assertRaises(SequenceGap):  # a delta before any keyframe
+            c.apply({"seq": 1, "kind": "delta", "width": 4, "height": 2, "format": "png", "rects": []}, b"")
+        c.apply({"seq": 1, "kind": "key", "width": 4, "height": 2, "format": "png", "frame_hash": "k",
+                 "rects": [{"x": 0, "y": 0, "w": 4, "h": 2, "bytes": len(key)}]}, key)
+        self.assertEqual(bytes(c.rgb or b""), bytes(range(24)))
+        c.apply({"seq": 2, "kind": "delta", "width": 4, "height": 2, "format": "png",
+                 "rects": [{"x": 2, "y": 1, "w": 1, "h": 1, "bytes": len(tile)}]}, tile)
+        want = bytearray(range(24))
+        want[18:21] = b"\xff\x00\x01"
+        self.assertEqual(bytes(c.rgb or b""), bytes(want))
+        with self.assertRaises(SequenceGap):  # 3 is missing
+            c.apply({"seq": 4, "kind": "delta", "width": 4, "height": 2, "format": "png", "rects": []}, b"")
+        self.assertEqual(c.seq, 2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, Union
 
@@ -24,6 +24,9 @@ W = TypeVar("W")
 
 MAX_MESSAGE = 256 << 20
 """The largest message a session accepts (a screenshot of a big screen)."""
+
+MAX_QUEUED_FRAMES = 64
+"""Screencast messages kept unread; past it they are dropped (a gap)."""
 
 Image = Union[bytes, None]
 Reply = dict[str, Any]
@@ -212,6 +215,25 @@ def step(actions: Sequence[Mapping[str, Any] | Op[Any]],
     return Op(_req("step", actions=acts, observe=obs or None), _step(obs))
 
 
+def screencast_start(fps: int | None = None, format: str | None = None, quality: int | None = None,
+                     max_long_edge: int | None = None, delta: bool | None = None,
+                     keyframe_interval_ms: int | None = None, cursor: bool | None = None,
+                     poll: bool | None = None) -> Op[Reply]:
+    opts = {k: v for k, v in (("fps", fps), ("format", format), ("quality", quality),
+                              ("max_long_edge", max_long_edge), ("delta", delta or None),
+                              ("keyframe_interval_ms", keyframe_interval_ms),
+                              ("cursor", cursor or None), ("poll", poll or None)) if v is not None}
+    return Op(_req("screencast_start", screencast=opts), lambda rep, img: rep)
+
+
+def screencast_stop() -> Op[None]:
+    return Op(_req("screencast_stop"), _none)
+
+
+def screencast_keyframe() -> Op[None]:
+    return Op(_req("screencast_keyframe"), _none)
+
+
 # --- the protocol ----------------------------------------------------------
 
 def check(rep: Reply, img: Image) -> None:
@@ -270,6 +292,9 @@ class Protocol:
         self._dec = ws.Decoder(MAX_MESSAGE)
         self._next = 0
         self.welcome: m.Welcome | None = None
+        self.frames: deque[tuple[Reply, bytes]] = deque()
+        """Screencast messages (header, images) not yet read."""
+        self.frames_lost = 0
         self.done = False
         self.error: TransportError | None = None
 
@@ -314,6 +339,12 @@ class Protocol:
                         back += self._fail(f"aci: expected a welcome, got {payload[:200]!r}")
                         break
                     self.welcome = m.from_json(m.Welcome, rep)
+                    continue
+                if rep.get("type") == "frame":
+                    if len(self.frames) >= MAX_QUEUED_FRAMES:  # nobody reads them: drop, not grow
+                        self.frames_lost += len(self.frames)
+                        self.frames.clear()
+                    self.frames.append((rep, img or b""))
                     continue
                 out.append((int(rep.get("id") or 0), rep, img))
         return out, back

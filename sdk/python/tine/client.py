@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import IO, Any, Iterator, Mapping, Sequence, TypeVar
 
-from . import _aci
+from . import _aci, screencast
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
@@ -224,6 +224,7 @@ class DesktopSession:
         self._early = early
         self._closed = False
         self._timeout = timeout
+        self._compositor = screencast.Compositor()
 
     @classmethod
     def _open(cls, sock: socket.socket, early: bytes, timeout: float | None = None) -> "DesktopSession":
@@ -395,6 +396,49 @@ class DesktopSession:
         in its result, then observe once (``{"screenshot": {...},
         "windows": True, "cursor": True, "settle_ms": 50}``): one round trip."""
         return self._run(_aci.step(actions, observe))
+
+    def screencast_start(self, *, fps: int | None = None, format: str | None = None,
+                         quality: int | None = None, max_long_edge: int | None = None,
+                         delta: bool = False, keyframe_interval_ms: int | None = None,
+                         cursor: bool = False, poll: bool = False) -> "screencast.Compositor":
+        """Stream the screen (docs/aci.md, "Screencast"); read it with
+        :meth:`next_frame`. The compositor returned is the one
+        :meth:`next_frame` draws into."""
+        self._run(_aci.screencast_start(fps, format, quality, max_long_edge, delta,
+                                        keyframe_interval_ms, cursor, poll))
+        self._compositor = screencast.Compositor()
+        return self._compositor
+
+    def next_frame(self, timeout: float | None = None) -> tuple[dict[str, Any], "screencast.Compositor"]:
+        """The next screencast message (its header) drawn onto the
+        compositor; :class:`~tine.errors.TransportError` when none came
+        within ``timeout`` seconds. Messages nobody read are dropped past
+        64: the next delta then raises :class:`tine.screencast.SequenceGap`
+        (ask for a keyframe with :meth:`screencast_keyframe`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not self._p.frames:
+                if self._p.done:
+                    raise self._p.ended()
+                if deadline is not None and deadline <= time.monotonic():
+                    raise TransportError(f"aci: no screencast frame within {timeout} s")
+                try:
+                    self._pump(deadline, "a screencast frame")
+                except TransportError:
+                    if self._p.done:
+                        raise
+            header, payload = self._p.frames.popleft()
+        self._compositor.apply(header, payload)
+        return header, self._compositor
+
+    def screencast_keyframe(self) -> None:
+        """Ask the stream for a keyframe now."""
+        self._run(_aci.screencast_keyframe())
+
+    def screencast_stop(self) -> None:
+        """End the stream; no message follows (unread ones are dropped)."""
+        self._run(_aci.screencast_stop())
+        self._p.frames.clear()
 
     def close(self) -> None:
         """End the session (the desktop stays as it is)."""
