@@ -1,0 +1,356 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"github.com/checkpoint-restore/go-criu/v7/stats"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// opts are the criu options every dump and restore share.
+func opts() *rpc.CriuOpts {
+	return &rpc.CriuOpts{
+		ImagesDirFd: proto.Int32(-1),
+		ImagesDir:   proto.String("/proc/self/fd/" + strconv.Itoa(fdImages)),
+		// The trees' sessions began with a launch whose shell is gone (or
+		// outside them): they are restored into criu's.
+		ShellJob: proto.Bool(true),
+		// Established connections are not carried (docs/snapshots.md).
+		TcpClose: proto.Bool(true),
+		// The replica's cgroup is made by tine: criu leaves cgroups alone
+		// and the restored processes are born in criu's, the replica's.
+		ManageCgroupsMode: rpc.CriuCgMode_IGNORE.Enum(),
+		FileLocks:         proto.Bool(true),
+		LogToStderr:       proto.Bool(true),
+		LogLevel:          proto.Int32(2),
+	}
+}
+
+// Dump checkpoints every process tree under sb's PID 1 into dir (which it
+// creates), leaving them running: each tree is stopped while criu dumps
+// it. A sandbox with no process but PID 1 dumps to an empty manifest.
+func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
+	if err := t.Usable(); err != nil {
+		return nil, err
+	}
+	pid1 := sb.Pid()
+	roots, err := children(pid1)
+	if err != nil {
+		return nil, fmt.Errorf("list the sandbox's processes: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the images directory: %w", err)
+	}
+	// criu caches what it learnt of the kernel in /run/criu.kdat, which is
+	// the sandbox's /run here: a file the tenant could have written. The
+	// dump's criu probes afresh; its cache goes with the images (a
+	// restoring criu in a Landlock domain cannot probe: the probes mount).
+	unlinkInRoot(pid1, kdatPath)
+	m := &Manifest{Version: FormatVersion}
+	out := &Dumped{}
+	for i, root := range roots {
+		tree := Tree{Dir: fmt.Sprintf("tree-%d", i)}
+		if tree.Root, err = nsPid(root); err != nil {
+			return nil, err
+		}
+		tree.Pids, err = treePids(root)
+		if err != nil {
+			return nil, err
+		}
+		d, err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir))
+		if err != nil {
+			return nil, err
+		}
+		out.Paused += d
+		m.Trees = append(m.Trees, tree)
+		out.Processes += len(tree.Pids)
+	}
+	if len(roots) > 0 {
+		kdat, err := readInRoot(pid1, kdatPath, 1<<20)
+		unlinkInRoot(pid1, kdatPath)
+		if err != nil {
+			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, kdatName), kdat, 0o600); err != nil {
+			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
+		}
+	}
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(dir, manifestName), b, 0o600); err != nil {
+		return nil, fmt.Errorf("write the images manifest: %w", err)
+	}
+	out.Bytes, err = dirBytes(dir)
+	return out, err
+}
+
+// dumpTree runs one criu dump and returns how long the tree was stopped.
+func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) (time.Duration, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return 0, fmt.Errorf("create the images directory: %w", err)
+	}
+	images, err := os.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer images.Close()
+	s, err := startCRIU(t.criu, pid1, images, nil)
+	if err != nil {
+		return 0, err
+	}
+	o := opts()
+	o.Pid = proto.Int32(int32(tree.Root))
+	o.LeaveRunning = proto.Bool(true)
+	// Deleted files still open are kept in the images up to this size.
+	o.GhostLimit = proto.Uint32(64 << 20)
+	t0 := time.Now()
+	if _, err := s.call(rpc.CriuReqType_DUMP, o, false); err != nil {
+		return 0, fmt.Errorf("dump process %d of the sandbox: %w", tree.Root, err)
+	}
+	wall := time.Since(t0)
+	if err := s.close(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrCRIU, err)
+	}
+	// criu's own measure of the stop: from the freeze to the resume.
+	if st, err := stats.CriuGetDumpStats(images); err == nil && st.GetFrozenTime() > 0 {
+		return time.Duration(st.GetFrozenTime()) * time.Microsecond, nil
+	}
+	return wall, nil
+}
+
+// Restore restores the trees dumped into dir into sb, a live sandbox made
+// from the same snapshot's files: each tree keeps its pids in sb's pid
+// namespace, where its PID 1 adopts it, and is born in sb's cgroup.
+func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
+	if err := t.Usable(); err != nil {
+		return nil, err
+	}
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := &Restored{}
+	if len(m.Trees) == 0 {
+		return out, nil
+	}
+	t0 := time.Now()
+	kdat, err := os.ReadFile(filepath.Join(dir, kdatName))
+	if err != nil {
+		return nil, fmt.Errorf("the memory images: %w", err)
+	}
+	if err := writeInRoot(sb.Pid(), kdatPath, kdat); err != nil {
+		return nil, fmt.Errorf("seed criu's kernel cache: %w", err)
+	}
+	defer unlinkInRoot(sb.Pid(), kdatPath)
+	// criu and the helpers it forks must not take a pid a restored process
+	// needs: the sandbox's next pids start past the highest of them.
+	if err := raiseLastPid(sb.Pid(), m.maxPid()+1); err != nil {
+		return nil, err
+	}
+	for _, tree := range m.Trees {
+		if err := t.restoreTree(sb, tree, filepath.Join(dir, tree.Dir)); err != nil {
+			return nil, err
+		}
+		out.Processes += len(tree.Pids)
+	}
+	out.Took = time.Since(t0)
+	return out, nil
+}
+
+func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
+	images, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open the images: %w", err)
+	}
+	defer images.Close()
+	// criu restores seccomp filters, capabilities and no_new_privs from
+	// the images, but no Landlock domain: the restored processes get the
+	// one criu is born in, made of the sandbox's rules.
+	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread)
+	if err != nil {
+		return err
+	}
+	// A first request proves criu runs (so it exists to be moved) before
+	// it forks anything.
+	if _, err := s.call(rpc.CriuReqType_VERSION, nil, true); err != nil {
+		return err
+	}
+	pid, err := s.criuPid()
+	if err == nil {
+		err = sb.Adopt(pid)
+	}
+	if err != nil {
+		return s.failed(fmt.Errorf("place criu in the sandbox's cgroup: %w", err))
+	}
+	o := opts()
+	if _, err := s.call(rpc.CriuReqType_RESTORE, o, false); err != nil {
+		return fmt.Errorf("restore process %d: %w", tree.Root, err)
+	}
+	if err := s.close(); err != nil {
+		return fmt.Errorf("%w: %w", ErrCRIU, err)
+	}
+	return nil
+}
+
+// raiseLastPid makes the next pid of pid1's pid namespace next: a shell
+// inside it writes ns_last_pid, which names the writer's own namespace.
+func raiseLastPid(pid1, next int) error {
+	cmd := fmt.Sprintf("echo %d > /proc/sys/kernel/ns_last_pid", next-1)
+	out, err := execNsenter(pid1, "/bin/sh", "-c", cmd)
+	if err != nil {
+		return fmt.Errorf("%w: set the sandbox's next pid: %v: %s", ErrCRIU, err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// children returns the host pids of pid's children (PID 1 of a sandbox
+// is single-threaded: its main thread has them all).
+func children(pid int) ([]int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("children of %d: %q", pid, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// treePids returns the pids, in the sandbox's pid namespace, of root and
+// every descendant (each thread's children).
+func treePids(root int) ([]int, error) {
+	var out []int
+	todo := []int{root}
+	for len(todo) > 0 {
+		pid := todo[0]
+		todo = todo[1:]
+		ns, err := nsPid(pid)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ns)
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return nil, fmt.Errorf("threads of %d: %w", pid, err)
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+			if err != nil {
+				continue // the thread ended
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					todo = append(todo, n)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// nsPid returns host process pid's pid in its innermost namespace.
+func nsPid(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("process %d: %w", pid, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				return strconv.Atoi(f[len(f)-1])
+			}
+		}
+	}
+	return 0, fmt.Errorf("process %d: no NSpid in its status", pid)
+}
+
+// kdatPath is criu's kernel cache, in criu's mount namespace (the
+// sandbox's); kdatName its copy among the images.
+const (
+	kdatPath = "/run/criu.kdat"
+	kdatName = "criu.kdat"
+)
+
+var inRoot = &unix.OpenHow{Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+
+// openInRoot opens path beneath host process pid's root, following no
+// symlink.
+func openInRoot(pid int, path string, flags int, mode uint32) (*os.File, error) {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(root)
+	how := *inRoot
+	how.Flags, how.Mode = uint64(flags|unix.O_CLOEXEC|unix.O_NOFOLLOW), uint64(mode)
+	fd, err := unix.Openat2(root, path, &how)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func readInRoot(pid int, path string, limit int64) ([]byte, error) {
+	f, err := openInRoot(pid, path, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+func writeInRoot(pid int, path string, b []byte) error {
+	unlinkInRoot(pid, path)
+	f, err := openInRoot(pid, path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// unlinkInRoot removes path beneath pid's root (its directory resolved
+// without symlinks), if it is there.
+func unlinkInRoot(pid int, path string) {
+	d, err := openInRoot(pid, filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	unix.Unlinkat(int(d.Fd()), filepath.Base(path), 0)
+}
+
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
+}

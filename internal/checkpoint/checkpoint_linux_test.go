@@ -1,0 +1,181 @@
+package checkpoint
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// counter holds its state only in its heap: a nonce drawn at start and a
+// count it keeps raising. On SIGUSR1 it writes its pid, nonce, count, a
+// fresh draw of its random generator and how an attempt to create a
+// device node ended (Landlock forbids it in every sandbox, though the
+// capabilities, seccomp and mounts allow it) to /tmp/state.
+const counter = mknod + `
+nonce = random.getrandbits(64)
+count = 0
+def report(sig, frame):
+    with open("/tmp/state.new", "w") as f:
+        f.write("%d %d %d %d %s\n" % (os.getpid(), nonce, count, random.getrandbits(64), mknod()))
+    os.rename("/tmp/state.new", "/tmp/state")
+signal.signal(signal.SIGUSR1, report)
+open("/tmp/ready", "w").close()
+while True:
+    count += 1
+    time.sleep(0.001)
+`
+
+// mknod tries to create a device node in the working directory.
+const mknod = `
+import errno, os, random, signal, stat, time
+def mknod():
+    try:
+        os.mknod("node", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        os.unlink("node")
+        return "made"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+`
+
+// run runs a shell command in sb through its PID 1 and returns its output.
+func run(t *testing.T, sb *sandbox.Sandbox, script string) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sb.Launch(&sandbox.ExecSpec{Args: []string{"/bin/sh", "-c", script}, Stdio: [3]*os.File{nil, w, w}})
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatalf("launch %q: %v", script, err)
+	}
+	out, _ := io.ReadAll(r)
+	r.Close()
+	o, err := l.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ExitCode != 0 {
+		t.Fatalf("%q exited %d: %s", script, o.ExitCode, out)
+	}
+	return string(out)
+}
+
+// state asks the counter in sb for its state.
+type state struct {
+	pid, nonce, count, draw uint64
+	mknod                   string
+}
+
+func readState(t *testing.T, sb *sandbox.Sandbox, pid uint64) state {
+	t.Helper()
+	// Bounded, so a counter that does not answer fails the test with what
+	// the sandbox shows of it rather than hanging it.
+	out := run(t, sb, fmt.Sprintf(`rm -f /tmp/state; kill -USR1 %d || exit 1; i=0
+while [ ! -s /tmp/state ] && [ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); done
+cat /tmp/state || { grep -E "State|SigBlk|SigCgt" /proc/%d/status; ls -l /proc/%d/fd; exit 1; }`, pid, pid, pid))
+	var s state
+	if _, err := fmt.Sscan(out, &s.pid, &s.nonce, &s.count, &s.draw, &s.mknod); err != nil {
+		t.Fatalf("counter state %q: %v", out, err)
+	}
+	return s
+}
+
+func newSandbox(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := sandbox.Create(&sandbox.Spec{Seccomp: seccomp.Default, Limits: cgroup.Limits{Pids: 64, MemoryBytes: 256 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy() })
+	return sb
+}
+
+func TestRestoredCounterContinues(t *testing.T) {
+	require.Root(t)
+	require.CRIU(t, "4.1")
+	require.Binary(t, "python3")
+	require.Landlock(t, 1)
+	// The control: outside any sandbox the same attempt makes the node.
+	host := exec.Command("python3", "-c", mknod+"print(mknod())")
+	host.Dir = t.TempDir()
+	if out, err := host.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "made" {
+		t.Fatalf("control: creating a device node on the host: %q %v", out, err)
+	}
+	tier := New()
+	if err := tier.Usable(); err != nil {
+		t.Fatal(err)
+	}
+	golden := newSandbox(t)
+	out := run(t, golden, "cd /tmp && python3 -c '"+counter+"' </dev/null >/dev/null 2>&1 & echo $!; while [ ! -e /tmp/ready ]; do sleep 0.005; done")
+	var pid uint64
+	fmt.Sscan(out, &pid)
+	before := readState(t, golden, pid)
+	if before.mknod != "EACCES" {
+		t.Fatalf("in the golden, creating a device node ended %q, want EACCES (Landlock)", before.mknod)
+	}
+
+	dir := filepath.Join(t.TempDir(), "memory")
+	d, err := tier.Dump(golden, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Processes != 1 {
+		t.Errorf("dumped %d processes, want 1 (the counter)", d.Processes)
+	}
+	// Left running: the golden counts on.
+	after := readState(t, golden, pid)
+	if after.count <= before.count || after.nonce != before.nonce {
+		t.Fatalf("the golden after the dump: %+v, before %+v", after, before)
+	}
+
+	var replicas []*sandbox.Sandbox
+	for range 2 {
+		r := newSandbox(t)
+		if _, err := tier.Restore(r, dir); err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, r)
+	}
+	var got []state
+	for i, r := range replicas {
+		s := readState(t, r, pid)
+		if s.pid != pid || s.nonce != before.nonce || s.count < before.count {
+			t.Fatalf("replica %d: %+v; the golden at the dump had %+v", i, s, before)
+		}
+		// criu restores no Landlock domain; the one its restoring criu was
+		// born in holds.
+		if s.mknod != "EACCES" {
+			t.Errorf("replica %d: the restored process created a device node: %q, want EACCES (Landlock)", i, s.mknod)
+		}
+		got = append(got, s)
+		// The restored process is in the replica's own cgroup, walled in as
+		// the golden's was: same seccomp filter, capabilities, no_new_privs.
+		status := run(t, r, fmt.Sprintf("grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs|CapEff|CapBnd):' /proc/%d/status; cat /proc/%d/cgroup", pid, pid))
+		for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "Seccomp_filters:\t1"} {
+			if !strings.Contains(status, want) {
+				t.Errorf("replica %d: the restored process lacks %q:\n%s", i, want, status)
+			}
+		}
+		golden := run(t, golden, fmt.Sprintf("grep -E '^(CapEff|CapBnd):' /proc/%d/status", pid))
+		if !strings.Contains(status, golden) {
+			t.Errorf("replica %d: capabilities differ from the golden's %q:\n%s", i, golden, status)
+		}
+	}
+	// They count on independently.
+	for i, r := range replicas {
+		if s := readState(t, r, pid); s.count <= got[i].count {
+			t.Errorf("replica %d stopped counting: %d then %d", i, got[i].count, s.count)
+		}
+	}
+}
