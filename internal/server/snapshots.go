@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/checkpoint"
 	"github.com/tine-run/tine/internal/snapshot"
 	"github.com/tine-run/tine/internal/store"
 )
@@ -84,10 +85,11 @@ const maxDepth = 24
 // takeSnapshot captures b: frozen, its writable layer committed to the
 // store, thawed.
 func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalog, *snapshot.Snapshot, error) {
+	tier := snapshot.TierFS
 	switch req.Tier {
 	case "", api.TierFS:
 	case api.TierMemory:
-		return nil, nil, fmt.Errorf("%w: the memory tier (criu) is not built yet; take an fs snapshot", ErrNoSnapshots)
+		tier = snapshot.TierMemory
 	default:
 		return nil, nil, fmt.Errorf("%w: tier %q: want \"fs\" or \"memory\"", ErrInvalidArgument, req.Tier)
 	}
@@ -97,6 +99,13 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	snap, ok := b.inst.(snapshotter)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: this runtime's sandboxes cannot be snapshotted", ErrNoSnapshots)
+	}
+	var mem checkpoint.Sandbox
+	if tier == snapshot.TierMemory {
+		var err error
+		if mem, err = s.checkpointable(b); err != nil {
+			return nil, nil, err
+		}
 	}
 	c, err := s.snapshots()
 	if err != nil {
@@ -129,6 +138,14 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 			draft.Abort()
 		}
 	}()
+	// The processes first (each tree stopped while criu dumps it, then
+	// resumed), then the files: ADR 0013 says what changes in between.
+	var dumped *checkpoint.Dumped
+	if mem != nil {
+		if dumped, err = dumpMemory(mem, draft); err != nil {
+			return nil, nil, fmt.Errorf("snapshot sandbox %s: %w", b.id, err)
+		}
+	}
 	t0 := time.Now()
 	if err := snap.Freeze(); err != nil {
 		return nil, nil, fmt.Errorf("freeze sandbox %s: %w", b.id, err)
@@ -159,10 +176,16 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 		kind = "desktop"
 	}
 	sn := &snapshot.Snapshot{
-		Name: req.Name, Tier: snapshot.TierFS, Kind: kind, Source: b.id, Parent: b.forkedFrom,
+		Name: req.Name, Tier: tier, Kind: kind, Source: b.id, Parent: b.forkedFrom,
 		CreatedAt: time.Now(), Layers: append([]store.Digest{layer.Digest}, parentLayers...),
-		Bytes: layer.Bytes, Spec: spec, PausedMs: float64(paused.Microseconds()) / 1000,
+		Bytes: layer.Bytes, Spec: spec,
 	}
+	if dumped != nil {
+		paused += dumped.Paused
+		sn.Bytes += dumped.Bytes
+		sn.Memory = &snapshot.Memory{Bytes: dumped.Bytes, Processes: dumped.Processes}
+	}
+	sn.PausedMs = float64(paused.Microseconds()) / 1000
 	if err := draft.Commit(sn); err != nil {
 		return nil, nil, err
 	}
@@ -345,6 +368,12 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 				return
 			}
 			boxes[i] = b
+			if sn.Tier == snapshot.TierMemory {
+				if errs[i] = s.restoreMemory(c, sn, b); errs[i] != nil {
+					s.destroy(b, "its processes were not restored")
+				}
+				return
+			}
 			if rec.Desktop != nil {
 				if errs[i] = s.bootDesktop(b, rec.Desktop, t0); errs[i] != nil {
 					s.destroy(b, "its desktop did not start")
