@@ -54,10 +54,14 @@ func (s *Server) snapshots() (*snapshot.Catalog, error) {
 }
 
 func (s *Server) snapshotInfo(c *snapshot.Catalog, sn *snapshot.Snapshot) api.Snapshot {
-	return api.Snapshot{
+	info := api.Snapshot{
 		ID: sn.ID, Name: sn.Name, Tier: sn.Tier, Kind: sn.Kind, Source: sn.Source, Parent: sn.Parent,
 		CreatedAt: sn.CreatedAt, Depth: len(sn.Layers), Bytes: sn.Bytes, PausedMs: sn.PausedMs, Forks: c.Users(sn.ID),
 	}
+	if sn.Memory != nil {
+		info.Processes = sn.Memory.Processes
+	}
+	return info
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
