@@ -57,9 +57,11 @@ type Tier struct {
 
 // New finds criu as tine doctor does (probe.CRIUPath) and keeps why it
 // cannot be used, if it cannot: doctor's check, root, nsenter.
-func New() *Tier {
+func New() *Tier { return newTier(os.Geteuid()) }
+
+func newTier(euid int) *Tier {
 	t := &Tier{}
-	if os.Geteuid() != 0 {
+	if euid != 0 {
 		t.why = fmt.Errorf("%w: checkpoint and restore need a daemon running as root (criu ptraces the sandbox's processes and restores them into its namespaces); take an fs snapshot", ErrUnavailable)
 		return t
 	}
@@ -70,7 +72,7 @@ func New() *Tier {
 	}
 	path, err := probe.CRIUPath()
 	if err != nil {
-		t.why = fmt.Errorf("%w: %v", ErrUnavailable, err)
+		t.why = fmt.Errorf("%w: %v (tine doctor says what to install)", ErrUnavailable, err)
 		return t
 	}
 	if _, err := exec.LookPath(nsenter); err != nil {
