@@ -172,6 +172,11 @@ func TestRestoredCounterContinues(t *testing.T) {
 			t.Errorf("replica %d: capabilities differ from the golden's %q:\n%s", i, golden, status)
 		}
 	}
+	// Their random state is the golden's at the dump, so the first draw
+	// after the restore is the same in each (docs/snapshots.md).
+	if got[0].draw != got[1].draw {
+		t.Errorf("the replicas' first random draws differ (%d, %d): their generators were not restored", got[0].draw, got[1].draw)
+	}
 	// They count on independently.
 	for i, r := range replicas {
 		if s := readState(t, r, pid); s.count <= got[i].count {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -144,16 +145,17 @@ func (s *session) call(typ rpc.CriuReqType, opts *rpc.CriuOpts, keepOpen bool) (
 			err = errors.New("criu closed its socket")
 		}
 		if err != nil {
-			err = fmt.Errorf("criu %s: %w", typ, err)
 			s.close()
-			return nil, fmt.Errorf("%w: %w: %s", ErrCRIU, err, lastError(s.log.String()))
+			return nil, fmt.Errorf("%w: criu %s: %w: %s", ErrCRIU, typ, err, lastError(s.log.String()))
 		}
 		resp := &rpc.CriuResp{}
 		if err := proto.Unmarshal(buf[:n], resp); err != nil {
 			return nil, fmt.Errorf("criu %s: bad answer: %w", typ, err)
 		}
 		if !resp.GetSuccess() {
-			return nil, s.failed(fmt.Errorf("criu %s failed: %s", typ, criuReason(resp, s.log.String())))
+			why := criuReason(resp, s.log.String())
+			s.close()
+			return nil, fmt.Errorf("%w: criu %s: %s", ErrCRIU, typ, why)
 		}
 		if resp.GetType() != rpc.CriuReqType_NOTIFY {
 			return resp, nil
@@ -165,9 +167,7 @@ func (s *session) call(typ rpc.CriuReqType, opts *rpc.CriuOpts, keepOpen bool) (
 
 // failed ends criu after a failure and returns err.
 func (s *session) failed(err error) error {
-	if cerr := s.close(); cerr != nil && !errors.Is(err, ErrCRIU) {
-		return fmt.Errorf("%w: %w (%v)", ErrCRIU, err, cerr)
-	}
+	s.close() // its exit status says no more than err
 	return fmt.Errorf("%w: %w", ErrCRIU, err)
 }
 
@@ -180,22 +180,40 @@ func (s *session) close() error {
 	return nil
 }
 
-// criuReason is the most telling reason criu gave: its error message, else
-// the first error line of its log.
+// criuReason is the most telling reason criu gave: the first error lines
+// of its log, else its error message, with the errno it reported.
 func criuReason(resp *rpc.CriuResp, log string) string {
 	why := lastError(log)
-	if msg := resp.GetCrErrmsg(); msg != "" {
-		why = msg + "; " + why
+	if why == "" {
+		why = strings.TrimSpace(resp.GetCrErrmsg())
+	}
+	if why == "" {
+		why = "no error in its log"
 	}
 	if resp.GetCrErrno() != 0 {
 		why += " (" + unix.Errno(resp.GetCrErrno()).Error() + ")"
 	}
+	for _, h := range hints {
+		if strings.Contains(why, h.seen) {
+			why += " — " + h.means
+		}
+	}
 	return why
 }
 
-// lastError picks criu's first error line that is not one it always
-// prints (RLIMIT_NOFILE without CAP_SYS_RESOURCE) nor a consequence of an
-// earlier one ("Dumping FAILED").
+// hints explain criu failures seen here in the user's terms.
+var hints = []struct{ seen, means string }{
+	{"Can't get 1:16 opt", "criu 4.1 cannot dump internet sockets (a listening or connected TCP socket) on Linux 6.16 and later, which refuse SO_PASSCRED on them: close them before the snapshot, or take an fs snapshot"},
+	{"Can't lookup mount", "a process holds a file from outside the sandbox (descriptors the daemon passed in): start it with in-sandbox stdio, e.g. </dev/null >/dev/null 2>&1"},
+	{"No such file or directory", "a file a restored process had open is not in the snapshot's files (/tmp, /run and /dev/shm are not captured)"},
+}
+
+// noise are errors criu logs on every run here, whatever happens next:
+// RLIMIT_NOFILE without CAP_SYS_RESOURCE, its probe for a tun device.
+var noise = []string{"RLIMIT_NOFILE", "Unable to create tun"}
+
+// lastError picks criu's first error lines that are not noise nor a
+// consequence of an earlier one ("Dumping FAILED").
 func lastError(log string) string {
 	var errs []string
 	for line := range strings.Lines(log) {
@@ -207,16 +225,13 @@ func lastError(log string) string {
 			rest = msg
 		}
 		rest = strings.TrimSpace(rest)
-		if strings.Contains(rest, "RLIMIT_NOFILE") || strings.HasSuffix(rest, "FAILED.") {
+		if strings.HasSuffix(rest, "FAILED.") || slices.ContainsFunc(noise, func(n string) bool { return strings.Contains(rest, n) }) {
 			continue
 		}
 		errs = append(errs, rest)
 		if len(errs) == 3 {
 			break
 		}
-	}
-	if len(errs) == 0 {
-		return "no error in its log"
 	}
 	return strings.Join(errs, "; ")
 }
