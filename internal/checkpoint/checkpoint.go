@@ -107,6 +107,9 @@ type Restored struct {
 type Manifest struct {
 	Version int    `json:"version"`
 	Trees   []Tree `json:"trees"`
+	// Tmpfs lists the sandbox's tmpfs directories (/tmp, /run, /dev/shm)
+	// kept with the images, as the trees' processes left them.
+	Tmpfs []string `json:"tmpfs,omitempty"`
 }
 
 // Tree is one child of the sandbox's PID 1 and its descendants, dumped by

@@ -2,16 +2,19 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"github.com/checkpoint-restore/go-criu/v7/stats"
+	"github.com/tine-run/tine/internal/store"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
@@ -83,6 +86,11 @@ func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
 		if err := os.WriteFile(filepath.Join(dir, kdatName), kdat, 0o600); err != nil {
 			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
 		}
+		// The sandbox's tmpfs directories are not in its file layer, and
+		// the processes may hold files (or sockets bound) there.
+		if m.Tmpfs, err = saveTmpfs(pid1, filepath.Join(dir, tmpfsDir)); err != nil {
+			return nil, err
+		}
 	}
 	b, _ := json.Marshal(m)
 	if err := os.WriteFile(filepath.Join(dir, manifestName), b, 0o600); err != nil {
@@ -150,6 +158,9 @@ func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
 		return nil, fmt.Errorf("seed criu's kernel cache: %w", err)
 	}
 	defer unlinkInRoot(sb.Pid(), kdatPath)
+	if err := restoreTmpfs(sb.Pid(), filepath.Join(dir, tmpfsDir), m.Tmpfs); err != nil {
+		return nil, err
+	}
 	// criu and the helpers it forks must not take a pid a restored process
 	// needs: the sandbox's next pids start past the highest of them.
 	if err := raiseLastPid(sb.Pid(), m.maxPid()+1); err != nil {
@@ -276,6 +287,72 @@ func nsPid(pid int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("process %d: no NSpid in its status", pid)
+}
+
+// tmpfsDirs are the directories every sandbox mounts a tmpfs of its own
+// on (outside the overlay, so not in a snapshot's file layer);
+// tmpfsDir keeps their copies among the images.
+var tmpfsDirs = []string{"/tmp", "/run", "/dev/shm"}
+
+const tmpfsDir = "tmpfs"
+
+// saveTmpfs copies the sandbox's tmpfs directories into dir and returns
+// the ones it copied (a sandbox may lack one).
+func saveTmpfs(pid1 int, dir string) ([]string, error) {
+	var saved []string
+	for _, d := range tmpfsDirs {
+		src, err := openInRoot(pid1, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("keep the sandbox's %s: %w", d, err)
+		}
+		err = copyInto(src, filepath.Join(dir, filepath.Base(d)))
+		src.Close()
+		if err != nil {
+			return nil, fmt.Errorf("keep the sandbox's %s: %w", d, err)
+		}
+		saved = append(saved, d)
+	}
+	return saved, nil
+}
+
+// restoreTmpfs copies the saved directories into the replica's.
+func restoreTmpfs(pid1 int, dir string, saved []string) error {
+	for _, d := range saved {
+		if !slices.Contains(tmpfsDirs, d) {
+			return fmt.Errorf("the memory images name %s, not a sandbox's tmpfs", d)
+		}
+		src, err := os.Open(filepath.Join(dir, filepath.Base(d)))
+		if err != nil {
+			return fmt.Errorf("the memory images: %w", err)
+		}
+		dst, err := openInRoot(pid1, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err == nil {
+			_, err = store.CopyTree(src, dst, 0)
+			dst.Close()
+		}
+		src.Close()
+		if err != nil {
+			return fmt.Errorf("put back the sandbox's %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// copyInto copies the tree open at src into a new directory dst.
+func copyInto(src *os.File, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	d, err := os.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	_, err = store.CopyTree(src, d, 0)
+	return err
 }
 
 // kdatPath is criu's kernel cache, in criu's mount namespace (the

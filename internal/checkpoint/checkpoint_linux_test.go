@@ -16,11 +16,21 @@ import (
 )
 
 // counter holds its state only in its heap: a nonce drawn at start and a
-// count it keeps raising. On SIGUSR1 it writes its pid, nonce, count, a
+// count it keeps raising; it holds a file open in /tmp and a socket bound
+// in /run. On SIGUSR1 it writes its pid, nonce, count, a
 // fresh draw of its random generator and how an attempt to create a
 // device node ended (Landlock forbids it in every sandbox, though the
 // capabilities, seccomp and mounts allow it) to /tmp/state.
 const counter = mknod + `
+import socket
+# Held open across the dump: a file in /tmp and a unix socket bound in
+# /run, both on tmpfs mounts of the sandbox (no quote here: the shell).
+held = open("/tmp/held", "a")
+held.write("x")
+held.flush()
+srv = socket.socket(socket.AF_UNIX)
+srv.bind("/run/counter.sock")
+srv.listen()
 nonce = random.getrandbits(64)
 count = 0
 def report(sig, frame):
@@ -91,6 +101,24 @@ cat /tmp/state || { grep -E "State|SigBlk|SigCgt" /proc/%d/status; ls -l /proc/%
 	return s
 }
 
+// holds reports whether the process under sb's PID 1 has path open, as
+// the host sees it (a replica's own commands may not read the fds of a
+// restored process: ADR 0013).
+func holds(t *testing.T, sb *sandbox.Sandbox, path string) bool {
+	t.Helper()
+	kids, err := children(sb.Pid())
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("the restored processes under PID 1: %v %v", kids, err)
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", kids[0]))
+	for _, fd := range fds {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", kids[0], fd.Name())); l == path {
+			return true
+		}
+	}
+	return false
+}
+
 func newSandbox(t *testing.T) *sandbox.Sandbox {
 	t.Helper()
 	sb, err := sandbox.Create(&sandbox.Spec{Seccomp: seccomp.Default, Limits: cgroup.Limits{Pids: 64, MemoryBytes: 256 << 20}})
@@ -159,6 +187,11 @@ func TestRestoredCounterContinues(t *testing.T) {
 			t.Errorf("replica %d: the restored process created a device node: %q, want EACCES (Landlock)", i, s.mknod)
 		}
 		got = append(got, s)
+		// What it held in the tmpfs directories came along.
+		run(t, r, "test -S /run/counter.sock && test -s /tmp/held")
+		if !holds(t, r, "/tmp/held") {
+			t.Errorf("replica %d: the restored process does not hold /tmp/held", i)
+		}
 		// The restored process is in the replica's own cgroup, walled in as
 		// the golden's was: same seccomp filter, capabilities, no_new_privs.
 		status := run(t, r, fmt.Sprintf("grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs|CapEff|CapBnd):' /proc/%d/status; cat /proc/%d/cgroup", pid, pid))
