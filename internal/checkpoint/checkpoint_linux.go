@@ -185,7 +185,7 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
 	// criu restores seccomp filters, capabilities and no_new_privs from
 	// the images, but no Landlock domain: the restored processes get the
 	// one criu is born in, made of the sandbox's rules.
-	s, err := startCRIU(t.criu, sb.Pid(), images, nil)
+	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread)
 	if err != nil {
 		return err
 	}
