@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tine-run/tine/internal/probe"
@@ -87,14 +88,14 @@ func newTier(euid int) *Tier {
 // and what to do.
 func (t *Tier) Usable() error { return t.why }
 
-// Dumped is what Dump captured.
+// Dumped is what Dump captured; its processes are stopped until Resume.
 type Dumped struct {
 	// Processes is how many were dumped; Bytes the images' size.
 	Processes int
 	Bytes     int64
-	// Paused is how long the trees were stopped, added up (criu's own
-	// measure, from the freeze to the resume).
-	Paused time.Duration
+
+	stopped []int // pidfds of the processes to continue
+	once    sync.Once
 }
 
 // Restored is what Restore brought back.

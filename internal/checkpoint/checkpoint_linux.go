@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
-	"github.com/checkpoint-restore/go-criu/v7/stats"
 	"github.com/tine-run/tine/internal/store"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -39,9 +38,12 @@ func opts() *rpc.CriuOpts {
 }
 
 // Dump checkpoints every process tree under sb's PID 1 into dir (which it
-// creates), leaving them running: each tree is stopped while criu dumps
-// it. A sandbox with no process but PID 1 dumps to an empty manifest.
-func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
+// creates) and leaves them stopped (SIGSTOP, criu's leave-stopped), with
+// the sandbox's tmpfs directories copied as they left them: the caller
+// captures the rest of the files and then calls Resume, so files and
+// memory are of one instant. A sandbox with no process but PID 1 dumps to
+// an empty manifest. On error nothing stays stopped.
+func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 	if err := t.Usable(); err != nil {
 		return nil, err
 	}
@@ -60,20 +62,26 @@ func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
 	unlinkInRoot(pid1, kdatPath)
 	m := &Manifest{Version: FormatVersion}
 	out := &Dumped{}
+	defer func() {
+		if err != nil {
+			out.Resume()
+		}
+	}()
 	for i, root := range roots {
 		tree := Tree{Dir: fmt.Sprintf("tree-%d", i)}
 		if tree.Root, err = nsPid(root); err != nil {
 			return nil, err
 		}
-		tree.Pids, err = treePids(root)
-		if err != nil {
+		var host []int
+		if tree.Pids, host, err = treePids(root); err != nil {
 			return nil, err
 		}
-		d, err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir))
-		if err != nil {
+		// Held before the dump, to continue them after: not the ones
+		// stopped already (by their own job control), which stay so.
+		out.stopped = append(out.stopped, pidfdsOfRunning(host)...)
+		if err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir)); err != nil {
 			return nil, err
 		}
-		out.Paused += d
 		m.Trees = append(m.Trees, tree)
 		out.Processes += len(tree.Pids)
 	}
@@ -100,38 +108,66 @@ func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
 	return out, err
 }
 
-// dumpTree runs one criu dump and returns how long the tree was stopped.
-func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) (time.Duration, error) {
+// dumpTree runs one criu dump, which leaves the tree stopped.
+func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return 0, fmt.Errorf("create the images directory: %w", err)
+		return fmt.Errorf("create the images directory: %w", err)
 	}
 	images, err := os.Open(dir)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer images.Close()
 	s, err := startCRIU(t.criu, pid1, images, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	o := opts()
 	o.Pid = proto.Int32(int32(tree.Root))
-	o.LeaveRunning = proto.Bool(true)
+	o.LeaveStopped = proto.Bool(true)
 	// Deleted files still open are kept in the images up to this size.
 	o.GhostLimit = proto.Uint32(64 << 20)
-	t0 := time.Now()
 	if _, err := s.call(rpc.CriuReqType_DUMP, o, false); err != nil {
-		return 0, fmt.Errorf("dump process %d of the sandbox: %w", tree.Root, err)
+		return fmt.Errorf("dump process %d of the sandbox: %w", tree.Root, err)
 	}
-	wall := time.Since(t0)
 	if err := s.close(); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrCRIU, err)
+		return fmt.Errorf("%w: %w", ErrCRIU, err)
 	}
-	// criu's own measure of the stop: from the freeze to the resume.
-	if st, err := stats.CriuGetDumpStats(images); err == nil && st.GetFrozenTime() > 0 {
-		return time.Duration(st.GetFrozenTime()) * time.Microsecond, nil
+	return nil
+}
+
+// pidfdsOfRunning opens pidfds of the processes of pids that are not
+// stopped (state T) now.
+func pidfdsOfRunning(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The state follows the command's closing parenthesis.
+		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'T' {
+			continue
+		}
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds = append(fds, fd)
+		}
 	}
-	return wall, nil
+	return fds
+}
+
+// Resume continues the processes Dump left stopped. It is safe to call
+// more than once, and on nil.
+func (d *Dumped) Resume() {
+	if d == nil {
+		return
+	}
+	d.once.Do(func() {
+		for _, fd := range d.stopped {
+			unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0)
+			unix.Close(fd)
+		}
+	})
 }
 
 // Restore restores the trees dumped into dir into sb, a live sandbox made
@@ -240,22 +276,21 @@ func children(pid int) ([]int, error) {
 	return out, nil
 }
 
-// treePids returns the pids, in the sandbox's pid namespace, of root and
-// every descendant (each thread's children).
-func treePids(root int) ([]int, error) {
-	var out []int
+// treePids returns the pids, in the sandbox's pid namespace and on the
+// host, of root and every descendant (each thread's children).
+func treePids(root int) (ns, host []int, err error) {
 	todo := []int{root}
 	for len(todo) > 0 {
 		pid := todo[0]
 		todo = todo[1:]
-		ns, err := nsPid(pid)
+		n, err := nsPid(pid)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, ns)
+		ns, host = append(ns, n), append(host, pid)
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
-			return nil, fmt.Errorf("threads of %d: %w", pid, err)
+			return nil, nil, fmt.Errorf("threads of %d: %w", pid, err)
 		}
 		for _, task := range tasks {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
@@ -269,7 +304,7 @@ func treePids(root int) ([]int, error) {
 			}
 		}
 	}
-	return out, nil
+	return ns, host, nil
 }
 
 // nsPid returns host process pid's pid in its innermost namespace.

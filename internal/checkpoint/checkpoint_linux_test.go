@@ -161,6 +161,11 @@ func TestRestoredCounterContinues(t *testing.T) {
 	if d.Processes != 1 {
 		t.Errorf("dumped %d processes, want 1 (the counter)", d.Processes)
 	}
+	// Stopped until resumed: it does not count (nor answer) meanwhile.
+	if st := run(t, golden, fmt.Sprintf("cut -d' ' -f3 /proc/%d/stat", pid)); st != "T\n" {
+		t.Errorf("the golden's counter after the dump is in state %q, want T (stopped)", st)
+	}
+	d.Resume()
 	// Left running: the golden counts on.
 	after := readState(t, golden, pid)
 	if after.count <= before.count || after.nonce != before.nonce {

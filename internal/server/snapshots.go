@@ -142,15 +142,16 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 			draft.Abort()
 		}
 	}()
-	// The processes first (each tree stopped while criu dumps it, then
-	// resumed), then the files: ADR 0013 says what changes in between.
+	// The processes first (criu leaves each tree stopped), then the files,
+	// then everything runs on: files and memory are of one instant.
+	t0 := time.Now()
 	var dumped *checkpoint.Dumped
 	if mem != nil {
 		if dumped, err = dumpMemory(mem, draft); err != nil {
 			return nil, nil, fmt.Errorf("snapshot sandbox %s: %w", b.id, err)
 		}
+		defer dumped.Resume()
 	}
-	t0 := time.Now()
 	if err := snap.Freeze(); err != nil {
 		return nil, nil, fmt.Errorf("freeze sandbox %s: %w", b.id, err)
 	}
@@ -158,6 +159,7 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	thaw := func() {
 		if paused == 0 {
 			snap.Thaw()
+			dumped.Resume()
 			paused = time.Since(t0)
 		}
 	}
@@ -185,7 +187,6 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 		Bytes: layer.Bytes, Spec: spec,
 	}
 	if dumped != nil {
-		paused += dumped.Paused
 		sn.Bytes += dumped.Bytes
 		sn.Memory = &snapshot.Memory{Bytes: dumped.Bytes, Processes: dumped.Processes}
 	}

@@ -201,3 +201,47 @@ func TestMemoryTierWithoutCRIU(t *testing.T) {
 		t.Errorf("an fs snapshot on the same daemon: %v", err)
 	}
 }
+
+// TestMemorySnapshotOfAWriter: a process appending to a file on the
+// overlay all the time is captured with its file as of one instant (criu
+// refuses to restore a file whose size moved since the dump), and goes on
+// appending in every replica.
+func TestMemorySnapshotOfAWriter(t *testing.T) {
+	require.Root(t)
+	require.CRIU(t, "4.1")
+	require.Binary(t, "python3")
+	d := startDaemon(t, "--pool", "0")
+	ctx := context.Background()
+	golden, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, d.c, golden.ID, `cd /root && python3 -c '
+import time
+f = open("/root/log", "a")
+while True:
+    f.write("x" * 512)
+    f.flush()
+    time.sleep(0.0005)
+' </dev/null >/dev/null 2>&1 & while [ ! -s /root/log ]; do sleep 0.005; done`)
+	for round := range 3 {
+		sn, err := d.c.Snapshot(ctx, golden.ID, &api.SnapshotRequest{Tier: api.TierMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 2})
+		if err != nil {
+			t.Fatalf("round %d: fork of a writer: %v", round, err)
+		}
+		for _, r := range res.Sandboxes {
+			out := sh(t, d.c, r.ID, `a=$(stat -c %s /root/log); i=0
+while [ "$(stat -c %s /root/log)" = "$a" ] && [ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); done
+[ "$(stat -c %s /root/log)" != "$a" ] && echo grows`)
+			if out != "grows\n" {
+				t.Errorf("round %d: replica %s: the restored writer does not write", round, r.ID)
+			}
+			d.c.Delete(ctx, r.ID)
+		}
+		d.c.DeleteSnapshot(ctx, sn.ID)
+	}
+}
