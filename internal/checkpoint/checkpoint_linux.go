@@ -124,7 +124,7 @@ func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
 	}
 	o := opts()
 	o.Pid = proto.Int32(int32(tree.Root))
-	o.LeaveRunning = proto.Bool(true)
+	o.LeaveStopped = proto.Bool(true)
 	// Deleted files still open are kept in the images up to this size.
 	o.GhostLimit = proto.Uint32(64 << 20)
 	if _, err := s.call(rpc.CriuReqType_DUMP, o, false); err != nil {
