@@ -1,14 +1,19 @@
 package checkpoint
 
 import (
+	"context"
 	"fmt"
+	"image"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/desktop/x11"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/require"
@@ -220,5 +225,94 @@ func TestRestoredCounterContinues(t *testing.T) {
 		if s := readState(t, r, pid); s.count <= got[i].count {
 			t.Errorf("replica %d stopped counting: %d then %d", i, got[i].count, s.count)
 		}
+	}
+}
+
+// xDisplay connects to the X server of display :5 in sb from the host,
+// through its socket file (xgb dials "<dir>/x:5" for display "<dir>/x:5").
+func xDisplay(t *testing.T, sb *sandbox.Sandbox) *x11.Display {
+	t.Helper()
+	link := filepath.Join(t.TempDir(), "x:5")
+	if err := os.Symlink(fmt.Sprintf("/proc/%d/root/tmp/.X11-unix/X5", sb.Pid()), link); err != nil {
+		t.Fatal(err)
+	}
+	d, err := x11.Connect(link, x11.Options{NoSHM: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// screen waits for d's screen to settle and returns its frame hash.
+func screen(t *testing.T, d *x11.Display) frame.Hash {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.WaitScreenIdle(ctx, 200*time.Millisecond); err != nil {
+		t.Fatalf("the screen does not settle: %v", err)
+	}
+	w, h := d.Size()
+	f, err := d.Capture(image.Rect(0, 0, w, h), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Hash()
+}
+
+// An X server and an xterm (one tree: started by one shell), without
+// System V shared memory, restore pixel-identical in every replica, and
+// typing into one replica changes only its screen.
+func TestRestoredXServerPixelIdentical(t *testing.T) {
+	require.Root(t)
+	require.CRIU(t, "4.1")
+	require.Binary(t, "Xvfb")
+	require.Binary(t, "xterm")
+	require.Binary(t, "xwininfo")
+	tier := New()
+	golden := newSandbox(t)
+	run(t, golden, `cd /tmp && (Xvfb :5 -nolisten tcp -screen 0 400x300x24 &
+while [ ! -S /tmp/.X11-unix/X5 ]; do sleep 0.01; done
+DISPLAY=:5 xterm -title tinexterm -geometry 40x10+10+10 -e sh -c "echo restored-screen; exec cat" & wait) </dev/null >/dev/null 2>&1 &
+i=0; until DISPLAY=:5 xwininfo -root -tree 2>/dev/null | grep -q tinexterm; do sleep 0.01; i=$((i+1)); [ $i -lt 3000 ] || exit 1; done`)
+	gd := xDisplay(t, golden)
+	want := screen(t, gd)
+	if again := screen(t, gd); again != want {
+		t.Fatalf("the golden's screen does not hold still (%s, then %s): pixel identity cannot be checked", want, again)
+	}
+	gd.Close()
+	dir := filepath.Join(t.TempDir(), "memory")
+	d, err := tier.Dump(golden, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Resume()
+	var shown []*x11.Display
+	for i := range 2 {
+		r := newSandbox(t)
+		if _, err := tier.Restore(r, dir); err != nil {
+			t.Fatal(err)
+		}
+		rd := xDisplay(t, r)
+		if got := screen(t, rd); got != want {
+			t.Errorf("replica %d's screen is %s, the golden's %s", i, got, want)
+		}
+		shown = append(shown, rd)
+	}
+	// No window manager: the keyboard follows the pointer, into the xterm.
+	if err := shown[0].Move(x11.Point{X: 100, Y: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if err := shown[0].Type("only-here", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := screen(t, shown[0]); got == want {
+		t.Errorf("typing into replica 0 did not change its screen: the check below proves nothing")
+	}
+	if got := screen(t, shown[1]); got != want {
+		t.Errorf("typing into replica 0 changed replica 1's screen")
+	}
+	if got := screen(t, xDisplay(t, golden)); got != want {
+		t.Errorf("typing into replica 0 changed the golden's screen")
 	}
 }
