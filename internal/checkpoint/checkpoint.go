@@ -1,10 +1,11 @@
 // Package checkpoint owns the memory tier of snapshots: it dumps the
 // process trees of a live sandbox with criu (every child of its PID 1 and
-// their descendants, left running) and restores them into another live
-// sandbox made from the same snapshot's files, so a replica's processes
-// continue from the golden's memory with the same pids (ADR 0013).
+// their descendants, left stopped until the caller has the files too),
+// with its tmpfs directories, and restores them into another live sandbox
+// made from the same snapshot's files, so a replica's processes continue
+// from the golden's memory with the same pids (ADR 0013).
 //
-// criu runs inside the sandbox's pid, mount, network, UTS and cgroup
+// criu runs inside the sandbox's pid, mount, network, IPC, UTS and cgroup
 // namespaces, so to criu the sandbox is the whole world: it dumps
 // processes, not namespaces or mounts, and tine's own PID 1, its
 // namespaces, cgroup and mounts stay tine's to make, in the replica too.

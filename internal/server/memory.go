@@ -11,12 +11,16 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/checkpoint"
+	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
 )
 
 // memoryTier finds criu once, on the first memory snapshot or fork: its
 // check runs `criu check`, which a daemon that never asks should not pay.
 var memoryTier = sync.OnceValue(checkpoint.New)
+
+// A live sandbox is what the memory tier dumps and restores into.
+var _ checkpoint.Sandbox = (*sandbox.Sandbox)(nil)
 
 // memoryDir is where a snapshot's criu images live, in its directory.
 const memoryDir = "memory"
