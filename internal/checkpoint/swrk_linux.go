@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"github.com/tine-run/tine/internal/capped"
@@ -31,6 +32,11 @@ const (
 	fdSocket = 3
 	fdImages = 4
 )
+
+// criuTimeout bounds one request: a criu stuck on a process (one in
+// uninterruptible sleep cannot be seized) must not hold the snapshot or
+// fork request, nor the sandbox, forever.
+const criuTimeout = 5 * time.Minute
 
 // maxLog is how much of criu's log (its stderr) is kept for errors.
 const maxLog = 64 << 10
@@ -77,6 +83,8 @@ func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*sess
 	if err != nil {
 		return nil, fmt.Errorf("criu socket: %w", err)
 	}
+	// Ours non-blocking, so Go's poller serves it and a deadline holds.
+	unix.SetNonblock(pair[0], true)
 	sock, theirs := os.NewFile(uintptr(pair[0]), "criu-rpc"), os.NewFile(uintptr(pair[1]), "criu-rpc")
 	defer theirs.Close()
 	files[0] = theirs
@@ -137,12 +145,20 @@ func (s *session) call(typ rpc.CriuReqType, opts *rpc.CriuOpts, keepOpen bool) (
 		if err != nil {
 			return nil, err
 		}
+		s.sock.SetDeadline(time.Now().Add(criuTimeout))
 		if _, err := s.sock.Write(b); err != nil {
 			return nil, s.failed(fmt.Errorf("send criu %s request: %w", typ, err))
 		}
 		n, err := s.sock.Read(buf)
 		if err == nil && n == 0 {
 			err = errors.New("criu closed its socket")
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if pid, err := s.criuPid(); err == nil {
+				unix.Kill(pid, unix.SIGKILL) // its tracees are let go
+			}
+			s.cmd.Process.Kill()
+			err = fmt.Errorf("no answer after %s", criuTimeout)
 		}
 		if err != nil {
 			s.close()
