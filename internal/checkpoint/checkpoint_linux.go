@@ -69,7 +69,9 @@ func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 	}()
 	for i, root := range roots {
 		tree := Tree{Dir: fmt.Sprintf("tree-%d", i)}
-		if tree.Root, err = nsPid(root); err != nil {
+		if tree.Root, err = nsPid(root); errors.Is(err, os.ErrNotExist) {
+			continue // it ended since PID 1 was asked: nothing to dump
+		} else if err != nil {
 			return nil, err
 		}
 		var host []int
@@ -284,6 +286,9 @@ func treePids(root int) (ns, host []int, err error) {
 		pid := todo[0]
 		todo = todo[1:]
 		n, err := nsPid(pid)
+		if errors.Is(err, os.ErrNotExist) && pid != root {
+			continue // it ended meanwhile
+		}
 		if err != nil {
 			return nil, nil, err
 		}
