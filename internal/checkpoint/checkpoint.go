@@ -118,15 +118,17 @@ type Manifest struct {
 // one criu run into its own directory.
 type Tree struct {
 	Dir string `json:"dir"`
-	// Root and Pids are pids in the sandbox's pid namespace.
+	// Root and Pids are pids in the sandbox's pid namespace; Top the
+	// highest id of their threads there.
 	Root int   `json:"root"`
 	Pids []int `json:"pids"`
+	Top  int   `json:"top"`
 }
 
 func (m *Manifest) maxPid() int {
 	top := 1
 	for _, t := range m.Trees {
-		top = max(top, slices.Max(append([]int{t.Root}, t.Pids...)))
+		top = max(top, t.Top, slices.Max(append([]int{t.Root}, t.Pids...)))
 	}
 	return top
 }

@@ -69,13 +69,13 @@ func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 	}()
 	for i, root := range roots {
 		tree := Tree{Dir: fmt.Sprintf("tree-%d", i)}
-		if tree.Root, err = nsPid(root); errors.Is(err, os.ErrNotExist) {
+		if tree.Root, err = nsPid(root, ""); errors.Is(err, os.ErrNotExist) {
 			continue // it ended since PID 1 was asked: nothing to dump
 		} else if err != nil {
 			return nil, err
 		}
 		var host []int
-		if tree.Pids, host, err = treePids(root); err != nil {
+		if tree.Pids, host, tree.Top, err = treePids(root); err != nil {
 			return nil, err
 		}
 		// Held before the dump, to continue them after: not the ones
@@ -279,25 +279,29 @@ func children(pid int) ([]int, error) {
 }
 
 // treePids returns the pids, in the sandbox's pid namespace and on the
-// host, of root and every descendant (each thread's children).
-func treePids(root int) (ns, host []int, err error) {
+// host, of root and every descendant (each thread's children), and the
+// highest thread id among them in the sandbox's namespace.
+func treePids(root int) (ns, host []int, top int, err error) {
 	todo := []int{root}
 	for len(todo) > 0 {
 		pid := todo[0]
 		todo = todo[1:]
-		n, err := nsPid(pid)
+		n, err := nsPid(pid, "")
 		if errors.Is(err, os.ErrNotExist) && pid != root {
 			continue // it ended meanwhile
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		ns, host = append(ns, n), append(host, pid)
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
-			return nil, nil, fmt.Errorf("threads of %d: %w", pid, err)
+			return nil, nil, 0, fmt.Errorf("threads of %d: %w", pid, err)
 		}
 		for _, task := range tasks {
+			if tid, err := nsPid(pid, task.Name()); err == nil && tid > top {
+				top = tid // threads need their ids free too
+			}
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
 			if err != nil {
 				continue // the thread ended
@@ -309,12 +313,17 @@ func treePids(root int) (ns, host []int, err error) {
 			}
 		}
 	}
-	return ns, host, nil
+	return ns, host, top, nil
 }
 
-// nsPid returns host process pid's pid in its innermost namespace.
-func nsPid(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// nsPid returns host process pid's pid (or that of its thread tid, when
+// not "") in its innermost namespace.
+func nsPid(pid int, tid string) (int, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	if tid != "" {
+		path = fmt.Sprintf("/proc/%d/task/%s/status", pid, tid)
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("process %d: %w", pid, err)
 	}

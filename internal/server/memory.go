@@ -31,8 +31,8 @@ func (s *Server) checkpointable(b *box) (checkpoint.Sandbox, error) {
 	if err := memoryTier().Usable(); err != nil {
 		return nil, err
 	}
-	if b.desktopNow() != nil {
-		return nil, fmt.Errorf("%w: the memory tier of desktops is not built yet (their X server's shared memory is System V IPC, ADR 0013); take an fs snapshot", ErrNoSnapshots)
+	if d := b.desktopNow(); d != nil && !d.spec.MemoryTier {
+		return nil, fmt.Errorf("%w: desktop %s keeps its screen in System V shared memory, which criu cannot carry: create the desktop with \"memory_tier\": true, or take an fs snapshot", ErrNoSnapshots, b.id)
 	}
 	if b.spec.UserNS {
 		return nil, fmt.Errorf("%w: the memory tier does not restore sandboxes in a user namespace yet; take an fs snapshot", ErrNoSnapshots)
@@ -47,6 +47,18 @@ func (s *Server) checkpointable(b *box) (checkpoint.Sandbox, error) {
 // dumpMemory dumps cs's process trees into the draft; the trees run on.
 func dumpMemory(cs checkpoint.Sandbox, draft *snapshot.Draft) (*checkpoint.Dumped, error) {
 	return memoryTier().Dump(cs, filepath.Join(draft.Dir(), memoryDir))
+}
+
+// adoptDesktop makes b, a replica whose processes (the guest, its X server
+// and apps) were just restored, the desktop rec describes: its guest
+// already serves the ACI.
+func (s *Server) adoptDesktop(b *box, rec *recipe, t0 time.Time) {
+	d := &desktop{display: rec.Display, width: rec.Desktop.Width, height: rec.Desktop.Height, spec: rec.Desktop,
+		readyMs: float64(time.Since(t0).Microseconds()) / 1000}
+	b.mu.Lock()
+	b.desktop = d
+	b.mu.Unlock()
+	s.log.Info("desktop restored", "id", b.id, "ms", d.readyMs)
 }
 
 // restoreMemory restores sn's process trees into b, a fresh replica made

@@ -31,6 +31,9 @@ type snapshotter interface {
 type recipe struct {
 	Sandbox api.SandboxSpec  `json:"sandbox"`
 	Desktop *api.DesktopSpec `json:"desktop,omitempty"`
+	// Display is a desktop's X display, which a memory fork's restored
+	// guest serves.
+	Display string `json:"display,omitempty"`
 }
 
 // snapshots opens the catalog under the state directory on first use (it
@@ -128,7 +131,7 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	}
 	rec := recipe{Sandbox: b.spec}
 	if d := b.desktopNow(); d != nil {
-		rec.Desktop = d.spec
+		rec.Desktop, rec.Display = d.spec, d.display
 	}
 	spec, _ := json.Marshal(rec)
 
@@ -376,6 +379,8 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 			if sn.Tier == snapshot.TierMemory {
 				if errs[i] = s.restoreMemory(c, sn, b); errs[i] != nil {
 					s.destroy(b, "its processes were not restored")
+				} else if rec.Desktop != nil {
+					s.adoptDesktop(b, &rec, t0)
 				}
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -257,4 +258,108 @@ while True:
 		}
 		d.c.DeleteSnapshot(ctx, sn.ID)
 	}
+}
+
+// frameHash returns desktop id's screenshot frame hash, once the screen
+// has held still for two captures in a row.
+func frameHash(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+	ctx := context.Background()
+	a, err := c.DialACI(ctx, id)
+	if err != nil {
+		t.Fatalf("desktop %s: ACI: %v", id, err)
+	}
+	defer a.Close()
+	var last string
+	for range 100 {
+		rep, _, err := a.Screenshot(ctx, &api.ACIScreenshot{})
+		if err != nil {
+			t.Fatalf("desktop %s: screenshot: %v", id, err)
+		}
+		if rep.FrameHash == last {
+			return last
+		}
+		last = rep.FrameHash
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("desktop %s: the screen never held still", id)
+	return ""
+}
+
+// TestMemoryForkDesktop: a desktop made for the memory tier forks into
+// desktops whose guest, X server, window manager and xterm are the
+// golden's, restored: each answers its ACI at once, its first screenshot
+// has the golden's frame hash, and typing into one changes only its own.
+func TestMemoryForkDesktop(t *testing.T) {
+	require.Root(t)
+	require.CRIU(t, "4.1")
+	require.Binary(t, "Xvfb")
+	require.Binary(t, "openbox")
+	require.Binary(t, "xterm")
+	d := startDaemon(t, "--pool", "0")
+	ctx := context.Background()
+	plain, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.c.Snapshot(ctx, plain.ID, &api.SnapshotRequest{Tier: api.TierMemory})
+	wantStatus(t, "the memory tier of a desktop not made for it", err, http.StatusNotImplemented)
+	if err == nil || !strings.Contains(err.Error(), "memory_tier") {
+		t.Errorf("the error does not say how to make a desktop the memory tier takes: %v", err)
+	}
+	d.c.DeleteDesktop(ctx, plain.ID)
+
+	golden, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480, Apps: [][]string{{"xterm"}}, MemoryTier: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := d.c.DialACI(ctx, golden.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Type(ctx, "echo golden-state\n"); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	want := frameHash(t, d.c, golden.ID)
+	sn, err := d.c.Snapshot(ctx, golden.ID, &api.SnapshotRequest{Tier: api.TierMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Kind != "desktop" || sn.Processes < 4 {
+		t.Errorf("snapshot of a desktop: %+v (want kind desktop, the guest, Xvfb, openbox and xterm)", sn)
+	}
+	res, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Desktops) != 2 {
+		t.Fatalf("fork of a desktop's memory snapshot answered %d desktops", len(res.Desktops))
+	}
+	for _, r := range res.Desktops {
+		if got := frameHash(t, d.c, r.ID); got != want {
+			t.Errorf("replica %s's first frame %s, the golden's %s", r.ID, got, want)
+		}
+	}
+	one, other := res.Desktops[0].ID, res.Desktops[1].ID
+	ra, err := d.c.DialACI(ctx, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ra.Type(ctx, "echo only-here\n"); err != nil {
+		t.Fatal(err)
+	}
+	ra.Close()
+	if got := frameHash(t, d.c, one); got == want {
+		t.Errorf("typing into replica %s did not change its screen: the check below proves nothing", one)
+	}
+	for _, id := range []string{other, golden.ID} {
+		if got := frameHash(t, d.c, id); got != want {
+			t.Errorf("typing into replica %s changed %s's screen", one, id)
+		}
+	}
+	for _, r := range res.Desktops {
+		d.c.DeleteDesktop(ctx, r.ID)
+	}
+	d.c.DeleteSnapshot(ctx, sn.ID)
 }
