@@ -3,6 +3,8 @@ module github.com/tine-run/tine
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/coder/websocket v1.8.15
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/jezek/xgb v1.3.0
@@ -15,11 +17,11 @@ require (
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
+	google.golang.org/protobuf v1.34.2
 	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect

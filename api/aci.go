@@ -172,6 +172,11 @@ type DesktopSpec struct {
 	// GLX gives the X server software OpenGL (about 54 MiB more per
 	// desktop); off by default.
 	GLX bool `json:"glx,omitempty"`
+	// MemoryTier makes the desktop one the memory tier of snapshots can
+	// capture: its X server keeps the screen in its own memory (no System
+	// V shared memory, which criu cannot carry) and screenshots go through
+	// the X server, which is slower.
+	MemoryTier bool `json:"memory_tier,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.

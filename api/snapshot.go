@@ -35,8 +35,11 @@ type Snapshot struct {
 	Depth int `json:"depth"`
 	// Bytes is what the snapshot added on disk.
 	Bytes int64 `json:"bytes"`
-	// PausedMs is how long the source was frozen to take it.
+	// PausedMs is how long the source was frozen (and, in the memory
+	// tier, its processes stopped) to take it.
 	PausedMs float64 `json:"paused_ms"`
+	// Processes is how many processes the memory tier captured (0 for fs).
+	Processes int `json:"processes,omitempty"`
 	// Forks counts the live sandboxes running from it now; a snapshot
 	// with forks cannot be deleted (409).
 	Forks int `json:"forks"`

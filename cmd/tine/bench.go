@@ -154,8 +154,15 @@ workspace's digest recomputed from its files, and a fresh sandbox replaying
 the golden's steps; the wall time of forking N = 1, 4, 8, 16, 32 replicas
 with every one verified; the PSS per added idle replica; and a desktop's
 fork → usable (ACI: a window and a screenshot, and its marker file) against
-a fresh desktop's. -n/150 rounds (at least 10). The target: `+fmt.Sprintf("fs fork → usable p50 at most %gx a fresh sandbox's create→ready p50", bench.ForkTargets.FSForkOverCreate)+`.
-The memory tier (criu) is not built yet.`,
+a fresh desktop's. Then the memory tier of a code sandbox: a golden holding
+the workspace and a process with 50 MiB of random state and a nonce; its
+memory snapshot (wall, and how long it was paused), fork → usable (the
+restored process answers with the golden's nonce and state digest; the
+workspace is verified after), fan-out of N = 1 ... 32 with every restored
+process answering, and the PSS per added replica; and the same for an X server
+(without System V shared memory) with an xterm, whose replicas must show the
+golden's first frame (pixel identity). -n/150 rounds (at least 10). The targets: `+fmt.Sprintf("fs fork → usable p50 at most %gx a fresh sandbox's create→ready p50; memory fork → usable p50 at most %g ms, N=16 in %g ms, pause at most %g ms", bench.ForkTargets.FSForkOverCreate, bench.MemoryForkTargets.ForkP50Ms, bench.MemoryForkTargets.FanOut16Ms, bench.MemoryForkTargets.PauseMs)+`
+(the issue sets the memory ones for desktops, whose memory tier is not built yet).`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Fork(ctx, d, o)
 			}),

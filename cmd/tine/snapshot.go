@@ -20,8 +20,11 @@ func newSnapshotCommand() *cobra.Command {
 the daemon's --state-dir across restarts. The fs tier (the default) freezes
 the sandbox for a moment and captures its writable layer: every file it
 created, changed or deleted. Its forks (tine fork) boot fresh over those
-files; a desktop's forks are desktops, with a fresh screen. See
-docs/snapshots.md.`,
+files; a desktop's forks are desktops, with a fresh screen. The memory tier
+(--tier memory, or --memory) also dumps every process of the sandbox with
+criu, leaving them running: each fork restores them, with their memory and
+pids, over the same files (sandboxes only, not desktops yet; needs a daemon
+running as root and a working criu: tine doctor). See docs/snapshots.md.`,
 	}
 	cmd.AddCommand(newSnapshotCreateCommand(), newSnapshotLsCommand(), newSnapshotInspectCommand(), newSnapshotRmCommand())
 	return cmd
@@ -30,13 +33,20 @@ docs/snapshots.md.`,
 func newSnapshotCreateCommand() *cobra.Command {
 	var req api.SnapshotRequest
 	var memory bool
-	cmd := &cobra.Command{Use: "create [--name N] ID", Short: "Snapshot a live sandbox or desktop; prints the snapshot's id", Args: cobra.ExactArgs(1)}
+	cmd := &cobra.Command{Use: "create [--name N] [--tier fs|memory] ID", Short: "Snapshot a live sandbox or desktop; prints the snapshot's id", Args: cobra.ExactArgs(1)}
 	cmd.Flags().StringVar(&req.Name, "name", "", "a label for the snapshot")
-	cmd.Flags().BoolVar(&memory, "memory", false, "the memory tier: capture the processes too (criu)")
+	cmd.Flags().StringVar(&req.Tier, "tier", api.TierFS, "fs (the files) or memory (the files and every process, with criu)")
+	cmd.Flags().BoolVar(&memory, "memory", false, "the memory tier (--tier memory)")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if memory {
+			if cmd.Flags().Changed("tier") && req.Tier != api.TierMemory {
+				return usageError{fmt.Sprintf("--memory and --tier %s disagree", req.Tier)}
+			}
 			req.Tier = api.TierMemory
+		}
+		if req.Tier != api.TierFS && req.Tier != api.TierMemory {
+			return usageError{fmt.Sprintf("invalid --tier %q: want fs or memory", req.Tier)}
 		}
 		c, err := dial()
 		if err != nil {

@@ -145,6 +145,15 @@ func (sb *Sandbox) Thaw() error {
 	return sb.init.group.Thaw()
 }
 
+// Adopt moves host process pid into the sandbox's cgroup: a restoring
+// criu, whose children (the restored processes) are then born there.
+func (sb *Sandbox) Adopt(pid int) error {
+	if sb.init.group == nil {
+		return fmt.Errorf("%w: this sandbox has no cgroup (rootless)", cgroup.ErrUnavailable)
+	}
+	return sb.init.group.Attach(pid)
+}
+
 // Spec returns the spec the sandbox was created from.
 func (sb *Sandbox) Spec() *Spec { return sb.plan.Spec }
 

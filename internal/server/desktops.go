@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,6 +151,16 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	if req.GLX {
 		args = append(args, "--glx")
 	}
+	stdin := (*os.File)(nil) // the daemon's
+	if req.MemoryTier {
+		args = append(args, "--no-shm")
+		// A descriptor of the host's would stop criu ("Can't lookup mount").
+		var err error
+		if stdin, err = os.Open("/proc/" + strconv.Itoa(b.inst.Pid()) + "/root/dev/null"); err != nil {
+			return nil, fmt.Errorf("open the desktop's /dev/null: %w", err)
+		}
+		defer stdin.Close()
+	}
 	for _, app := range req.Apps {
 		j, _ := json.Marshal(app)
 		args = append(args, "--app", string(j))
@@ -164,7 +175,7 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 		outW.Close()
 		return nil, err
 	}
-	p, err := b.inst.Exec(&sandbox.ExecSpec{Args: args, Stdio: [3]*os.File{nil, outW, errW}})
+	p, err := b.inst.Exec(&sandbox.ExecSpec{Args: args, Stdio: [3]*os.File{stdin, outW, errW}})
 	outW.Close()
 	errW.Close()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/checkpoint"
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/sandbox"
@@ -84,11 +85,12 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, zygote.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer), errors.Is(err, ErrNoLiveFork):
+	case errors.Is(err, ErrNoFunctions), errors.Is(err, ErrNoSnapshots), errors.Is(err, cgroup.ErrNoFreezer), errors.Is(err, ErrNoLiveFork),
+		errors.Is(err, checkpoint.ErrUnavailable):
 		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrNoSnapshot), errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState):
+	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState), errors.Is(err, checkpoint.ErrCRIU):
 		return http.StatusConflict, api.CodeConflict
 	case errors.Is(err, store.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge

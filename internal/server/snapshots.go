@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/checkpoint"
 	"github.com/tine-run/tine/internal/snapshot"
 	"github.com/tine-run/tine/internal/store"
 )
@@ -30,6 +31,9 @@ type snapshotter interface {
 type recipe struct {
 	Sandbox api.SandboxSpec  `json:"sandbox"`
 	Desktop *api.DesktopSpec `json:"desktop,omitempty"`
+	// Display is a desktop's X display, which a memory fork's restored
+	// guest serves.
+	Display string `json:"display,omitempty"`
 }
 
 // snapshots opens the catalog under the state directory on first use (it
@@ -53,10 +57,14 @@ func (s *Server) snapshots() (*snapshot.Catalog, error) {
 }
 
 func (s *Server) snapshotInfo(c *snapshot.Catalog, sn *snapshot.Snapshot) api.Snapshot {
-	return api.Snapshot{
+	info := api.Snapshot{
 		ID: sn.ID, Name: sn.Name, Tier: sn.Tier, Kind: sn.Kind, Source: sn.Source, Parent: sn.Parent,
 		CreatedAt: sn.CreatedAt, Depth: len(sn.Layers), Bytes: sn.Bytes, PausedMs: sn.PausedMs, Forks: c.Users(sn.ID),
 	}
+	if sn.Memory != nil {
+		info.Processes = sn.Memory.Processes
+	}
+	return info
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
@@ -84,10 +92,11 @@ const maxDepth = 24
 // takeSnapshot captures b: frozen, its writable layer committed to the
 // store, thawed.
 func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalog, *snapshot.Snapshot, error) {
+	tier := snapshot.TierFS
 	switch req.Tier {
 	case "", api.TierFS:
 	case api.TierMemory:
-		return nil, nil, fmt.Errorf("%w: the memory tier (criu) is not built yet; take an fs snapshot", ErrNoSnapshots)
+		tier = snapshot.TierMemory
 	default:
 		return nil, nil, fmt.Errorf("%w: tier %q: want \"fs\" or \"memory\"", ErrInvalidArgument, req.Tier)
 	}
@@ -97,6 +106,13 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	snap, ok := b.inst.(snapshotter)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: this runtime's sandboxes cannot be snapshotted", ErrNoSnapshots)
+	}
+	var mem checkpoint.Sandbox
+	if tier == snapshot.TierMemory {
+		var err error
+		if mem, err = s.checkpointable(b); err != nil {
+			return nil, nil, err
+		}
 	}
 	c, err := s.snapshots()
 	if err != nil {
@@ -115,7 +131,7 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	}
 	rec := recipe{Sandbox: b.spec}
 	if d := b.desktopNow(); d != nil {
-		rec.Desktop = d.spec
+		rec.Desktop, rec.Display = d.spec, d.display
 	}
 	spec, _ := json.Marshal(rec)
 
@@ -129,7 +145,16 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 			draft.Abort()
 		}
 	}()
+	// The processes first (criu leaves each tree stopped), then the files,
+	// then everything runs on: files and memory are of one instant.
 	t0 := time.Now()
+	var dumped *checkpoint.Dumped
+	if mem != nil {
+		if dumped, err = dumpMemory(mem, draft); err != nil {
+			return nil, nil, fmt.Errorf("snapshot sandbox %s: %w", b.id, err)
+		}
+		defer dumped.Resume()
+	}
 	if err := snap.Freeze(); err != nil {
 		return nil, nil, fmt.Errorf("freeze sandbox %s: %w", b.id, err)
 	}
@@ -137,6 +162,7 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	thaw := func() {
 		if paused == 0 {
 			snap.Thaw()
+			dumped.Resume()
 			paused = time.Since(t0)
 		}
 	}
@@ -159,10 +185,15 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 		kind = "desktop"
 	}
 	sn := &snapshot.Snapshot{
-		Name: req.Name, Tier: snapshot.TierFS, Kind: kind, Source: b.id, Parent: b.forkedFrom,
+		Name: req.Name, Tier: tier, Kind: kind, Source: b.id, Parent: b.forkedFrom,
 		CreatedAt: time.Now(), Layers: append([]store.Digest{layer.Digest}, parentLayers...),
-		Bytes: layer.Bytes, Spec: spec, PausedMs: float64(paused.Microseconds()) / 1000,
+		Bytes: layer.Bytes, Spec: spec,
 	}
+	if dumped != nil {
+		sn.Bytes += dumped.Bytes
+		sn.Memory = &snapshot.Memory{Bytes: dumped.Bytes, Processes: dumped.Processes}
+	}
+	sn.PausedMs = float64(paused.Microseconds()) / 1000
 	if err := draft.Commit(sn); err != nil {
 		return nil, nil, err
 	}
@@ -345,6 +376,14 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 				return
 			}
 			boxes[i] = b
+			if sn.Tier == snapshot.TierMemory {
+				if errs[i] = s.restoreMemory(c, sn, b); errs[i] != nil {
+					s.destroy(b, "its processes were not restored")
+				} else if rec.Desktop != nil {
+					s.adoptDesktop(b, &rec, t0)
+				}
+				return
+			}
 			if rec.Desktop != nil {
 				if errs[i] = s.bootDesktop(b, rec.Desktop, t0); errs[i] != nil {
 					s.destroy(b, "its desktop did not start")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/probe"
 	"github.com/tine-run/tine/internal/testbin"
 )
 
@@ -61,6 +62,11 @@ func TestChaos(t *testing.T) {
 	ops := []string{"create", "exec", "upload", "invoke", "snapshot"}
 	if haveX {
 		ops = append(ops, "desktop")
+	}
+	if os.Getenv("TINE_CHAOS_OPS") != "" { // to aim the rounds at some
+		ops = strings.Split(os.Getenv("TINE_CHAOS_OPS"), ",")
+	} else if probe.Get("criu").OK {
+		ops = append(ops, "memory")
 	}
 	for i := range rounds {
 		victim := []string{"daemon", "daemon", "run", "zygote", "guest"}[rng.IntN(5)]
@@ -157,6 +163,24 @@ func (c *chaos) load(ctx context.Context, op string, wg *sync.WaitGroup) {
 					}
 					d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "head -c 4000000 /dev/urandom > /etc/chaos-state"}})
 					if sn, err := d.c.Snapshot(ctx, sb.ID, nil); err == nil {
+						if res, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 2}); err == nil {
+							for _, r := range res.Sandboxes {
+								d.c.Delete(ctx, r.ID)
+							}
+						}
+						d.c.DeleteSnapshot(ctx, sn.ID)
+					}
+					d.c.Delete(ctx, sb.ID)
+				case "memory":
+					// A memory snapshot and fork under way when the daemon
+					// dies: criu dumping into a draft, or restoring into a
+					// replica. The sleeper must not come back anywhere.
+					sb, err := d.c.Create(ctx, nil)
+					if err != nil {
+						continue
+					}
+					d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "sleep " + arg + " </dev/null >/dev/null 2>&1 & echo x"}})
+					if sn, err := d.c.Snapshot(ctx, sb.ID, &api.SnapshotRequest{Tier: api.TierMemory}); err == nil {
 						if res, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 2}); err == nil {
 							for _, r := range res.Sandboxes {
 								d.c.Delete(ctx, r.ID)

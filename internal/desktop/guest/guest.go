@@ -39,6 +39,10 @@ type Options struct {
 	// it costs about 54 MiB of memory per desktop here, and browsers
 	// render without it.
 	GLX bool
+	// NoSHM uses no System V shared memory at all (an X server keeping its
+	// screen in its own memory, captures with GetImage): slower
+	// screenshots, but the desktop can be checkpointed (ADR 0013).
+	NoSHM bool
 	// Listen is the unix socket the ACI is served on.
 	Listen string
 	// Timeout bounds the start (default 30 s).
@@ -74,14 +78,14 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	display := o.Display
 	framebuffer := -1
 	if display == "" {
-		x, err := xvfb.Start(start, xvfb.Config{Width: o.Width, Height: o.Height, GLX: o.GLX})
+		x, err := xvfb.Start(start, xvfb.Config{Width: o.Width, Height: o.Height, GLX: o.GLX, NoSHM: o.NoSHM})
 		if err != nil {
 			return err
 		}
 		children = append(children, x.Cmd)
 		display, framebuffer = x.Display, x.Framebuffer
 	}
-	d, err := x11.Connect(display, x11.Options{})
+	d, err := x11.Connect(display, x11.Options{NoSHM: o.NoSHM})
 	if err != nil {
 		return err
 	}

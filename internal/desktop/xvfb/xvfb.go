@@ -26,6 +26,10 @@ type Config struct {
 	GLX bool
 	// Wrap is a command prefix Xvfb runs under (tests: "unshare", "--ipc").
 	Wrap []string
+	// NoSHM keeps the screen in Xvfb's own memory instead of System V
+	// shared memory, which criu cannot carry out of a sandbox (the memory
+	// tier of snapshots, ADR 0013); captures then go through the X server.
+	NoSHM bool
 }
 
 // Server is a running Xvfb. The caller owns Cmd (kill its process group
@@ -50,8 +54,11 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		return nil, err
 	}
 	defer r.Close()
-	argv := append(append([]string(nil), c.Wrap...), "Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset", "-shmem",
-		"-screen", "0", fmt.Sprintf("%dx%dx24", c.Width, c.Height))
+	argv := append(append([]string(nil), c.Wrap...), "Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset")
+	if !c.NoSHM {
+		argv = append(argv, "-shmem")
+	}
+	argv = append(argv, "-screen", "0", fmt.Sprintf("%dx%dx24", c.Width, c.Height))
 	if !c.GLX {
 		argv = append(argv, "-extension", "GLX")
 	}

@@ -147,11 +147,14 @@ type PathBeneathAttr struct {
 // RuleTypePathBeneath is LANDLOCK_RULE_PATH_BENEATH.
 const RuleTypePathBeneath = 1
 
-// NewRuleset creates a ruleset handling the write rights (and, from ABI 6,
-// scoping signals and abstract unix sockets to the sandbox) and returns its
-// fd, close-on-exec. The caller adds rules and restricts itself.
+// NewRuleset creates a ruleset handling the write rights and returns its
+// fd, close-on-exec. The caller adds rules and restricts itself. It scopes
+// nothing: a live sandbox's processes are one tenant, kept from other
+// sandboxes by their pid and network namespaces, and criu's parasite must
+// reach criu's abstract socket from inside the domain (ADR 0013). Warm
+// function requests, which share one sandbox, scope (RulesetAttr).
 func NewRuleset(abi int) (int, error) {
-	attr := RulesetAttr(abi)
+	attr := attrBytes(abi, false)
 	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)), 0)
 	if errno != 0 {
 		return -1, fmt.Errorf("create landlock ruleset (ABI %d): %w", abi, errno)
@@ -160,16 +163,19 @@ func NewRuleset(abi int) (int, error) {
 	return int(fd), nil
 }
 
-// RulesetAttr returns NewRuleset's struct landlock_ruleset_attr as bytes,
-// sized for ABI abi (older kernels refuse a larger struct with nonzero
-// tail), for a process that creates its ruleset itself.
-func RulesetAttr(abi int) []byte {
+// RulesetAttr returns struct landlock_ruleset_attr as bytes, sized for ABI
+// abi (older kernels refuse a larger struct with nonzero tail), for a
+// process that creates its ruleset itself: the write rights and, from ABI
+// 6, signals and abstract unix sockets scoped to the domain.
+func RulesetAttr(abi int) []byte { return attrBytes(abi, true) }
+
+func attrBytes(abi int, scoped bool) []byte {
 	attr := rulesetAttr{handledFS: Supported(Write, abi)}
 	size := unsafe.Sizeof(uint64(0))
 	if abi >= 4 {
 		size = 2 * unsafe.Sizeof(uint64(0))
 	}
-	if abi >= 6 {
+	if abi >= 6 && scoped {
 		attr.scoped = scopeAbstractUnixSocket | scopeSignal
 		size = unsafe.Sizeof(attr)
 	}

@@ -398,7 +398,8 @@ class Snapshot:
     its ``tier`` (fs, memory), ``kind`` (sandbox, desktop: what its forks
     are), the ``source`` sandbox, the ``parent`` snapshot that sandbox was
     forked from, how many layers a fork stacks (``depth``), the bytes it
-    added, how long the source was frozen, and its live ``forks``."""
+    added, how long the source was frozen, the ``processes`` the memory
+    tier captured, and its live ``forks``."""
     id: str
     tier: str = "fs"
     kind: str = "sandbox"
@@ -409,6 +410,7 @@ class Snapshot:
     depth: int = 0
     bytes: int = 0
     paused_ms: float = 0.0
+    processes: int = 0
     forks: int = 0
 
 

@@ -1,0 +1,482 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"github.com/tine-run/tine/internal/store"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// opts are the criu options every dump and restore share.
+func opts() *rpc.CriuOpts {
+	return &rpc.CriuOpts{
+		ImagesDirFd: proto.Int32(-1),
+		ImagesDir:   proto.String("/proc/self/fd/" + strconv.Itoa(fdImages)),
+		// The trees' sessions began with a launch whose shell is gone (or
+		// outside them): they are restored into criu's.
+		ShellJob: proto.Bool(true),
+		// Established connections are not carried (docs/snapshots.md).
+		TcpClose: proto.Bool(true),
+		// The replica's cgroup is made by tine: criu leaves cgroups alone
+		// and the restored processes are born in criu's, the replica's.
+		ManageCgroupsMode: rpc.CriuCgMode_IGNORE.Enum(),
+		FileLocks:         proto.Bool(true),
+		LogToStderr:       proto.Bool(true),
+		LogLevel:          proto.Int32(2),
+	}
+}
+
+// Dump checkpoints every process tree under sb's PID 1 into dir (which it
+// creates) and leaves them stopped (SIGSTOP, criu's leave-stopped), with
+// the sandbox's tmpfs directories copied as they left them: the caller
+// captures the rest of the files and then calls Resume, so files and
+// memory are of one instant. A sandbox with no process but PID 1 dumps to
+// an empty manifest. On error nothing stays stopped.
+func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
+	if err := t.Usable(); err != nil {
+		return nil, err
+	}
+	pid1 := sb.Pid()
+	roots, err := children(pid1)
+	if err != nil {
+		return nil, fmt.Errorf("list the sandbox's processes: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the images directory: %w", err)
+	}
+	// criu caches what it learnt of the kernel in /run/criu.kdat, which is
+	// the sandbox's /run here: a file the tenant could have written. The
+	// dump's criu probes afresh; its cache goes with the images (a
+	// restoring criu in a Landlock domain cannot probe: the probes mount).
+	unlinkInRoot(pid1, kdatPath)
+	m := &Manifest{Version: FormatVersion}
+	out := &Dumped{}
+	defer func() {
+		if err != nil {
+			out.Resume()
+		}
+	}()
+	for i, root := range roots {
+		tree := Tree{Dir: fmt.Sprintf("tree-%d", i)}
+		if tree.Root, err = nsPid(root, ""); errors.Is(err, os.ErrNotExist) {
+			continue // it ended since PID 1 was asked: nothing to dump
+		} else if err != nil {
+			return nil, err
+		}
+		var host []int
+		if tree.Pids, host, tree.Top, err = treePids(root); err != nil {
+			return nil, err
+		}
+		// Held before the dump, to continue them after: not the ones
+		// stopped already (by their own job control), which stay so.
+		out.stopped = append(out.stopped, pidfdsOfRunning(host)...)
+		if err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir)); err != nil {
+			return nil, err
+		}
+		m.Trees = append(m.Trees, tree)
+		out.Processes += len(tree.Pids)
+	}
+	if len(roots) > 0 {
+		kdat, err := readInRoot(pid1, kdatPath, 1<<20)
+		unlinkInRoot(pid1, kdatPath)
+		if err != nil {
+			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, kdatName), kdat, 0o600); err != nil {
+			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
+		}
+		// The sandbox's tmpfs directories are not in its file layer, and
+		// the processes may hold files (or sockets bound) there.
+		if m.Tmpfs, err = saveTmpfs(pid1, filepath.Join(dir, tmpfsDir)); err != nil {
+			return nil, err
+		}
+	}
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(dir, manifestName), b, 0o600); err != nil {
+		return nil, fmt.Errorf("write the images manifest: %w", err)
+	}
+	out.Bytes, err = dirBytes(dir)
+	return out, err
+}
+
+// dumpTree runs one criu dump, which leaves the tree stopped.
+func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("create the images directory: %w", err)
+	}
+	images, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer images.Close()
+	s, err := startCRIU(t.criu, pid1, images, nil)
+	if err != nil {
+		return err
+	}
+	o := opts()
+	o.Pid = proto.Int32(int32(tree.Root))
+	o.LeaveStopped = proto.Bool(true)
+	// Deleted files still open are kept in the images up to this size.
+	o.GhostLimit = proto.Uint32(64 << 20)
+	if _, err := s.call(rpc.CriuReqType_DUMP, o, false); err != nil {
+		return fmt.Errorf("dump process %d of the sandbox: %w", tree.Root, err)
+	}
+	if err := s.close(); err != nil {
+		return fmt.Errorf("%w: %w", ErrCRIU, err)
+	}
+	return nil
+}
+
+// pidfdsOfRunning opens pidfds of the processes of pids that are not
+// stopped (state T) now.
+func pidfdsOfRunning(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The state follows the command's closing parenthesis.
+		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'T' {
+			continue
+		}
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
+// Resume continues the processes Dump left stopped. It is safe to call
+// more than once, and on nil.
+func (d *Dumped) Resume() {
+	if d == nil {
+		return
+	}
+	d.once.Do(func() {
+		for _, fd := range d.stopped {
+			unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0)
+			unix.Close(fd)
+		}
+	})
+}
+
+// Restore restores the trees dumped into dir into sb, a live sandbox made
+// from the same snapshot's files: each tree keeps its pids in sb's pid
+// namespace, where its PID 1 adopts it, and is born in sb's cgroup.
+func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
+	if err := t.Usable(); err != nil {
+		return nil, err
+	}
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := &Restored{}
+	if len(m.Trees) == 0 {
+		return out, nil
+	}
+	t0 := time.Now()
+	kdat, err := os.ReadFile(filepath.Join(dir, kdatName))
+	if err != nil {
+		return nil, fmt.Errorf("the memory images: %w", err)
+	}
+	if err := writeInRoot(sb.Pid(), kdatPath, kdat); err != nil {
+		return nil, fmt.Errorf("seed criu's kernel cache: %w", err)
+	}
+	defer unlinkInRoot(sb.Pid(), kdatPath)
+	if err := restoreTmpfs(sb.Pid(), filepath.Join(dir, tmpfsDir), m.Tmpfs); err != nil {
+		return nil, err
+	}
+	// criu and the helpers it forks must not take a pid a restored process
+	// needs: the sandbox's next pids start past the highest of them.
+	if err := raiseLastPid(sb.Pid(), m.maxPid()+1); err != nil {
+		return nil, err
+	}
+	for _, tree := range m.Trees {
+		if err := t.restoreTree(sb, tree, filepath.Join(dir, tree.Dir)); err != nil {
+			return nil, err
+		}
+		out.Processes += len(tree.Pids)
+	}
+	out.Took = time.Since(t0)
+	return out, nil
+}
+
+func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
+	images, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open the images: %w", err)
+	}
+	defer images.Close()
+	// criu restores seccomp filters, capabilities and no_new_privs from
+	// the images, but no Landlock domain: the restored processes get the
+	// one criu is born in, made of the sandbox's rules.
+	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread)
+	if err != nil {
+		return err
+	}
+	// A first request proves criu runs (so it exists to be moved) before
+	// it forks anything.
+	if _, err := s.call(rpc.CriuReqType_VERSION, nil, true); err != nil {
+		return err
+	}
+	pid, err := s.criuPid()
+	if err == nil {
+		err = sb.Adopt(pid)
+	}
+	if err != nil {
+		return s.failed(fmt.Errorf("place criu in the sandbox's cgroup: %w", err))
+	}
+	o := opts()
+	if _, err := s.call(rpc.CriuReqType_RESTORE, o, false); err != nil {
+		return fmt.Errorf("restore process %d: %w", tree.Root, err)
+	}
+	if err := s.close(); err != nil {
+		return fmt.Errorf("%w: %w", ErrCRIU, err)
+	}
+	return nil
+}
+
+// raiseLastPid makes the next pid of pid1's pid namespace next: a shell
+// inside it writes ns_last_pid, which names the writer's own namespace.
+func raiseLastPid(pid1, next int) error {
+	cmd := fmt.Sprintf("echo %d > /proc/sys/kernel/ns_last_pid", next-1)
+	out, err := execNsenter(pid1, "/bin/sh", "-c", cmd)
+	if err != nil {
+		return fmt.Errorf("%w: set the sandbox's next pid: %v: %s", ErrCRIU, err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// children returns the host pids of pid's children (PID 1 of a sandbox
+// is single-threaded: its main thread has them all).
+func children(pid int) ([]int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("children of %d: %q", pid, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// treePids returns the pids, in the sandbox's pid namespace and on the
+// host, of root and every descendant (each thread's children), and the
+// highest thread id among them in the sandbox's namespace.
+func treePids(root int) (ns, host []int, top int, err error) {
+	todo := []int{root}
+	for len(todo) > 0 {
+		pid := todo[0]
+		todo = todo[1:]
+		n, err := nsPid(pid, "")
+		if errors.Is(err, os.ErrNotExist) && pid != root {
+			continue // it ended meanwhile
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		ns, host = append(ns, n), append(host, pid)
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("threads of %d: %w", pid, err)
+		}
+		for _, task := range tasks {
+			if tid, err := nsPid(pid, task.Name()); err == nil && tid > top {
+				top = tid // threads need their ids free too
+			}
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+			if err != nil {
+				continue // the thread ended
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					todo = append(todo, n)
+				}
+			}
+		}
+	}
+	return ns, host, top, nil
+}
+
+// nsPid returns host process pid's pid (or that of its thread tid, when
+// not "") in its innermost namespace.
+func nsPid(pid int, tid string) (int, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	if tid != "" {
+		path = fmt.Sprintf("/proc/%d/task/%s/status", pid, tid)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("process %d: %w", pid, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				return strconv.Atoi(f[len(f)-1])
+			}
+		}
+	}
+	return 0, fmt.Errorf("process %d: no NSpid in its status", pid)
+}
+
+// tmpfsDirs are the directories every sandbox mounts a tmpfs of its own
+// on (outside the overlay, so not in a snapshot's file layer);
+// tmpfsDir keeps their copies among the images.
+var tmpfsDirs = []string{"/tmp", "/run", "/dev/shm"}
+
+const tmpfsDir = "tmpfs"
+
+// saveTmpfs copies the sandbox's tmpfs directories into dir and returns
+// the ones it copied (a sandbox may lack one).
+func saveTmpfs(pid1 int, dir string) ([]string, error) {
+	var saved []string
+	for _, d := range tmpfsDirs {
+		src, err := openInRoot(pid1, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("keep the sandbox's %s: %w", d, err)
+		}
+		err = copyInto(src, filepath.Join(dir, filepath.Base(d)))
+		src.Close()
+		if err != nil {
+			return nil, fmt.Errorf("keep the sandbox's %s: %w", d, err)
+		}
+		saved = append(saved, d)
+	}
+	return saved, nil
+}
+
+// restoreTmpfs copies the saved directories into the replica's.
+func restoreTmpfs(pid1 int, dir string, saved []string) error {
+	for _, d := range saved {
+		if !slices.Contains(tmpfsDirs, d) {
+			return fmt.Errorf("the memory images name %s, not a sandbox's tmpfs", d)
+		}
+		src, err := os.Open(filepath.Join(dir, filepath.Base(d)))
+		if err != nil {
+			return fmt.Errorf("the memory images: %w", err)
+		}
+		dst, err := openInRoot(pid1, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err == nil {
+			_, err = store.CopyTree(src, dst, 0)
+			dst.Close()
+		}
+		src.Close()
+		if err != nil {
+			return fmt.Errorf("put back the sandbox's %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// copyInto copies the tree open at src into a new directory dst.
+func copyInto(src *os.File, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	d, err := os.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	_, err = store.CopyTree(src, d, 0)
+	return err
+}
+
+// kdatPath is criu's kernel cache, in criu's mount namespace (the
+// sandbox's); kdatName its copy among the images.
+const (
+	kdatPath = "/run/criu.kdat"
+	kdatName = "criu.kdat"
+)
+
+var inRoot = &unix.OpenHow{Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+
+// openInRoot opens path beneath host process pid's root, following no
+// symlink.
+func openInRoot(pid int, path string, flags int, mode uint32) (*os.File, error) {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(root)
+	how := *inRoot
+	how.Flags, how.Mode = uint64(flags|unix.O_CLOEXEC|unix.O_NOFOLLOW), uint64(mode)
+	fd, err := unix.Openat2(root, path, &how)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func readInRoot(pid int, path string, limit int64) ([]byte, error) {
+	f, err := openInRoot(pid, path, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+func writeInRoot(pid int, path string, b []byte) error {
+	unlinkInRoot(pid, path)
+	f, err := openInRoot(pid, path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// unlinkInRoot removes path beneath pid's root (its directory resolved
+// without symlinks), if it is there.
+func unlinkInRoot(pid int, path string) {
+	d, err := openInRoot(pid, filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	unix.Unlinkat(int(d.Fd()), filepath.Base(path), 0)
+}
+
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
+}
