@@ -46,6 +46,10 @@ const (
 	maxUpload        = 1 << 30
 )
 
+// PathHeader, on /execute's answers, says how the command ran: "fast"
+// (natively, fast.go) or "process". OSWorld's client ignores it.
+const PathHeader = "X-Tine-Path"
+
 // EnvSocket names the environment variable that tells tine's pyautogui
 // module where the guest's OSWorld socket is.
 const EnvSocket = "TINE_GUEST_SOCKET"
@@ -339,14 +343,16 @@ func pyList(argv []string, shell bool) string {
 
 // runCommand is /execute's run: the fast path when the command is a
 // pyautogui program it understands, a process otherwise.
-func (s *Server) runCommand(ctx context.Context, argv []string, shell bool) (runResult, error) {
+func (s *Server) runCommand(ctx context.Context, w http.ResponseWriter, argv []string, shell bool) (runResult, error) {
 	if !shell {
 		if prog, ok := fastProgram(argv); ok {
+			w.Header().Set(PathHeader, "fast")
 			ctx, cancel := context.WithTimeout(ctx, executeTimeout)
 			defer cancel()
 			return runResult{}, prog.run(ctx, s.p)
 		}
 	}
+	w.Header().Set(PathHeader, "process")
 	return s.run(ctx, argv, shell, executeTimeout, false, "")
 }
 
@@ -360,7 +366,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		reply(w, 500, obj{"status": "error", "message": err.Error()})
 		return
 	}
-	res, err := s.runCommand(r.Context(), argv, shell)
+	res, err := s.runCommand(r.Context(), w, argv, shell)
 	if err != nil {
 		reply(w, 500, obj{"status": "error", "message": err.Error()})
 		return
@@ -381,7 +387,7 @@ func (s *Server) executeWithVerification(w http.ResponseWriter, r *http.Request)
 	verification, _ := m["verification"].(map[string]any)
 	maxWait := number(m, "max_wait_time", 10)
 	interval := number(m, "check_interval", 1)
-	res, err := s.runCommand(r.Context(), argv, shell)
+	res, err := s.runCommand(r.Context(), w, argv, shell)
 	if err != nil {
 		reply(w, 500, obj{"status": "error", "message": err.Error()})
 		return

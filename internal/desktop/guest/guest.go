@@ -20,6 +20,7 @@ import (
 	"github.com/tine-run/tine/internal/aci"
 	"github.com/tine-run/tine/internal/desktop/x11"
 	"github.com/tine-run/tine/internal/desktop/xvfb"
+	"github.com/tine-run/tine/internal/osworld"
 )
 
 // Backdrop is the root window's colour: a known pixel for tests and a
@@ -41,6 +42,9 @@ type Options struct {
 	GLX bool
 	// Listen is the unix socket the ACI is served on.
 	Listen string
+	// OSWorld, when set, is a unix socket to serve OSWorld's guest API on
+	// (internal/osworld).
+	OSWorld string
 	// Timeout bounds the start (default 30 s).
 	Timeout time.Duration
 }
@@ -152,6 +156,14 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		return fmt.Errorf("listen on %s: %w", o.Listen, err)
 	}
 	srv := &http.Server{Handler: &aci.Server{D: d}}
+	if o.OSWorld != "" {
+		stop, err := serveOSWorld(d, o.OSWorld)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer stop()
+	}
 	w, h := d.Size()
 	ready(Ready{Display: display, Width: w, Height: h, ReadyMs: float64(time.Since(t0).Microseconds()) / 1000,
 		Capture: d.CaptureMethod()})
@@ -174,4 +186,24 @@ func launch(display string, argv []string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	return c, nil
+}
+
+// serveOSWorld serves OSWorld's guest API on a unix socket until stop.
+func serveOSWorld(d *x11.Display, socket string) (stop func(), err error) {
+	os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	ow, err := osworld.New(d, socket)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: ow}
+	go srv.Serve(l)
+	return func() {
+		srv.Close()
+		ow.Close()
+	}, nil
 }
