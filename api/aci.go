@@ -169,6 +169,9 @@ type DesktopSpec struct {
 	// GLX gives the X server software OpenGL (about 54 MiB more per
 	// desktop); off by default.
 	GLX bool `json:"glx,omitempty"`
+	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
+	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).
+	OSWorld bool `json:"osworld,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.
@@ -183,6 +186,9 @@ type Desktop struct {
 	Width   int     `json:"width"`
 	Height  int     `json:"height"`
 	ReadyMs float64 `json:"ready_ms"`
+	// OSWorld is host:port of the desktop's OSWorld guest API (plain
+	// HTTP, no path prefix) when it was created with osworld.
+	OSWorld string `json:"osworld,omitempty"`
 }
 
 // ACIJoin lays out a binary ACI message: the 4-byte big-endian length of

@@ -111,10 +111,10 @@ func fmtValue(v Value) string {
 
 func TestShlexSplit(t *testing.T) {
 	for in, want := range map[string]string{
-		`ls -l "a b" 'c d' e\ f`: "ls|-l|a b|c d|e f",
+		`ls -l "a b" 'c d' e\ f`:    "ls|-l|a b|c d|e f",
 		`python -c "print(\"hi\")"`: `python|-c|print("hi")`,
-		`  x  `:                      "x",
-		`a''b ""`:                    "ab|",
+		`  x  `:                     "x",
+		`a''b ""`:                   "ab|",
 	} {
 		got, err := shlexSplit(in)
 		if err != nil || strings.Join(got, "|") != want {

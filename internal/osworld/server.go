@@ -94,7 +94,7 @@ func New(d *x11.Display, socket string) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("osworld: write tine's pyautogui module: %w", err)
 	}
-	if py, err := exec.LookPath("python3"); err == nil {
+	if py := lookPath("python3", envPath(os.Environ())); py != "" {
 		s.python3 = py
 		os.MkdirAll(filepath.Join(dir, "bin"), 0o755)
 		os.Symlink(py, filepath.Join(dir, "bin", "python"))
@@ -209,6 +209,29 @@ func number(m obj, key string, def float64) float64 {
 	return def
 }
 
+// defaultPath is the PATH of commands when the guest has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func envPath(env []string) string {
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return p
+		}
+	}
+	return defaultPath
+}
+
+// lookPath finds an executable name in path, "" when there is none.
+func lookPath(name, path string) string {
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
 // env is the environment of the commands the routes run.
 func (s *Server) env() []string {
 	base := s.Env
@@ -216,7 +239,7 @@ func (s *Server) env() []string {
 		base = os.Environ()
 	}
 	env := make([]string, 0, len(base)+4)
-	path, pypath := "/usr/local/bin:/usr/bin:/bin", ""
+	path, pypath := defaultPath, ""
 	for _, kv := range base {
 		switch {
 		case strings.HasPrefix(kv, "PATH="):
@@ -278,8 +301,18 @@ func (s *Server) cmd(ctx context.Context, argv []string, shell bool) *exec.Cmd {
 	if shell {
 		argv = append([]string{"/bin/sh", "-c"}, argv...)
 	}
-	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	c.Env = s.env()
+	env := s.env()
+	name := argv[0]
+	if !strings.Contains(name, "/") {
+		// exec.Command would search the guest's own PATH (a desktop's
+		// sandbox may have none), not the command's.
+		if p := lookPath(name, envPath(env)); p != "" {
+			name = p
+		}
+	}
+	c := exec.CommandContext(ctx, name, argv[1:]...)
+	c.Args[0] = argv[0]
+	c.Env = env
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 	// subprocess.run waits for the output to close; a background child

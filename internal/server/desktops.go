@@ -41,6 +41,7 @@ type desktop struct {
 	readyMs       float64
 	guest         Process
 	spec          *api.DesktopSpec // what it was made from: its forks are made alike
+	osworld       string           // host:port of its OSWorld API, when published
 }
 
 // desktopNow returns b's desktop, nil for a plain sandbox (or a desktop
@@ -53,7 +54,7 @@ func (b *box) desktopNow() *desktop {
 
 func (s *Server) desktopInfo(b *box) api.Desktop {
 	d := b.desktopNow()
-	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs}
+	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs, OSWorld: d.osworld}
 }
 
 func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
@@ -111,6 +112,11 @@ func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
 	if err != nil {
 		return err
 	}
+	if req.OSWorld {
+		if d.osworld, err = s.publishOSWorld(b); err != nil {
+			return err
+		}
+	}
 	d.readyMs = float64(time.Since(t0).Microseconds()) / 1000
 	d.spec = req
 	b.mu.Lock()
@@ -149,6 +155,9 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	args := []string{guestBinary, "guest", "--listen", guestSocket, "--size", fmt.Sprintf("%dx%d", req.Width, req.Height)}
 	if req.GLX {
 		args = append(args, "--glx")
+	}
+	if req.OSWorld {
+		args = append(args, "--osworld", guestOSWorldSocket)
 	}
 	for _, app := range req.Apps {
 		j, _ := json.Marshal(app)
