@@ -1,6 +1,9 @@
 package api
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"encoding/json"
+)
 
 // The ACI (agent-computer interface) wire protocol: a WebSocket at
 // /v1/desktops/{id}/aci (and on `tine guest --listen`). docs/aci.md is the
@@ -68,6 +71,18 @@ type ACIRequest struct {
 	// step: actions in order, then one observation.
 	Actions []ACIRequest `json:"actions,omitempty"`
 	Observe *ACIObserve  `json:"observe,omitempty"`
+
+	// anthropic, openai: a computer-use tool's action as the model emitted
+	// it (Anthropic: a computer tool_use's input; OpenAI: a computer_call's
+	// action, or its actions array), in coordinates of a screen of Scale
+	// (width, height; default the real screen's). The reply carries the
+	// screenshot the tool loop sends back, at that size (docs/aci.md).
+	Input json.RawMessage `json:"input,omitempty"`
+	Scale *[2]int         `json:"scale,omitempty"`
+
+	// record_start: frames a second (default 15) and the container (mp4).
+	FPS    int    `json:"fps,omitempty"`
+	Format string `json:"format,omitempty"`
 }
 
 // ACIScreenshot asks for the screen (or a region) as an image.
@@ -117,6 +132,12 @@ type ACIReply struct {
 
 	// step: each action's outcome, in order.
 	Results []ACIResult `json:"results,omitempty"`
+
+	// anthropic: the tool result's text (cursor_position's "X=…,Y=…").
+	Output string `json:"output,omitempty"`
+	// record_stop: the recording's length.
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	Frames     int     `json:"frames,omitempty"`
 }
 
 // ACIResult is one step action's outcome.
@@ -156,6 +177,9 @@ const (
 	ACITooLarge   = "too_large"
 	ACITimeout    = "timeout"
 	ACIInternal   = "internal"
+	// ACIUnknownAction: an anthropic or openai action type the guest does
+	// not know; the message names it.
+	ACIUnknownAction = "unknown_action"
 )
 
 // DesktopSpec is the body of POST /v1/desktops.

@@ -25,6 +25,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/desktop/encode"
 	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/desktop/record"
 	"github.com/tine-run/tine/internal/desktop/x11"
 )
 
@@ -41,7 +42,7 @@ const (
 )
 
 // Capabilities the welcome announces.
-var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files"}
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "anthropic", "openai", "record"}
 
 // Server serves the ACI for one display.
 type Server struct {
@@ -49,6 +50,7 @@ type Server struct {
 
 	mu   sync.Mutex
 	apps []*exec.Cmd // launched apps, reaped as they exit
+	rec  *record.Recorder
 }
 
 // ServeHTTP accepts a WebSocket and serves a session on it.
@@ -177,6 +179,10 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 		return rep, img
 	case "step":
 		return ss.step(ctx, &req)
+	case "anthropic", "openai":
+		return ss.computerUse(ctx, &req)
+	case "record_start", "record_stop":
+		return ss.record(ctx, &req)
 	}
 	if err := ss.act(ctx, &req, rep); err != nil {
 		return failErr(req.ID, err), nil
@@ -434,8 +440,8 @@ func (ss *session) step(ctx context.Context, req *api.ACIRequest) (*api.ACIReply
 		case "step", "screenshot":
 			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action; use observe"}}
 			continue
-		case "read_file", "write_file":
-			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action (it carries content)"}}
+		case "read_file", "write_file", "anthropic", "openai", "record_start", "record_stop":
+			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action (it answers with content of its own)"}}
 			continue
 		}
 		var scratch api.ACIReply
@@ -513,6 +519,8 @@ func wireError(err error) (string, *api.ACIError) {
 		code = api.ACINotFound
 	case errors.As(err, new(tooLarge)):
 		code = api.ACITooLarge
+	case errors.As(err, new(unknownAction)):
+		code = api.ACIUnknownAction
 	}
 	return code, &api.ACIError{Code: code, Message: err.Error()}
 }

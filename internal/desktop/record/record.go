@@ -176,3 +176,6 @@ func (r *Recorder) Stop(ctx context.Context) error {
 
 // Path is the file being written.
 func (r *Recorder) Path() string { return r.o.Path }
+
+// FPS is the recording's frame rate.
+func (r *Recorder) FPS() int { return r.o.FPS }
