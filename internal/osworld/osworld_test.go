@@ -384,6 +384,30 @@ func TestRoutes(t *testing.T) {
 			t.Fatalf("download_file 404: %d %s (partial file left: %v)", code, body, err == nil)
 		}
 	})
+	t.Run("recording", func(t *testing.T) {
+		d.t = t
+		require.Binary(t, "ffprobe")
+		if code, m, _ := d.postJSON("/end_recording", nil); code != 400 || m["message"] != "No recording in progress to stop." {
+			t.Fatalf("end_recording with none: %d %v", code, m)
+		}
+		if code, m, _ := d.postJSON("/start_recording", nil); code != 200 || m["status"] != "success" {
+			t.Fatalf("start_recording: %d %v", code, m)
+		}
+		if code, m, _ := d.postJSON("/start_recording", nil); code != 400 || m["message"] != "Recording is already in progress." {
+			t.Fatalf("second start_recording: %d %v", code, m)
+		}
+		time.Sleep(700 * time.Millisecond)
+		code, ctype, mp4 := d.do("POST", "/end_recording", "", nil)
+		if code != 200 || ctype != "video/mp4" {
+			t.Fatalf("end_recording: %d %s %.100s", code, ctype, mp4)
+		}
+		f := filepath.Join(dir, "rec.mp4")
+		os.WriteFile(f, mp4, 0o644)
+		out, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width", "-of", "csv=p=0", f).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "h264,800" {
+			t.Fatalf("ffprobe: %v %s", err, out)
+		}
+	})
 	t.Run("windows", func(t *testing.T) {
 		d.t = t
 		code, body := d.form("/window_size", url.Values{"app_class_name": {"xterm"}})
