@@ -81,8 +81,22 @@ type ACIRequest struct {
 	Scale *[2]int         `json:"scale,omitempty"`
 
 	// record_start: frames a second (default 15) and the container (mp4).
+	// accessibility: format "json" (default) or "xml" (OSWorld's).
 	FPS    int    `json:"fps,omitempty"`
 	Format string `json:"format,omitempty"`
+	// accessibility: "visible", "interactive" (OSWorld's filter) or none.
+	Filter string `json:"filter,omitempty"`
+}
+
+// ACINode is one accessible object of a desktop's accessibility tree
+// (the accessibility op's compact form).
+type ACINode struct {
+	Role     string     `json:"role"` // the AT-SPI role, spaces as '-': push-button
+	Name     string     `json:"name,omitempty"`
+	Text     string     `json:"text,omitempty"`
+	States   []string   `json:"states,omitempty"` // enabled, focused, showing, visible, …
+	Bounds   []int      `json:"bounds,omitempty"` // x, y, width, height on the screen
+	Children []*ACINode `json:"children,omitempty"`
 }
 
 // ACIScreenshot asks for the screen (or a region) as an image.
@@ -135,6 +149,9 @@ type ACIReply struct {
 
 	// anthropic: the tool result's text (cursor_position's "X=…,Y=…").
 	Output string `json:"output,omitempty"`
+	// accessibility: the tree, compact, or OSWorld's XML.
+	Tree []*ACINode `json:"tree,omitempty"`
+	XML  string     `json:"xml,omitempty"`
 	// record_stop: the recording's length.
 	DurationMs float64 `json:"duration_ms,omitempty"`
 	Frames     int     `json:"frames,omitempty"`
@@ -196,6 +213,9 @@ type DesktopSpec struct {
 	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
 	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).
 	OSWorld bool `json:"osworld,omitempty"`
+	// A11y starts a session bus so applications export their
+	// accessibility trees (the ACI's accessibility op); on with OSWorld.
+	A11y bool `json:"a11y,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.

@@ -23,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/encode"
 	"github.com/tine-run/tine/internal/desktop/frame"
 	"github.com/tine-run/tine/internal/desktop/record"
@@ -42,7 +43,7 @@ const (
 )
 
 // Capabilities the welcome announces.
-var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "anthropic", "openai", "record"}
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "anthropic", "openai", "record", "accessibility"}
 
 // Server serves the ACI for one display.
 type Server struct {
@@ -51,6 +52,8 @@ type Server struct {
 	mu   sync.Mutex
 	apps []*exec.Cmd // launched apps, reaped as they exit
 	rec  *record.Recorder
+	// A11y reads the accessibility tree (nil: the desktop has none).
+	A11y func(ctx context.Context) ([]*a11y.Node, error)
 }
 
 // ServeHTTP accepts a WebSocket and serves a session on it.
@@ -183,6 +186,11 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 		return ss.computerUse(ctx, &req)
 	case "record_start", "record_stop":
 		return ss.record(ctx, &req)
+	case "accessibility":
+		if err := ss.accessibility(ctx, &req, rep); err != nil {
+			return failErr(req.ID, err), nil
+		}
+		return rep, nil
 	}
 	if err := ss.act(ctx, &req, rep); err != nil {
 		return failErr(req.ID, err), nil

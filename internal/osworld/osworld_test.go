@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/desktop/guest"
 	"github.com/tine-run/tine/internal/osworld"
 	"github.com/tine-run/tine/internal/require"
@@ -25,12 +27,18 @@ import (
 
 // desktop is one guest serving OSWorld's API, shared by the subtests.
 type desktop struct {
-	t      *testing.T
-	sock   string
-	client *http.Client
+	t       *testing.T
+	sock    string
+	aciSock string
+	client  *http.Client
 }
 
 func startDesktop(t *testing.T, apps ...[]string) *desktop {
+	t.Helper()
+	return startDesktopWith(t, guest.Options{Apps: apps})
+}
+
+func startDesktopWith(t *testing.T, o guest.Options) *desktop {
 	t.Helper()
 	require.Binary(t, "Xvfb")
 	require.Binary(t, "openbox")
@@ -40,8 +48,8 @@ func startDesktop(t *testing.T, apps ...[]string) *desktop {
 	ready := make(chan guest.Ready, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- guest.Run(ctx, guest.Options{Width: 800, Height: 600, Apps: apps, Listen: filepath.Join(dir, "aci.sock"), OSWorld: sock},
-			func(r guest.Ready) { ready <- r })
+		o.Width, o.Height, o.Listen, o.OSWorld = 800, 600, filepath.Join(dir, "aci.sock"), sock
+		done <- guest.Run(ctx, o, func(r guest.Ready) { ready <- r })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
@@ -55,7 +63,7 @@ func startDesktop(t *testing.T, apps ...[]string) *desktop {
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}
-	return &desktop{t: t, sock: sock, client: &http.Client{Transport: tr}}
+	return &desktop{t: t, sock: sock, aciSock: o.Listen, client: &http.Client{Transport: tr}}
 }
 
 // do sends a request and returns the status, content type and body.
@@ -447,4 +455,85 @@ func TestRoutes(t *testing.T) {
 			t.Fatalf("open_file missing: %d %s", code, out)
 		}
 	})
+}
+
+// With a11y, a GTK button's name and bounds come back — in OSWorld's XML on
+// /accessibility and in the ACI's compact form — and clicking the middle
+// of its bounds presses it.
+func TestAccessibility(t *testing.T) {
+	require.Binary(t, "dbus-daemon")
+	require.Binary(t, "/usr/bin/python3")
+	if err := exec.Command("/usr/bin/python3", "-c", "import pyatspi, gi; gi.require_version('Gtk', '3.0'); from gi.repository import Gtk").Run(); err != nil {
+		require.Binary(t, "python3-pyatspi-and-gtk") // skipped (or failed under TINE_STRICT) with the reason
+	}
+	pressedFile := filepath.Join(t.TempDir(), "pressed")
+	script, _ := filepath.Abs("testdata/button.py")
+	d := startDesktopWith(t, guest.Options{A11y: true, Apps: [][]string{{"/usr/bin/python3", script, pressedFile}}})
+	ctx := context.Background()
+	a, err := client.DialGuest(ctx, d.aciSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	// The compact form, filtered as OSWorld filters its linearized tree.
+	var button *api.ACINode
+	var find func(ns []*api.ACINode)
+	find = func(ns []*api.ACINode) {
+		for _, n := range ns {
+			if n.Role == "push-button" && n.Name == "Press me" {
+				button = n
+			}
+			find(n.Children)
+		}
+	}
+	// The app registers with the bus as it starts: ask until it is there.
+	for range 50 {
+		rep, _, err := a.Do(ctx, &api.ACIRequest{Op: "accessibility", Filter: "interactive"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if find(rep.Tree); button != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if button == nil || len(button.Bounds) != 4 || button.Bounds[2] <= 0 {
+		t.Fatalf("no push-button \"Press me\" with bounds in the tree: %+v", button)
+	}
+	t.Logf("button %+v", button)
+
+	// OSWorld's XML: the root declares the namespaces, the button carries
+	// its name, states and the same bounds as Python tuples.
+	code, m, body := d.postJSON("/accessibility", nil)
+	if code != 405 {
+		t.Fatalf("POST /accessibility: %d (GET only)", code)
+	}
+	code, _, body = d.do("GET", "/accessibility", "", nil)
+	json.Unmarshal(body, &m)
+	xml, _ := m["AT"].(string)
+	if code != 200 || !strings.HasPrefix(xml, `<desktop-frame xmlns:st="https://accessibility.ubuntu.example.org/ns/state" xmlns:attr="https://accessibility.ubuntu.example.org/ns/attributes" xmlns:cp=`) {
+		t.Fatalf("accessibility: %d %.300s", code, body)
+	}
+	want := fmt.Sprintf(`cp:screencoord="(%d, %d)" cp:size="(%d, %d)"`, button.Bounds[0], button.Bounds[1], button.Bounds[2], button.Bounds[3])
+	i := strings.Index(xml, `<push-button name="Press me" st:`)
+	if i < 0 || !strings.Contains(xml[i:i+strings.Index(xml[i:], ">")], want) || !strings.Contains(xml[i:], `st:enabled="true"`) {
+		t.Fatalf("the button in the XML lacks %s: %.600s", want, xml[max(0, i):])
+	}
+	if rep, _, err := a.Do(ctx, &api.ACIRequest{Op: "accessibility", Format: "xml"}); err != nil || !strings.Contains(rep.XML, `<push-button name="Press me"`) {
+		t.Fatalf("accessibility xml over the ACI: %v", err)
+	}
+	if _, _, err := a.Do(ctx, &api.ACIRequest{Op: "accessibility", Filter: "shiny"}); err == nil || !strings.Contains(err.Error(), "shiny") {
+		t.Fatalf("unknown filter: %v", err)
+	}
+
+	// Click the middle of its bounds: the button is pressed.
+	if _, err := os.Stat(pressedFile); err == nil {
+		t.Fatal("pressed before the click")
+	}
+	cx, cy := button.Bounds[0]+button.Bounds[2]/2, button.Bounds[1]+button.Bounds[3]/2
+	if err := a.Click(ctx, cx, cy, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, pressedFile, "pressed")
 }

@@ -159,6 +159,9 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	if req.OSWorld {
 		args = append(args, "--osworld", guestOSWorldSocket)
 	}
+	if req.A11y || req.OSWorld {
+		args = append(args, "--a11y")
+	}
 	for _, app := range req.Apps {
 		j, _ := json.Marshal(app)
 		args = append(args, "--app", string(j))

@@ -14,10 +14,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tine-run/tine/internal/aci"
+	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/x11"
 	"github.com/tine-run/tine/internal/desktop/xvfb"
 	"github.com/tine-run/tine/internal/osworld"
@@ -42,6 +44,10 @@ type Options struct {
 	GLX bool
 	// Listen is the unix socket the ACI is served on.
 	Listen string
+	// A11y starts a session bus so applications export their accessibility
+	// trees (AT-SPI), read by the ACI's accessibility op and OSWorld's
+	// /accessibility.
+	A11y bool
 	// OSWorld, when set, is a unix socket to serve OSWorld's guest API on
 	// (internal/osworld).
 	OSWorld string
@@ -75,6 +81,18 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 			c.Wait()
 		}
 	}()
+	var bus *a11y.Bus
+	if o.A11y {
+		var err error
+		if bus, err = a11y.Start(start); err != nil {
+			return err
+		}
+		defer bus.Close()
+		// Every process the desktop starts (apps, launch, exec, OSWorld's
+		// commands) inherits the bus; restored when the guest ends, for
+		// guests run inside a test binary.
+		defer setenv(bus.Env)()
+	}
 	display := o.Display
 	framebuffer := -1
 	if display == "" {
@@ -155,9 +173,16 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.Listen, err)
 	}
-	srv := &http.Server{Handler: &aci.Server{D: d}}
+	as := &aci.Server{D: d}
+	var tree func(ctx context.Context) ([]*a11y.Node, error)
+	if bus != nil {
+		env := append(bus.Env, "DISPLAY="+display)
+		tree = func(ctx context.Context) ([]*a11y.Node, error) { return a11y.Dump(ctx, env) }
+		as.A11y = tree
+	}
+	srv := &http.Server{Handler: as}
 	if o.OSWorld != "" {
-		stop, err := serveOSWorld(d, o.OSWorld)
+		stop, err := serveOSWorld(d, o.OSWorld, tree)
 		if err != nil {
 			l.Close()
 			return err
@@ -189,7 +214,7 @@ func launch(display string, argv []string) (*exec.Cmd, error) {
 }
 
 // serveOSWorld serves OSWorld's guest API on a unix socket until stop.
-func serveOSWorld(d *x11.Display, socket string) (stop func(), err error) {
+func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*a11y.Node, error)) (stop func(), err error) {
 	os.Remove(socket)
 	l, err := net.Listen("unix", socket)
 	if err != nil {
@@ -200,10 +225,42 @@ func serveOSWorld(d *x11.Display, socket string) (stop func(), err error) {
 		l.Close()
 		return nil, err
 	}
+	if tree != nil {
+		ow.A11y = func(ctx context.Context) (string, error) {
+			apps, err := tree(ctx)
+			if err != nil {
+				return "", err
+			}
+			return a11y.XML(apps), nil
+		}
+	}
 	srv := &http.Server{Handler: ow}
 	go srv.Serve(l)
 	return func() {
 		srv.Close()
 		ow.Close()
 	}, nil
+}
+
+// setenv sets the KEY=VALUE pairs in this process and returns what puts
+// the old values back.
+func setenv(kvs []string) (restore func()) {
+	var undo []func()
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		undo = append(undo, func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		})
+	}
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
 }
