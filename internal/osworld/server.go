@@ -26,11 +26,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
+	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/encode"
 	"github.com/tine-run/tine/internal/desktop/record"
 	"github.com/tine-run/tine/internal/desktop/x11"
@@ -66,8 +69,9 @@ type Server struct {
 	// Env is the base environment of the commands the routes run
 	// (default os.Environ()); DISPLAY and tine's Python path are added.
 	Env []string
-	// A11y, when set, serves /accessibility and /terminal.
-	A11y func(ctx context.Context) (xml string, err error)
+	// A11y, when set, reads the accessibility tree for /accessibility and
+	// /terminal.
+	A11y func(ctx context.Context) ([]*a11y.Node, error)
 
 	p       *PyAutoGUI
 	pyDir   string // tine's python modules and bin/python
@@ -524,18 +528,52 @@ func (s *Server) accessibility(w http.ResponseWriter, r *http.Request) {
 		text(w, 500, "Internal Server Error: this desktop has no accessibility bus (create it with \"a11y\": true or \"osworld\": true)")
 		return
 	}
-	xml, err := s.A11y(r.Context())
+	apps, err := s.A11y(r.Context())
 	if err != nil {
 		text(w, 500, "Internal Server Error: accessibility tree: "+err.Error())
 		return
 	}
-	reply(w, 200, obj{"AT": xml})
+	reply(w, 200, obj{"AT": a11y.XML(apps)})
 }
 
+// terminal is OSWorld's: the text of the one focused terminal in an
+// active frame of gnome-terminal-server, read through AT-SPI; null when
+// there is none (or the desktop has no accessibility bus).
 func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
-	// OSWorld reads the focused gnome-terminal through AT-SPI; a desktop
-	// without one answers as a guest without a terminal open does.
-	reply(w, 200, obj{"output": nil, "status": "success"})
+	var output any
+	if s.A11y != nil {
+		apps, err := s.A11y(r.Context())
+		if err != nil {
+			reply(w, 500, obj{"status": "error", "message": err.Error()})
+			return
+		}
+		var found []*a11y.Node
+		for _, app := range apps {
+			if app.Role != "application" || app.Name != "gnome-terminal-server" {
+				continue
+			}
+			for _, f := range app.Children {
+				if f.Role == "frame" && slices.Contains(f.States, "active") {
+					found = append(found, focusedTerminals(f)...)
+				}
+			}
+		}
+		if len(found) == 1 && found[0].Text != nil {
+			output = strings.TrimRightFunc(*found[0].Text, unicode.IsSpace)
+		}
+	}
+	reply(w, 200, obj{"output": output, "status": "success"})
+}
+
+func focusedTerminals(n *a11y.Node) []*a11y.Node {
+	var out []*a11y.Node
+	for _, c := range n.Children {
+		if c.Role == "terminal" && slices.Contains(c.States, "focused") {
+			out = append(out, c)
+		}
+		out = append(out, focusedTerminals(c)...)
+	}
+	return out
 }
 
 func (s *Server) screenSize(w http.ResponseWriter, r *http.Request) {

@@ -225,15 +225,7 @@ func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*
 		l.Close()
 		return nil, err
 	}
-	if tree != nil {
-		ow.A11y = func(ctx context.Context) (string, error) {
-			apps, err := tree(ctx)
-			if err != nil {
-				return "", err
-			}
-			return a11y.XML(apps), nil
-		}
-	}
+	ow.A11y = tree
 	srv := &http.Server{Handler: ow}
 	go srv.Serve(l)
 	return func() {
