@@ -213,6 +213,10 @@ type DesktopSpec struct {
 	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
 	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).
 	OSWorld bool `json:"osworld,omitempty"`
+	// CDP publishes the desktop's 127.0.0.1:9222 (Chromium's DevTools,
+	// when Chromium runs with --remote-debugging-port=9222) on a loopback
+	// TCP port (Desktop.CDP); on with OSWorld.
+	CDP bool `json:"cdp,omitempty"`
 	// A11y starts a session bus so applications export their
 	// accessibility trees (the ACI's accessibility op); on with OSWorld.
 	A11y bool `json:"a11y,omitempty"`
@@ -233,6 +237,9 @@ type Desktop struct {
 	// OSWorld is host:port of the desktop's OSWorld guest API (plain
 	// HTTP, no path prefix) when it was created with osworld.
 	OSWorld string `json:"osworld,omitempty"`
+	// CDP is host:port of the desktop's Chromium DevTools port (cdp or
+	// osworld): OSWorld's chromium port.
+	CDP string `json:"cdp,omitempty"`
 }
 
 // ACIJoin lays out a binary ACI message: the 4-byte big-endian length of

@@ -42,6 +42,7 @@ type desktop struct {
 	guest         Process
 	spec          *api.DesktopSpec // what it was made from: its forks are made alike
 	osworld       string           // host:port of its OSWorld API, when published
+	cdp           string           // host:port of its Chromium DevTools port, when published
 }
 
 // desktopNow returns b's desktop, nil for a plain sandbox (or a desktop
@@ -54,7 +55,7 @@ func (b *box) desktopNow() *desktop {
 
 func (s *Server) desktopInfo(b *box) api.Desktop {
 	d := b.desktopNow()
-	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs, OSWorld: d.osworld}
+	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs, OSWorld: d.osworld, CDP: d.cdp}
 }
 
 func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
@@ -113,7 +114,12 @@ func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
 		return err
 	}
 	if req.OSWorld {
-		if d.osworld, err = s.publishOSWorld(b); err != nil {
+		if d.osworld, err = s.publish(b, guestOSWorldSocket); err != nil {
+			return err
+		}
+	}
+	if req.OSWorld || req.CDP {
+		if d.cdp, err = s.publish(b, guestCDPSocket); err != nil {
 			return err
 		}
 	}
@@ -158,6 +164,9 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	}
 	if req.OSWorld {
 		args = append(args, "--osworld", guestOSWorldSocket)
+	}
+	if req.OSWorld || req.CDP {
+		args = append(args, "--cdp", guestCDPSocket)
 	}
 	if req.A11y || req.OSWorld {
 		args = append(args, "--a11y")

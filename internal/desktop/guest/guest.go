@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -48,6 +49,9 @@ type Options struct {
 	// trees (AT-SPI), read by the ACI's accessibility op and OSWorld's
 	// /accessibility.
 	A11y bool
+	// CDP, when set, is a unix socket forwarded to 127.0.0.1:9222 inside
+	// the desktop: Chromium's DevTools port, as OSWorld's setup reaches it.
+	CDP string
 	// OSWorld, when set, is a unix socket to serve OSWorld's guest API on
 	// (internal/osworld).
 	OSWorld string
@@ -189,6 +193,14 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		}
 		defer stop()
 	}
+	if o.CDP != "" {
+		stop, err := forward(o.CDP, CDPAddr)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer stop()
+	}
 	w, h := d.Size()
 	ready(Ready{Display: display, Width: w, Height: h, ReadyMs: float64(time.Since(t0).Microseconds()) / 1000,
 		Capture: d.CaptureMethod()})
@@ -255,4 +267,41 @@ func setenv(kvs []string) (restore func()) {
 			u()
 		}
 	}
+}
+
+// CDPAddr is where Chromium's DevTools listen in a desktop (OSWorld
+// launches Chrome with --remote-debugging-port and forwards 9222 to it).
+const CDPAddr = "127.0.0.1:9222"
+
+// forward accepts connections on a unix socket and splices each to addr
+// inside the desktop, until stop.
+func forward(socket, addr string) (stop func(), err error) {
+	os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				t, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nnothing listens on "+addr+" in the desktop (start Chromium with --remote-debugging-port=9222)\n")
+					return
+				}
+				defer t.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(t, c); t.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				go func() { io.Copy(c, t); c.(*net.UnixConn).CloseWrite(); done <- struct{}{} }()
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return func() { l.Close() }, nil
 }
