@@ -212,6 +212,79 @@ def step(actions: Sequence[Mapping[str, Any] | Op[Any]],
     return Op(_req("step", actions=acts, observe=obs or None), _step(obs))
 
 
+# --- computer-use tools, recording, accessibility -------------------------
+
+@dataclass
+class ToolAnswer:
+    """What a computer-use action answers with: the screenshot the tool
+    loop sends back (at the model's scale), or, for Anthropic's
+    cursor_position, ``output`` ("X=..,Y=..") and ``cursor``."""
+    screenshot: m.Screenshot | None
+    output: str = ""
+    cursor: tuple[int, int] | None = None
+
+    def anthropic_tool_result(self, tool_use_id: str) -> dict[str, Any]:
+        """The ``tool_result`` content block answering ``tool_use_id``."""
+        if self.screenshot is None:
+            return {"type": "tool_result", "tool_use_id": tool_use_id, "content": self.output}
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": [{
+            "type": "image", "source": {"type": "base64", "media_type": "image/" + self.screenshot.format,
+                                        "data": base64.b64encode(self.screenshot.data).decode()}}]}
+
+    def openai_call_output(self, call_id: str) -> dict[str, Any]:
+        """The ``computer_call_output`` item answering ``call_id``."""
+        shot = self.screenshot
+        if shot is None:
+            raise ValueError("this answer carries no screenshot")
+        return {"type": "computer_call_output", "call_id": call_id, "output": {
+            "type": "computer_screenshot",
+            "image_url": "data:image/%s;base64,%s" % (shot.format, base64.b64encode(shot.data).decode())}}
+
+
+def _tool_answer(rep: Reply, img: Image) -> ToolAnswer:
+    return ToolAnswer(screenshot=_screenshot(rep, img) if img is not None else None,
+                      output=rep.get("output", ""), cursor=_xy(rep["cursor"]) if rep.get("cursor") else None)
+
+
+def _tool(op: str, action: Any, scale: Sequence[int] | None, screenshot: Mapping[str, Any] | None) -> Op[ToolAnswer]:
+    return Op(_req(op, input=m.to_json(action), scale=list(scale) if scale else None,
+                   screenshot=dict(screenshot) if screenshot else None), _tool_answer)
+
+
+def anthropic(tool_input: Mapping[str, Any], scale: Sequence[int] | None = None,
+              screenshot: Mapping[str, Any] | None = None) -> Op[ToolAnswer]:
+    """An Anthropic computer tool_use's ``input`` as the model emitted it,
+    in coordinates of a ``scale`` [w, h] screen (default the real one)."""
+    return _tool("anthropic", tool_input, scale, screenshot)
+
+
+def openai(action: Any, scale: Sequence[int] | None = None,
+           screenshot: Mapping[str, Any] | None = None) -> Op[ToolAnswer]:
+    """An OpenAI computer_call's ``action``, a list of actions, or the whole
+    computer_call (``action`` or ``actions``)."""
+    return _tool("openai", action, scale, screenshot)
+
+
+def record_start(fps: int | None = None, cursor: bool = False) -> Op[None]:
+    return Op(_req("record_start", fps=fps, format="mp4", screenshot={"cursor": True} if cursor else None), _none)
+
+
+def _recording(rep: Reply, img: Image) -> bytes:
+    return img or b""
+
+
+def record_stop() -> Op[bytes]:
+    return Op(_req("record_stop"), _recording)
+
+
+def accessibility(filter: str | None = None, format: str | None = None) -> Op[Any]:
+    """The accessibility tree: compact nodes (dicts: role, name, text,
+    states, bounds, children), or OSWorld's XML string with format="xml"."""
+    def parse(rep: Reply, img: Image) -> Any:
+        return rep.get("xml", "") if format == "xml" else rep.get("tree") or []
+    return Op(_req("accessibility", filter=filter, format=format), parse)
+
+
 # --- the protocol ----------------------------------------------------------
 
 def check(rep: Reply, img: Image) -> None:
