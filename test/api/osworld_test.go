@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tine-run/tine/api"
@@ -30,7 +33,7 @@ func TestDesktopOSWorld(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create desktop: %v", err)
 	}
-	host, _, err := net.SplitHostPort(dt.OSWorld)
+	host, port, err := net.SplitHostPort(dt.OSWorld)
 	if err != nil || host != "127.0.0.1" {
 		t.Fatalf("desktop's osworld address %q: want 127.0.0.1:PORT", dt.OSWorld)
 	}
@@ -72,6 +75,37 @@ func TestDesktopOSWorld(t *testing.T) {
 	}
 	if !eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/ow") == "osworld-typed\n" }) {
 		t.Fatalf("the typed command did not run: /tmp/ow is %q", readSandboxFile(d, dt.ID, "/tmp/ow"))
+	}
+	// The port has no credentials (OSWorld's client sends none): only the
+	// daemon's own user may connect. The same request as root is answered
+	// (the control), as nobody the connection is closed unanswered.
+	get := func(cred *syscall.Credential) string {
+		t.Helper()
+		cmd := exec.Command("/usr/bin/python3", "-c", `import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
+s.sendall(b"GET /platform HTTP/1.0\r\n\r\n")
+out = b""
+try:
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        out += b
+except ConnectionResetError:
+    pass
+print(out.decode())`, port)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("connect as %+v: %v: %s", cred, err, out)
+		}
+		return string(out)
+	}
+	if got := get(nil); !strings.HasPrefix(got, "HTTP/1.0 200") || !strings.HasSuffix(strings.TrimSpace(got), "Linux") {
+		t.Fatalf("as root: %q", got)
+	}
+	if got := get(&syscall.Credential{Uid: 65534, Gid: 65534}); strings.TrimSpace(got) != "" {
+		t.Fatalf("uid 65534 reached the desktop's OSWorld API: %q", got)
 	}
 	if err := d.c.DeleteDesktop(ctx, dt.ID); err != nil {
 		t.Fatal(err)
