@@ -40,6 +40,11 @@ func (s *Server) publish(b *box, socket string) (string, error) {
 			if err != nil {
 				return
 			}
+			if err := allowedPeer(c); err != nil {
+				s.log.Warn("refused a connection to a desktop's published port", "id", b.id, "socket", socket, "err", err)
+				c.Close()
+				continue
+			}
 			b.mu.Lock()
 			b.lastActive = time.Now()
 			b.mu.Unlock()
