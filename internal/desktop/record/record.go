@@ -85,6 +85,11 @@ func Start(d *x11.Display, o Options) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f, ok := stdin.(*os.File); ok {
+		// A frame is megabytes: a pipe of the default 64 KiB would take
+		// dozens of wake-ups on each side per frame.
+		growPipe(f)
+	}
 	r := &Recorder{d: d, o: o, cmd: cmd, stdin: stdin, stderr: capped.New(16 << 10), stop: make(chan struct{}), done: make(chan error, 1)}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
