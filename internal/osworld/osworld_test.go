@@ -537,3 +537,42 @@ func TestAccessibility(t *testing.T) {
 	}
 	waitFile(t, pressedFile, "pressed")
 }
+
+// A fast-path call that would run for hours (pyautogui's would too) stops
+// when its request goes: keys reach an xterm's raw cat while the request
+// lasts, and none after.
+func TestFastPathEndsWithItsRequest(t *testing.T) {
+	require.Binary(t, "xterm")
+	out := filepath.Join(t.TempDir(), "keys")
+	d := startDesktop(t, []string{"xterm", "-e", "sh", "-c", "stty -icanon -echo; exec cat > " + out})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	body, _ := json.Marshal(map[string]any{"command": []string{"python", "-c", prefix + "pyautogui.press('a', presses=1000000000)"}})
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://guest/execute", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if _, err := d.client.Do(req); err == nil {
+		t.Fatal("a billion presses answered in 500 ms")
+	}
+	size := func() int64 {
+		st, _ := os.Stat(out)
+		if st == nil {
+			return 0
+		}
+		return st.Size()
+	}
+	// Let what was sent drain into the file, then watch it stay put.
+	prev := int64(-1)
+	for range 20 {
+		time.Sleep(200 * time.Millisecond)
+		if now := size(); now == prev {
+			break
+		} else {
+			prev = now
+		}
+	}
+	time.Sleep(time.Second)
+	if prev <= 0 || size() != prev {
+		t.Fatalf("keys after the request ended: %d bytes, then %d a second later", prev, size())
+	}
+	t.Logf("%d keys arrived while the request lasted, none after", prev)
+}

@@ -242,9 +242,12 @@ func (p *PyAutoGUI) failSafeCheck() error {
 	return nil
 }
 
+// sleep waits secs; every loop of a call sleeps between its steps, so a
+// call of a billion presses still ends with its request (the check is
+// made for a zero sleep too).
 func sleep(ctx context.Context, secs float64) error {
 	if secs <= 0 {
-		return nil
+		return ctx.Err()
 	}
 	t := time.NewTimer(time.Duration(secs * float64(time.Second)))
 	defer t.Stop()
