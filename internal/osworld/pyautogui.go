@@ -247,7 +247,7 @@ func (p *PyAutoGUI) failSafeCheck() error {
 // made for a zero sleep too).
 func sleep(ctx context.Context, secs float64) error {
 	if secs <= 0 {
-		return nil
+		return ctx.Err()
 	}
 	t := time.NewTimer(time.Duration(secs * float64(time.Second)))
 	defer t.Stop()
