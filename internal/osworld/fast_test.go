@@ -1,6 +1,7 @@
 package osworld
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -20,6 +21,9 @@ func TestParseProgram(t *testing.T) {
 		{prefix + "pyautogui.scroll(-5, x=10, y=20); pyautogui.hscroll(3)", 2},
 		{prefix + "pyautogui.PAUSE = 0; pyautogui.write(r'C:\\path'); pyautogui.click((5, 6))", 2},
 		{prefix + "pyautogui.click(\n  100,\n  200,\n)", 1},
+		// computer_13's MOVE_TO as OSWorld's execute_action writes it.
+		{prefix + "pyautogui.moveTo(100, 200, 0.7312, pyautogui.easeInBounce)", 1},
+		{prefix + "pyautogui.moveTo(100, 200, 0.51, pyautogui.easeInElastic)", 1},
 		{"import pyautogui\nimport time\npyautogui.FAILSAFE = False\npyautogui.keyDown('shift'); pyautogui.keyUp('shift')", 2},
 	}
 	for _, c := range ok {
@@ -107,6 +111,17 @@ func fmtValue(v Value) string {
 		return string(x)
 	}
 	return strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(pyRepr(v), "'", ""), "\"", ""), "\n", ""))
+}
+
+// Every easing starts at 0 and ends at 1: a tweened move ends where it
+// was sent.
+func TestTweens(t *testing.T) {
+	for name, f := range tweens {
+		// (Penner's elastic curves miss by 2^-11; glide ends at the point anyway.)
+		if a, b := f(0), f(1); math.Abs(a) > 1e-3 || math.Abs(b-1) > 1e-3 {
+			t.Errorf("%s(0) = %v, %s(1) = %v", name, a, name, b)
+		}
+	}
 }
 
 func TestShlexSplit(t *testing.T) {

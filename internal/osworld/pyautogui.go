@@ -436,8 +436,10 @@ func (p *PyAutoGUI) clamp(pt x11.Point) x11.Point {
 	return x11.Point{X: max(0, min(w-1, pt.X)), Y: max(0, min(h-1, pt.Y))}
 }
 
-// tweens are pytweening's curves that pyautogui re-exports (the public
-// formulas).
+// tweens are pytweening's curves that pyautogui re-exports (Penner's
+// public easing formulas; a tween only shapes the path between the start
+// and the end of a move). OSWorld's computer_13 moves pick one of
+// easeInQuad, easeOutQuad, easeInOutQuad, easeInBounce, easeInElastic.
 var tweens = map[Tween]func(float64) float64{
 	"linear":         func(n float64) float64 { return n },
 	"easeInQuad":     func(n float64) float64 { return n * n },
@@ -449,6 +451,75 @@ var tweens = map[Tween]func(float64) float64{
 	"easeInSine":     func(n float64) float64 { return -math.Cos(n*math.Pi/2) + 1 },
 	"easeOutSine":    func(n float64) float64 { return math.Sin(n * math.Pi / 2) },
 	"easeInOutSine":  func(n float64) float64 { return -0.5 * (math.Cos(math.Pi*n) - 1) },
+	"easeInQuart":    func(n float64) float64 { return n * n * n * n },
+	"easeOutQuart":   func(n float64) float64 { n--; return -(n*n*n*n - 1) },
+	"easeInOutQuart": func(n float64) float64 { return inOut(n, func(n float64) float64 { return n * n * n * n }) },
+	"easeInQuint":    func(n float64) float64 { return n * n * n * n * n },
+	"easeOutQuint":   func(n float64) float64 { n--; return n*n*n*n*n + 1 },
+	"easeInOutQuint": func(n float64) float64 { return inOut(n, func(n float64) float64 { return n * n * n * n * n }) },
+	"easeInExpo":     easeInExpo,
+	"easeOutExpo":    func(n float64) float64 { return 1 - easeInExpo(1-n) },
+	"easeInOutExpo":  func(n float64) float64 { return inOut(n, easeInExpo) },
+	"easeInCirc":     easeInCirc,
+	"easeOutCirc":    func(n float64) float64 { return 1 - easeInCirc(1-n) },
+	"easeInOutCirc":  func(n float64) float64 { return inOut(n, easeInCirc) },
+	"easeInBack":     easeInBack,
+	"easeOutBack":    func(n float64) float64 { return 1 - easeInBack(1-n) },
+	"easeInOutBack":  func(n float64) float64 { return inOut(n, easeInBack) },
+	"easeInBounce":   func(n float64) float64 { return 1 - easeOutBounce(1-n) },
+	"easeOutBounce":  easeOutBounce,
+	"easeInOutBounce": func(n float64) float64 {
+		return inOut(n, func(n float64) float64 { return 1 - easeOutBounce(1-n) })
+	},
+	"easeInElastic":    easeInElastic,
+	"easeOutElastic":   func(n float64) float64 { return 1 - easeInElastic(1-n) },
+	"easeInOutElastic": func(n float64) float64 { return inOut(n, easeInElastic) },
+}
+
+// inOut makes an ease-in-out curve of an ease-in one: the first half eased
+// in, the second its mirror.
+func inOut(n float64, in func(float64) float64) float64 {
+	if n < 0.5 {
+		return in(2*n) / 2
+	}
+	return 1 - in(2-2*n)/2
+}
+
+func easeInExpo(n float64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return math.Pow(2, 10*(n-1))
+}
+
+func easeInCirc(n float64) float64 { return 1 - math.Sqrt(1-n*n) }
+
+func easeInBack(n float64) float64 {
+	const s = 1.70158
+	return n * n * ((s+1)*n - s)
+}
+
+func easeOutBounce(n float64) float64 {
+	switch {
+	case n < 1/2.75:
+		return 7.5625 * n * n
+	case n < 2/2.75:
+		n -= 1.5 / 2.75
+		return 7.5625*n*n + 0.75
+	case n < 2.5/2.75:
+		n -= 2.25 / 2.75
+		return 7.5625*n*n + 0.9375
+	}
+	n -= 2.625 / 2.75
+	return 7.5625*n*n + 0.984375
+}
+
+// easeInElastic with pytweening's defaults (amplitude 1, period 0.3).
+func easeInElastic(n float64) float64 {
+	const period = 0.3
+	s := period / 4
+	n--
+	return -math.Pow(2, 10*n) * math.Sin((n-s)*2*math.Pi/period)
 }
 
 func easeInOutQuad(n float64) float64 {
