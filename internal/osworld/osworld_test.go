@@ -451,6 +451,12 @@ func TestRoutes(t *testing.T) {
 		if code, _, _ = d.postJSON("/setup/activate_window", map[string]any{}); code != 400 {
 			t.Fatalf("activate_window without a name: %d", code)
 		}
+		// open_file with a program on PATH: it waits for its window (an
+		// xterm is titled "xterm") and focuses it.
+		code, _, out = d.postJSON("/setup/open_file", map[string]any{"path": "xterm"})
+		if code != 200 || string(out) != "File opened and window activated successfully" {
+			t.Fatalf("open_file xterm: %d %s", code, out)
+		}
 		if code, _, out = d.postJSON("/setup/open_file", map[string]any{"path": "/no/such/file-or-app"}); code != 404 || !strings.Contains(string(out), "Application/file not found") {
 			t.Fatalf("open_file missing: %d %s", code, out)
 		}

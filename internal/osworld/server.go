@@ -235,11 +235,15 @@ func envPath(env []string) string {
 	return defaultPath
 }
 
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
 // lookPath finds an executable name in path, "" when there is none.
 func lookPath(name, path string) string {
 	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		if p := filepath.Join(dir, name); isExecutable(p) {
 			return p
 		}
 	}
@@ -866,7 +870,7 @@ func (s *Server) openFile(w http.ResponseWriter, r *http.Request) {
 	name, stem := filepath.Base(p), strings.TrimSuffix(filepath.Base(p), filepath.Ext(p))
 	if _, err := os.Stat(p); err == nil {
 		argv = []string{"xdg-open", p}
-	} else if _, err := exec.LookPath(path); err == nil {
+	} else if lookPath(path, envPath(s.env())) != "" || (strings.Contains(path, "/") && isExecutable(path)) {
 		argv, name, stem = []string{path}, path, path
 	} else {
 		text(w, 404, "Application/file not found: "+path)

@@ -68,8 +68,13 @@ func TestDesktopOSWorld(t *testing.T) {
 	if code, b := call("GET", "/cursor_position", nil); code != 200 || string(bytes.TrimSpace(b)) != "[321,123]" {
 		t.Fatalf("cursor_position: %d %s", code, b)
 	}
+	// tine's pyautogui reads the screen too: the backdrop's colour.
+	code, b := call("POST", "/execute", map[string]any{"command": []string{"python", "-c", prefix + "print(pyautogui.pixel(1000, 700))"}})
+	if code != 200 || !bytes.Contains(b, []byte(`"output":"(46, 52, 64)\n"`)) {
+		t.Fatalf("execute pixel: %d %s", code, b)
+	}
 	// Only python3 runs this (a loop); the file appears in the sandbox.
-	code, b := call("POST", "/execute", map[string]any{"command": []string{"python", "-c", prefix + "\nfor w in ['echo', 'osworld-typed', '>', '/tmp/ow']:\n    pyautogui.write(w + ' ')\npyautogui.press('enter')"}})
+	code, b = call("POST", "/execute", map[string]any{"command": []string{"python", "-c", prefix + "\nfor w in ['echo', 'osworld-typed', '>', '/tmp/ow']:\n    pyautogui.write(w + ' ')\npyautogui.press('enter')"}})
 	if code != 200 || !bytes.Contains(b, []byte(`"returncode":0`)) {
 		t.Fatalf("execute loop: %d %s", code, b)
 	}

@@ -227,6 +227,16 @@ def screenshot(imageFilename=None, region=None):
     return img
 
 
+def pixel(x, y):
+    """The (r, g, b) of the screen at (x, y); needs PIL."""
+    return screenshot().convert("RGB").getpixel((int(x), int(y)))
+
+
+def pixelMatchesColor(x, y, expectedRGBColor, tolerance=0):
+    got = pixel(x, y)
+    return all(abs(a - b) <= tolerance for a, b in zip(got, expectedRGBColor[:3]))
+
+
 def _no_images(*args, **kwargs):
     raise ImageNotFoundException("locating images on the screen is not supported by tine's pyautogui")
 
