@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"github.com/tine-run/tine/internal/zygote"
 	"log/slog"
 	"os"
@@ -119,6 +120,9 @@ func runServe(f serveFlags) error {
 	}
 	if f.pool < 0 {
 		return usageError{fmt.Sprintf("invalid --pool %d: want 0 or more", f.pool)}
+	}
+	if net.ParseIP(f.osworldHost) == nil {
+		return usageError{fmt.Sprintf("invalid --osworld-host %q: want an IP address such as 127.0.0.1", f.osworldHost)}
 	}
 	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost}
 	var err error

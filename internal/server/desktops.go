@@ -114,12 +114,12 @@ func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
 		return err
 	}
 	if req.OSWorld {
-		if d.osworld, err = s.publish(b, guestOSWorldSocket); err != nil {
+		if d.osworld, err = s.publish(b, guestOSWorldSocket, "OSWorld API"); err != nil {
 			return err
 		}
 	}
 	if req.OSWorld || req.CDP {
-		if d.cdp, err = s.publish(b, guestCDPSocket); err != nil {
+		if d.cdp, err = s.publish(b, guestCDPSocket, "DevTools port"); err != nil {
 			return err
 		}
 	}

@@ -20,14 +20,14 @@ const (
 // until the sandbox ends. OSWorld's client reaches a guest as plain
 // http://host:port/, so these cannot share the daemon's listener behind a
 // path prefix. Each connection counts as activity for the idle timeout.
-func (s *Server) publish(b *box, socket string) (string, error) {
+func (s *Server) publish(b *box, socket, what string) (string, error) {
 	host := s.cfg.OSWorldHost
 	if host == "" {
 		host = "127.0.0.1"
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return "", fmt.Errorf("publish the desktop's %s: %w", socket, err)
+		return "", fmt.Errorf("publish the desktop's %s: %w", what, err)
 	}
 	root := b.inst.Root()
 	go func() {
@@ -41,7 +41,7 @@ func (s *Server) publish(b *box, socket string) (string, error) {
 				return
 			}
 			if err := allowedPeer(c); err != nil {
-				s.log.Warn("refused a connection to a desktop's published port", "id", b.id, "socket", socket, "err", err)
+				s.log.Warn("refused a connection to a desktop's published port", "id", b.id, "port", what, "err", err)
 				c.Close()
 				continue
 			}
