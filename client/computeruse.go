@@ -57,3 +57,18 @@ func (a *ACI) RecordStart(ctx context.Context, fps int) error {
 func (a *ACI) RecordStop(ctx context.Context) (*api.ACIReply, []byte, error) {
 	return a.Do(ctx, &api.ACIRequest{Op: "record_stop"})
 }
+
+// RecommendedScale is the screen size Anthropic's reference implementation
+// shows the model for a width×height screen: XGA 1024×768, WXGA 1280×800 or
+// FWXGA 1366×768, the first whose aspect ratio is within 0.02 of the
+// screen's and which is smaller than it; nil (the real screen) when none
+// is. Pass it as the scale of Anthropic and OpenAI.
+func RecommendedScale(width, height int) *[2]int {
+	ratio := float64(width) / float64(height)
+	for _, t := range [][2]int{{1024, 768}, {1280, 800}, {1366, 768}} {
+		if r := float64(t[0]) / float64(t[1]); r-ratio < 0.02 && ratio-r < 0.02 && t[0] < width {
+			return &t
+		}
+	}
+	return nil
+}

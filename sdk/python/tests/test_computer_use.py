@@ -13,6 +13,7 @@ import urllib.request
 from test_desktops import desktop_daemon, png_size
 
 import tine
+from tine.desktop import recommended_scale
 
 
 class ComputerUseTest(unittest.TestCase):
@@ -22,6 +23,7 @@ class ComputerUseTest(unittest.TestCase):
             desk = c.create_desktop(width=800, height=600, apps=[["xterm"]], ttl_seconds=300)
             try:
                 with c.aci(desk.id) as s:
+                    self.assertEqual(recommended_scale(1920, 1080), [1366, 768])
                     ans = s.anthropic({"action": "mouse_move", "coordinate": [100, 50]}, scale=[400, 300])
                     self.assertEqual(s.cursor(), (200, 100))
                     self.assertEqual(png_size(ans.screenshot.data), (400, 300))

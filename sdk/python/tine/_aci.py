@@ -241,6 +241,18 @@ class ToolAnswer:
             "image_url": "data:image/%s;base64,%s" % (shot.format, base64.b64encode(shot.data).decode())}}
 
 
+def recommended_scale(width: int, height: int) -> list[int] | None:
+    """The screen Anthropic's reference implementation shows the model for
+    a width x height screen: XGA 1024x768, WXGA 1280x800 or FWXGA
+    1366x768, the first within 0.02 of its aspect ratio and smaller; None
+    (the real screen) when none is. Pass it as ``scale``."""
+    ratio = width / height
+    for tw, th in ((1024, 768), (1280, 800), (1366, 768)):
+        if abs(tw / th - ratio) < 0.02 and tw < width:
+            return [tw, th]
+    return None
+
+
 def _tool_answer(rep: Reply, img: Image) -> ToolAnswer:
     return ToolAnswer(screenshot=_screenshot(rep, img) if img is not None else None,
                       output=rep.get("output", ""), cursor=_xy(rep["cursor"]) if rep.get("cursor") else None)
