@@ -339,6 +339,12 @@ func (s *Server) cmd(ctx context.Context, argv []string, shell bool) *exec.Cmd {
 	return c
 }
 
+// timeoutError is subprocess's TimeoutExpired: the command ran too long
+// and was killed; its message is Python's.
+type timeoutError struct{ msg string }
+
+func (e timeoutError) Error() string { return e.msg }
+
 type runResult struct {
 	stdout, stderr string
 	code           int
@@ -360,7 +366,7 @@ func (s *Server) run(ctx context.Context, argv []string, shell bool, timeout tim
 	err := c.Run()
 	res := runResult{stdout: strings.ToValidUTF8(out.String(), "\uFFFD"), stderr: strings.ToValidUTF8(errOut.String(), "\uFFFD")}
 	if ctx.Err() == context.DeadlineExceeded {
-		return res, fmt.Errorf("Command '%s' timed out after %g seconds", pyList(argv, shell), timeout.Seconds())
+		return res, timeoutError{fmt.Sprintf("Command '%s' timed out after %g seconds", pyList(argv, shell), timeout.Seconds())}
 	}
 	var exit *exec.ExitError
 	switch {
@@ -1008,7 +1014,7 @@ func (s *Server) runPython(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.run(r.Context(), []string{py, p}, false, runPythonTimeout, false, "")
 	if err != nil {
-		if strings.Contains(err.Error(), "timed out") {
+		if errors.As(err, new(timeoutError)) {
 			reply(w, 500, obj{"status": "error", "message": "Execution timeout: Code took too long to execute", "error": "TimeoutExpired", "need_more": false, "output": nil})
 			return
 		}
@@ -1068,7 +1074,7 @@ func (s *Server) runBashScript(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.run(r.Context(), []string{"/bin/bash", p}, false, time.Duration(timeout*float64(time.Second)), true, dir)
 	if err != nil {
-		if strings.Contains(err.Error(), "timed out") {
+		if errors.As(err, new(timeoutError)) {
 			fail(500, fmt.Sprintf("Script execution timed out after %g seconds", timeout))
 			return
 		}
