@@ -199,7 +199,9 @@ func TestPyAutoGUIBothPaths(t *testing.T) {
 			// the file to hold only the second line's words. Shifted
 			// characters (H, W, !, >) take pyautogui's shift; é is not a key
 			// pyautogui has, and is skipped.
-			code := fmt.Sprintf("pyautogui.write('junk'); pyautogui.hotkey('ctrl', 'u'); pyautogui.typewrite('echo Hello, World!é %s > %s'); pyautogui.press('enter')", name, out)
+			// keyDown of a shifted character releases shift again, as
+			// pyautogui's does: "ello" typed while H is down is lower case.
+			code := fmt.Sprintf("pyautogui.PAUSE = 0; pyautogui.write('junk'); pyautogui.hotkey('ctrl', 'u'); pyautogui.typewrite('echo '); pyautogui.keyDown('H'); pyautogui.write('ello'); pyautogui.keyUp('H'); pyautogui.typewrite(', World!é %s > %s'); pyautogui.press('enter')", name, out)
 			res := d.through(slow, code)
 			if res["status"] != "success" || res["returncode"] != 0.0 {
 				t.Fatalf("execute: %v", res)

@@ -836,12 +836,26 @@ func keyString(fn string, v Value) (string, error) {
 	return lowerKey(s), nil
 }
 
+// isShiftCharacter is pyautogui's: the characters its X11 backend types
+// with shift.
+func isShiftCharacter(k string) bool {
+	return len(k) == 1 && (k[0] >= 'A' && k[0] <= 'Z' || strings.IndexByte(`~!@#$%^&*()_+{}|:"<>?`, k[0]) >= 0)
+}
+
+// keyEvent is pyautogui's keyDown/keyUp: a shifted character's keyDown
+// presses shift, the key, and releases shift again, leaving only the key
+// down.
 func (p *PyAutoGUI) keyEvent(k string, down bool) error {
 	x := xKey(k)
-	if x == "" {
+	switch {
+	case x == "":
 		return nil
-	}
-	if down {
+	case down && isShiftCharacter(k):
+		if err := p.D.KeyDown("shift+" + x); err != nil {
+			return err
+		}
+		return p.D.KeyUp("shift")
+	case down:
 		return p.D.KeyDown(x)
 	}
 	return p.D.KeyUp(x)
