@@ -268,6 +268,14 @@ func TestRoutes(t *testing.T) {
 		if pic, err := png.Decode(bytes.NewReader(img)); err != nil || pic.Bounds().Dx() != 800 {
 			t.Fatalf("screenshot png: %v", err)
 		}
+		// The same screen twice: the same picture (sent again without
+		// encoding); the pointer moved: a new one.
+		_, _, again := d.do("GET", "/screenshot", "", nil)
+		d.execute([]string{"python", "-c", prefix + "pyautogui.moveTo(123, 321)"})
+		_, _, moved := d.do("GET", "/screenshot", "", nil)
+		if !bytes.Equal(img, again) || bytes.Equal(again, moved) {
+			t.Fatalf("screenshots: same screen equal %v, moved pointer differs %v", bytes.Equal(img, again), !bytes.Equal(again, moved))
+		}
 		code, m, _ = d.postJSON("/terminal", nil)
 		if code != 405 {
 			t.Fatalf("POST /terminal: %d, want 405 (GET only)", code)

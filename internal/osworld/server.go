@@ -35,6 +35,7 @@ import (
 
 	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/encode"
+	"github.com/tine-run/tine/internal/desktop/frame"
 	"github.com/tine-run/tine/internal/desktop/record"
 	"github.com/tine-run/tine/internal/desktop/x11"
 )
@@ -78,7 +79,11 @@ type Server struct {
 	python3 string
 	mux     *http.ServeMux
 
-	mu        sync.Mutex
+	mu       sync.Mutex
+	lastShot struct {
+		hash frame.Hash
+		png  []byte
+	}
 	wallpaper string
 	rec       *record.Recorder
 	recPath   string
@@ -528,17 +533,33 @@ func (s *Server) screenshot(w http.ResponseWriter, r *http.Request) {
 	s.sendScreenshot(w, true)
 }
 
+// sendScreenshot answers with the screen as PNG. A picture equal to the
+// last one sent (same frame hash: the same pixels, the cursor drawn in) is
+// sent again without encoding it again.
 func (s *Server) sendScreenshot(w http.ResponseWriter, cursor bool) {
 	f, err := s.D.Capture(zeroRect, cursor)
-	if err == nil {
-		var png []byte
-		if png, err = encode.Encode(f, encode.FormatPNG, 0); err == nil {
-			w.Header().Set("Content-Type", "image/png")
-			w.Write(png)
+	if err != nil {
+		text(w, 500, "Internal Server Error: screenshot: "+err.Error())
+		return
+	}
+	hash := f.Hash()
+	s.mu.Lock()
+	png := s.lastShot.png
+	if s.lastShot.hash != hash {
+		png = nil
+	}
+	s.mu.Unlock()
+	if png == nil {
+		if png, err = encode.Encode(f, encode.FormatPNG, 0); err != nil {
+			text(w, 500, "Internal Server Error: screenshot: "+err.Error())
 			return
 		}
+		s.mu.Lock()
+		s.lastShot.hash, s.lastShot.png = hash, png
+		s.mu.Unlock()
 	}
-	text(w, 500, "Internal Server Error: screenshot: "+err.Error())
+	w.Header().Set("Content-Type", "image/png")
+	w.Write(png)
 }
 
 func (s *Server) accessibility(w http.ResponseWriter, r *http.Request) {
