@@ -12,6 +12,7 @@ package osworld
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -86,7 +87,6 @@ type Server struct {
 	}
 	wallpaper string
 	rec       *record.Recorder
-	recPath   string
 }
 
 // New prepares the facade: it writes tine's pyautogui module and a
@@ -1029,9 +1029,9 @@ func (s *Server) runPython(w http.ResponseWriter, r *http.Request) {
 		reply(w, 500, obj{"status": "error", "message": "Execution error: " + err.Error(), "error": err.Error(), "need_more": false, "output": nil})
 		return
 	}
-	py := s.python3
-	if py == "" {
-		py = "python3"
+	py := "/usr/bin/python3" // OSWorld's, when there is one
+	if !isExecutable(py) {
+		py = cmp.Or(s.python3, "python3")
 	}
 	res, err := s.run(r.Context(), []string{py, p}, false, runPythonTimeout, false, "")
 	if err != nil {
