@@ -1,6 +1,9 @@
 package api
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"encoding/json"
+)
 
 // The ACI (agent-computer interface) wire protocol: a WebSocket at
 // /v1/desktops/{id}/aci (and on `tine guest --listen`). docs/aci.md is the
@@ -71,6 +74,32 @@ type ACIRequest struct {
 	// step: actions in order, then one observation.
 	Actions []ACIRequest `json:"actions,omitempty"`
 	Observe *ACIObserve  `json:"observe,omitempty"`
+
+	// anthropic, openai: a computer-use tool's action as the model emitted
+	// it (Anthropic: a computer tool_use's input; OpenAI: a computer_call's
+	// action, or its actions array), in coordinates of a screen of Scale
+	// (width, height; default the real screen's). The reply carries the
+	// screenshot the tool loop sends back, at that size (docs/aci.md).
+	Input json.RawMessage `json:"input,omitempty"`
+	Scale *[2]int         `json:"scale,omitempty"`
+
+	// record_start: frames a second (default 15) and the container (mp4).
+	// accessibility: format "json" (default) or "xml" (OSWorld's).
+	FPS    int    `json:"fps,omitempty"`
+	Format string `json:"format,omitempty"`
+	// accessibility: "visible", "interactive" (OSWorld's filter) or none.
+	Filter string `json:"filter,omitempty"`
+}
+
+// ACINode is one accessible object of a desktop's accessibility tree
+// (the accessibility op's compact form).
+type ACINode struct {
+	Role     string     `json:"role"` // the AT-SPI role, spaces as '-': push-button
+	Name     string     `json:"name,omitempty"`
+	Text     string     `json:"text,omitempty"`
+	States   []string   `json:"states,omitempty"` // enabled, focused, showing, visible, …
+	Bounds   []int      `json:"bounds,omitempty"` // x, y, width, height on the screen
+	Children []*ACINode `json:"children,omitempty"`
 }
 
 // ACIScreenshot asks for the screen (or a region) as an image.
@@ -120,6 +149,15 @@ type ACIReply struct {
 
 	// step: each action's outcome, in order.
 	Results []ACIResult `json:"results,omitempty"`
+
+	// anthropic: the tool result's text (cursor_position's "X=…,Y=…").
+	Output string `json:"output,omitempty"`
+	// accessibility: the tree, compact, or OSWorld's XML.
+	Tree []*ACINode `json:"tree,omitempty"`
+	XML  string     `json:"xml,omitempty"`
+	// record_stop: the recording's length.
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	Frames     int     `json:"frames,omitempty"`
 }
 
 // ACIResult is one step action's outcome.
@@ -159,6 +197,9 @@ const (
 	ACITooLarge   = "too_large"
 	ACITimeout    = "timeout"
 	ACIInternal   = "internal"
+	// ACIUnknownAction: an anthropic or openai action type the guest does
+	// not know; the message names it.
+	ACIUnknownAction = "unknown_action"
 )
 
 // DesktopSpec is the body of POST /v1/desktops.
@@ -177,6 +218,16 @@ type DesktopSpec struct {
 	// V shared memory, which criu cannot carry) and screenshots go through
 	// the X server, which is slower.
 	MemoryTier bool `json:"memory_tier,omitempty"`
+	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
+	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).
+	OSWorld bool `json:"osworld,omitempty"`
+	// CDP publishes the desktop's 127.0.0.1:9222 (Chromium's DevTools,
+	// when Chromium runs with --remote-debugging-port=9222) on a loopback
+	// TCP port (Desktop.CDP); on with OSWorld.
+	CDP bool `json:"cdp,omitempty"`
+	// A11y starts a session bus so applications export their
+	// accessibility trees (the ACI's accessibility op); on with OSWorld.
+	A11y bool `json:"a11y,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.
@@ -191,6 +242,12 @@ type Desktop struct {
 	Width   int     `json:"width"`
 	Height  int     `json:"height"`
 	ReadyMs float64 `json:"ready_ms"`
+	// OSWorld is host:port of the desktop's OSWorld guest API (plain
+	// HTTP, no path prefix) when it was created with osworld.
+	OSWorld string `json:"osworld,omitempty"`
+	// CDP is host:port of the desktop's Chromium DevTools port (cdp or
+	// osworld): OSWorld's chromium port.
+	CDP string `json:"cdp,omitempty"`
 }
 
 // ACIJoin lays out a binary ACI message: the 4-byte big-endian length of

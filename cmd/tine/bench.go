@@ -145,6 +145,17 @@ PSS per desktop.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Desktop(ctx, d, o)
 			}),
+		newWarmSuiteCommand("osworld", "Time OSWorld steps through a desktop's OSWorld facade against its python3 path and the ACI",
+			`osworld starts a tine serve for the run and one 1280x800 desktop made with
+osworld (two xterms of text). Interleaved, -n/20 rounds (at least 30): an
+OSWorld step as OSWorld's client takes it — POST /execute with a pyautogui
+click, then GET /screenshot, a fresh TCP connection each — through the
+facade's fast path; every fifth round the same click run by python3 with
+tine's pyautogui module; and the ACI step (click + PNG screenshot). Targets:
+/execute click p50 at most 2 ms, /screenshot p50 at most 10 ms.`,
+			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
+				return bench.OSWorld(ctx, d, o)
+			}),
 		newWarmSuiteCommand("fork", "Time snapshots and forks: pause, fork → usable, fan-out, memory per replica, against fresh sandboxes and replaying",
 			`fork starts a tine serve for the run. A golden sandbox builds a 20 MiB
 workspace of 400 files (and holds a 50 MiB Python process); the suite times

@@ -39,6 +39,9 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&apps, "app", nil, `an app to start: a command name, or a JSON argv like '["xterm","-bg","black"]'`)
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit of the desktop's sandbox (default 1g)")
 	cmd.Flags().BoolVar(&spec.GLX, "glx", false, "give the X server software OpenGL (about 54 MiB more per desktop)")
+	cmd.Flags().BoolVar(&spec.A11y, "a11y", false, "start a session bus so apps export their accessibility trees (the ACI's accessibility op)")
+	cmd.Flags().BoolVar(&spec.CDP, "cdp", false, "publish Chromium's DevTools port (9222 in the desktop) on a loopback port (printed on stderr)")
+	cmd.Flags().BoolVar(&spec.OSWorld, "osworld", false, "serve OSWorld's guest API on a loopback port of its own, with --a11y and --cdp (printed on stderr; docs/osworld.md)")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error
@@ -64,6 +67,12 @@ func newDesktopCreateCommand() *cobra.Command {
 			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), d.ID)
+		if d.OSWorld != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "osworld: http://%s/\n", d.OSWorld)
+		}
+		if d.CDP != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "cdp: http://%s/\n", d.CDP)
+		}
 		return nil
 	}
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"github.com/tine-run/tine/internal/zygote"
 	"log/slog"
 	"os"
@@ -19,7 +20,7 @@ import (
 
 type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
-	stateDir                           string
+	stateDir, osworldHost              string
 	maxSandboxes, pool                 int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
@@ -96,6 +97,7 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
 	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
 	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
+	fl.StringVar(&f.osworldHost, "osworld-host", "127.0.0.1", "address the OSWorld APIs of desktops made with --osworld are published on (a port each)")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fl.BoolVar(&f.debug, "debug", false, "log every request")
 	return cmd
@@ -119,7 +121,10 @@ func runServe(f serveFlags) error {
 	if f.pool < 0 {
 		return usageError{fmt.Sprintf("invalid --pool %d: want 0 or more", f.pool)}
 	}
-	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir}
+	if net.ParseIP(f.osworldHost) == nil {
+		return usageError{fmt.Sprintf("invalid --osworld-host %q: want an IP address such as 127.0.0.1", f.osworldHost)}
+	}
+	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost}
 	var err error
 	if f.maxMemory != "" {
 		if cfg.MaxMemoryBytes, err = parseSize("max-memory", f.maxMemory); err != nil {

@@ -37,6 +37,11 @@ func FuzzMessage(f *testing.F) {
 		`{"id":17,"op":"screenshot","screenshot":{"if_none_match":"x"}}`,
 		`{"id":18,"op":"step","actions":[{"op":"move","x":3,"y":3},{"op":"key","keys":"a"},{"op":"screenshot"}],"observe":{"windows":true,"cursor":true,"screenshot":{"max_long_edge":16}}}`,
 		`{"id":19,"op":"focus_window","window":12345}`,
+		`{"id":20,"op":"anthropic","input":{"action":"left_click","coordinate":[10,10],"text":"shift"},"scale":[32,24]}`,
+		`{"id":21,"op":"anthropic","input":{"action":"zoom","region":[0,0,8,8]}}`,
+		`{"id":22,"op":"openai","input":[{"type":"move","x":3,"y":4},{"type":"keypress","keys":["CTRL","A"]}]}`,
+		`{"id":23,"op":"openai","input":{"type":"teleport"}}`,
+		`{"id":24,"op":"accessibility","filter":"interactive"}`,
 		// wrong ones
 		`{"id":20,"op":"move","x":-1,"y":0}`, `{"id":22,"op":"key","keys":"ctlr+c"}`,
 		`{"id":23,"op":"type","text":"\u0001"}`, `{"id":24,"op":"wait","ms":-1}`,
@@ -102,8 +107,13 @@ func FuzzMessage(f *testing.F) {
 // fuzzing host, quickly.
 func safe(req *api.ACIRequest) bool {
 	switch req.Op {
-	case "launch", "exec", "read_file", "write_file", "close_window":
+	case "launch", "exec", "read_file", "write_file", "close_window", "record_start", "record_stop":
 		return false
+	case "anthropic", "openai":
+		// Their waits are in the input (up to 100 s).
+		if bytes.Contains(req.Input, []byte("wait")) || bytes.Contains(req.Input, []byte("hold")) {
+			return false
+		}
 	case "wait":
 		if req.Ms > 5 && req.Ms <= int(maxWait.Milliseconds()) {
 			return false
@@ -124,7 +134,7 @@ func safe(req *api.ACIRequest) bool {
 
 // aciCodes are the error codes of docs/aci.md.
 var aciCodes = []string{api.ACIBadRequest, api.ACIOffScreen, api.ACIUnknownKey, api.ACIBadText, api.ACINoWindow,
-	api.ACINotFound, api.ACITooLarge, api.ACITimeout, api.ACIInternal}
+	api.ACINotFound, api.ACITooLarge, api.ACITimeout, api.ACIInternal, api.ACIUnknownAction}
 
 // checkReply fails t when a reply is not one the protocol allows for msg.
 // header is msg's request: msg itself, or a binary message's header (nil

@@ -23,8 +23,10 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/encode"
 	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/desktop/record"
 	"github.com/tine-run/tine/internal/desktop/x11"
 )
 
@@ -41,7 +43,7 @@ const (
 )
 
 // Capabilities the welcome announces.
-var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "screencast"}
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "screencast", "anthropic", "openai", "record", "accessibility"}
 
 // Server serves the ACI for one display.
 type Server struct {
@@ -49,6 +51,9 @@ type Server struct {
 
 	mu   sync.Mutex
 	apps []*exec.Cmd // launched apps, reaped as they exit
+	rec  *record.Recorder
+	// A11y reads the accessibility tree (nil: the desktop has none).
+	A11y func(ctx context.Context) ([]*a11y.Node, error)
 }
 
 // ServeHTTP accepts a WebSocket and serves a session on it.
@@ -96,9 +101,9 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 
 // session is one connection's state: the buffers it reuses.
 type session struct {
-	s   *Server
-	c   *websocket.Conn
-	ctx context.Context
+	s      *Server
+	c      *websocket.Conn
+	ctx    context.Context
 	buf    *frame.Frame // the last full-size capture, reused
 	scaled *frame.Frame // the last scaled one, reused (screenshot_scaled.go)
 
@@ -189,6 +194,15 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 		return ss.step(ctx, &req)
 	case "screencast_start", "screencast_stop", "screencast_keyframe":
 		if err := ss.screencastOp(&req, rep); err != nil {
+			return failErr(req.ID, err), nil
+		}
+		return rep, nil
+	case "anthropic", "openai":
+		return ss.computerUse(ctx, &req)
+	case "record_start", "record_stop":
+		return ss.record(ctx, &req)
+	case "accessibility":
+		if err := ss.accessibility(ctx, &req, rep); err != nil {
 			return failErr(req.ID, err), nil
 		}
 		return rep, nil
@@ -447,8 +461,8 @@ func (ss *session) step(ctx context.Context, req *api.ACIRequest) (*api.ACIReply
 		case "step", "screenshot", "screencast_start", "screencast_stop", "screencast_keyframe":
 			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action; use observe"}}
 			continue
-		case "read_file", "write_file":
-			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action (it carries content)"}}
+		case "read_file", "write_file", "anthropic", "openai", "record_start", "record_stop":
+			rep.Results[i] = api.ACIResult{Status: "error", Error: &api.ACIError{Code: api.ACIBadRequest, Message: a.Op + " cannot be a step action (it answers with content of its own)"}}
 			continue
 		}
 		var scratch api.ACIReply
@@ -526,6 +540,8 @@ func wireError(err error) (string, *api.ACIError) {
 		code = api.ACINotFound
 	case errors.As(err, new(tooLarge)):
 		code = api.ACITooLarge
+	case errors.As(err, new(unknownAction)):
+		code = api.ACIUnknownAction
 	}
 	return code, &api.ACIError{Code: code, Message: err.Error()}
 }

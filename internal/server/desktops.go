@@ -42,6 +42,8 @@ type desktop struct {
 	readyMs       float64
 	guest         Process
 	spec          *api.DesktopSpec // what it was made from: its forks are made alike
+	osworld       string           // host:port of its OSWorld API, when published
+	cdp           string           // host:port of its Chromium DevTools port, when published
 }
 
 // desktopNow returns b's desktop, nil for a plain sandbox (or a desktop
@@ -54,7 +56,7 @@ func (b *box) desktopNow() *desktop {
 
 func (s *Server) desktopInfo(b *box) api.Desktop {
 	d := b.desktopNow()
-	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs}
+	return api.Desktop{Sandbox: b.info(), Width: d.width, Height: d.height, ReadyMs: d.readyMs, OSWorld: d.osworld, CDP: d.cdp}
 }
 
 func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
@@ -112,6 +114,16 @@ func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
 	if err != nil {
 		return err
 	}
+	if req.OSWorld {
+		if d.osworld, err = s.publish(b, guestOSWorldSocket, "OSWorld API"); err != nil {
+			return err
+		}
+	}
+	if req.OSWorld || req.CDP {
+		if d.cdp, err = s.publish(b, guestCDPSocket, "DevTools port"); err != nil {
+			return err
+		}
+	}
 	d.readyMs = float64(time.Since(t0).Microseconds()) / 1000
 	d.spec = req
 	b.mu.Lock()
@@ -160,6 +172,15 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 			return nil, fmt.Errorf("open the desktop's /dev/null: %w", err)
 		}
 		defer stdin.Close()
+	}
+	if req.OSWorld {
+		args = append(args, "--osworld", guestOSWorldSocket)
+	}
+	if req.OSWorld || req.CDP {
+		args = append(args, "--cdp", guestCDPSocket)
+	}
+	if req.A11y || req.OSWorld {
+		args = append(args, "--a11y")
 	}
 	for _, app := range req.Apps {
 		j, _ := json.Marshal(app)

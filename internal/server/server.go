@@ -49,6 +49,9 @@ const (
 type Config struct {
 	// Runtime makes the sandboxes; nil means NewRuntime(PoolSize).
 	Runtime Runtime
+	// OSWorldHost is the address desktops' OSWorld APIs are published on,
+	// each on a port of its own (default 127.0.0.1).
+	OSWorldHost string
 	// GuestBinary is the tine binary desktops run as their guest (default:
 	// GuestSuffix's sibling of this process's executable when there is one,
 	// else the executable itself).

@@ -10,16 +10,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tine-run/tine/internal/aci"
+	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/x11"
 	"github.com/tine-run/tine/internal/desktop/xvfb"
+	"github.com/tine-run/tine/internal/osworld"
 )
 
 // Backdrop is the root window's colour: a known pixel for tests and a
@@ -45,6 +49,16 @@ type Options struct {
 	NoSHM bool
 	// Listen is the unix socket the ACI is served on.
 	Listen string
+	// A11y starts a session bus so applications export their accessibility
+	// trees (AT-SPI), read by the ACI's accessibility op and OSWorld's
+	// /accessibility.
+	A11y bool
+	// CDP, when set, is a unix socket forwarded to 127.0.0.1:9222 inside
+	// the desktop: Chromium's DevTools port, as OSWorld's setup reaches it.
+	CDP string
+	// OSWorld, when set, is a unix socket to serve OSWorld's guest API on
+	// (internal/osworld).
+	OSWorld string
 	// Timeout bounds the start (default 30 s).
 	Timeout time.Duration
 }
@@ -75,6 +89,25 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 			c.Wait()
 		}
 	}()
+	var bus *a11y.Bus
+	if o.A11y {
+		var err error
+		bus, err = a11y.Start(start)
+		switch {
+		case err != nil && o.OSWorld == "":
+			return err
+		case err != nil:
+			// OSWorld's API works without the tree; /accessibility says why.
+			fmt.Fprintf(os.Stderr, "tine guest: no accessibility tree: %v\n", err)
+		}
+	}
+	if bus != nil {
+		defer bus.Close()
+		// Every process the desktop starts (apps, launch, exec, OSWorld's
+		// commands) inherits the bus; restored when the guest ends, for
+		// guests run inside a test binary.
+		defer setenv(bus.Env)()
+	}
 	display := o.Display
 	framebuffer := -1
 	if display == "" {
@@ -155,7 +188,30 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.Listen, err)
 	}
-	srv := &http.Server{Handler: &aci.Server{D: d}}
+	as := &aci.Server{D: d}
+	var tree func(ctx context.Context) ([]*a11y.Node, error)
+	if bus != nil {
+		env := append(bus.Env, "DISPLAY="+display)
+		tree = func(ctx context.Context) ([]*a11y.Node, error) { return a11y.Dump(ctx, env) }
+		as.A11y = tree
+	}
+	srv := &http.Server{Handler: as}
+	if o.OSWorld != "" {
+		stop, err := serveOSWorld(d, o.OSWorld, tree)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer stop()
+	}
+	if o.CDP != "" {
+		stop, err := forward(o.CDP, CDPAddr)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer stop()
+	}
 	w, h := d.Size()
 	ready(Ready{Display: display, Width: w, Height: h, ReadyMs: float64(time.Since(t0).Microseconds()) / 1000,
 		Capture: d.CaptureMethod()})
@@ -178,4 +234,85 @@ func launch(display string, argv []string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	return c, nil
+}
+
+// serveOSWorld serves OSWorld's guest API on a unix socket until stop.
+func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*a11y.Node, error)) (stop func(), err error) {
+	os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	ow, err := osworld.New(d, socket)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	ow.A11y = tree
+	srv := &http.Server{Handler: ow}
+	go srv.Serve(l)
+	return func() {
+		srv.Close()
+		ow.Close()
+	}, nil
+}
+
+// setenv sets the KEY=VALUE pairs in this process and returns what puts
+// the old values back.
+func setenv(kvs []string) (restore func()) {
+	var undo []func()
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		undo = append(undo, func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		})
+	}
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+}
+
+// CDPAddr is where Chromium's DevTools listen in a desktop (OSWorld
+// launches Chrome with --remote-debugging-port and forwards 9222 to it).
+const CDPAddr = "127.0.0.1:9222"
+
+// forward accepts connections on a unix socket and splices each to addr
+// inside the desktop, until stop.
+func forward(socket, addr string) (stop func(), err error) {
+	os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				t, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nnothing listens on "+addr+" in the desktop (start Chromium with --remote-debugging-port=9222)\n")
+					return
+				}
+				defer t.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(t, c); t.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				go func() { io.Copy(c, t); c.(*net.UnixConn).CloseWrite(); done <- struct{}{} }()
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return func() { l.Close() }, nil
 }

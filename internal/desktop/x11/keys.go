@@ -162,3 +162,13 @@ func runeKeysym(r rune, off int) (xproto.Keysym, error) {
 	}
 	return xproto.Keysym(0x01000000 | r), nil
 }
+
+// KnownKey says whether Key, KeyDown and KeyUp accept name as one key:
+// callers with silent-skip semantics (pyautogui's) test it first.
+func KnownKey(name string) bool {
+	if name == "+" || name == " " {
+		return true
+	}
+	_, ok := keysymByName(strings.TrimSpace(name))
+	return ok && strings.TrimSpace(name) != ""
+}

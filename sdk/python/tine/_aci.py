@@ -234,6 +234,91 @@ def screencast_keyframe() -> Op[None]:
     return Op(_req("screencast_keyframe"), _none)
 
 
+# --- computer-use tools, recording, accessibility -------------------------
+
+@dataclass
+class ToolAnswer:
+    """What a computer-use action answers with: the screenshot the tool
+    loop sends back (at the model's scale), or, for Anthropic's
+    cursor_position, ``output`` ("X=..,Y=..") and ``cursor``."""
+    screenshot: m.Screenshot | None
+    output: str = ""
+    cursor: tuple[int, int] | None = None
+
+    def anthropic_tool_result(self, tool_use_id: str) -> dict[str, Any]:
+        """The ``tool_result`` content block answering ``tool_use_id``."""
+        if self.screenshot is None:
+            return {"type": "tool_result", "tool_use_id": tool_use_id, "content": self.output}
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": [{
+            "type": "image", "source": {"type": "base64", "media_type": "image/" + self.screenshot.format,
+                                        "data": base64.b64encode(self.screenshot.data).decode()}}]}
+
+    def openai_call_output(self, call_id: str) -> dict[str, Any]:
+        """The ``computer_call_output`` item answering ``call_id``."""
+        shot = self.screenshot
+        if shot is None:
+            raise ValueError("this answer carries no screenshot")
+        return {"type": "computer_call_output", "call_id": call_id, "output": {
+            "type": "computer_screenshot",
+            "image_url": "data:image/%s;base64,%s" % (shot.format, base64.b64encode(shot.data).decode())}}
+
+
+def recommended_scale(width: int, height: int) -> list[int] | None:
+    """The screen Anthropic's reference implementation shows the model for
+    a width x height screen: XGA 1024x768, WXGA 1280x800 or FWXGA
+    1366x768, the first within 0.02 of its aspect ratio and smaller; None
+    (the real screen) when none is. Pass it as ``scale``."""
+    ratio = width / height
+    for tw, th in ((1024, 768), (1280, 800), (1366, 768)):
+        if abs(tw / th - ratio) < 0.02 and tw < width:
+            return [tw, th]
+    return None
+
+
+def _tool_answer(rep: Reply, img: Image) -> ToolAnswer:
+    return ToolAnswer(screenshot=_screenshot(rep, img) if img is not None else None,
+                      output=rep.get("output", ""), cursor=_xy(rep["cursor"]) if rep.get("cursor") else None)
+
+
+def _tool(op: str, action: Any, scale: Sequence[int] | None, screenshot: Mapping[str, Any] | None) -> Op[ToolAnswer]:
+    return Op(_req(op, input=m.to_json(action), scale=list(scale) if scale else None,
+                   screenshot=dict(screenshot) if screenshot else None), _tool_answer)
+
+
+def anthropic(tool_input: Mapping[str, Any], scale: Sequence[int] | None = None,
+              screenshot: Mapping[str, Any] | None = None) -> Op[ToolAnswer]:
+    """An Anthropic computer tool_use's ``input`` as the model emitted it,
+    in coordinates of a ``scale`` [w, h] screen (default the real one)."""
+    return _tool("anthropic", tool_input, scale, screenshot)
+
+
+def openai(action: Any, scale: Sequence[int] | None = None,
+           screenshot: Mapping[str, Any] | None = None) -> Op[ToolAnswer]:
+    """An OpenAI computer_call's ``action``, a list of actions, or the whole
+    computer_call (``action`` or ``actions``)."""
+    return _tool("openai", action, scale, screenshot)
+
+
+def record_start(fps: int | None = None, cursor: bool = False) -> Op[None]:
+    return Op(_req("record_start", fps=fps, format="mp4", screenshot={"cursor": True} if cursor else None), _none)
+
+
+def _recording(rep: Reply, img: Image) -> bytes:
+    return img or b""
+
+
+def record_stop() -> Op[bytes]:
+    return Op(_req("record_stop"), _recording)
+
+
+def accessibility(filter: str | None = None, format: str | None = None) -> Op[Any]:
+    """The accessibility tree: compact nodes (dicts: role, name, text,
+    states, bounds, children), or OSWorld's XML string with format="xml"."""
+    def parse(rep: Reply, img: Image) -> Any:
+        return rep.get("xml", "") if format == "xml" else rep.get("tree") or []
+    return Op(_req("accessibility", filter=filter, format=format), parse)
+
+
 # --- the protocol ----------------------------------------------------------
 
 def check(rep: Reply, img: Image) -> None:

@@ -439,6 +439,32 @@ class DesktopSession:
         """End the stream; no message follows (unread ones are dropped)."""
         self._run(_aci.screencast_stop())
         self._p.frames.clear()
+    def anthropic(self, tool_input: Mapping[str, Any], scale: Sequence[int] | None = None,
+                  screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:
+        """Run one Anthropic computer tool_use ``input`` as the model emitted
+        it (coordinates in a ``scale`` [w, h] screen); the answer's
+        ``anthropic_tool_result(tool_use_id)`` is the tool result."""
+        return self._run(_aci.anthropic(tool_input, scale, screenshot))
+
+    def openai(self, action: Any, scale: Sequence[int] | None = None,
+               screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:
+        """Run an OpenAI computer_call's action (or actions, or the whole
+        call); the answer's ``openai_call_output(call_id)`` is the reply item."""
+        return self._run(_aci.openai(action, scale, screenshot))
+
+    def record_start(self, fps: int | None = None, cursor: bool = False) -> None:
+        """Start filming the screen into an H.264 mp4."""
+        self._run(_aci.record_start(fps, cursor))
+
+    def record_stop(self) -> bytes:
+        """Stop the recording; the mp4's bytes."""
+        return self._run(_aci.record_stop())
+
+    def accessibility(self, filter: str | None = None, format: str | None = None) -> Any:
+        """The accessibility tree (a desktop made with ``a11y`` or
+        ``osworld``): compact nodes, filtered "visible" or "interactive",
+        or OSWorld's XML with format="xml"."""
+        return self._run(_aci.accessibility(filter, format))
 
     def close(self) -> None:
         """End the session (the desktop stays as it is)."""

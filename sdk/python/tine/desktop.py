@@ -23,11 +23,12 @@ timeout, internal); the session goes on.
 
 from __future__ import annotations
 
+from ._aci import ToolAnswer, recommended_scale
 from .aio import DesktopSession as AsyncDesktopSession
 from .client import DesktopSession
 from .errors import ACIError
 from .models import (ActionError, ActionResult, Desktop, DesktopSpec, Screenshot, StepResult,
                      Welcome, Window)
 
-__all__ = ["DesktopSession", "AsyncDesktopSession", "ACIError", "Desktop", "DesktopSpec",
+__all__ = ["DesktopSession", "AsyncDesktopSession", "ACIError", "Desktop", "DesktopSpec", "ToolAnswer", "recommended_scale",
            "Welcome", "Window", "Screenshot", "StepResult", "ActionResult", "ActionError"]

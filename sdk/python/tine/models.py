@@ -283,10 +283,16 @@ class DesktopSpec:
     ``width`` and ``height`` (default 1280x800), ``apps`` (argvs started
     once the window manager is up; the create answers when each has mapped
     a window), the sandbox's ``limits`` (memory default 1 GiB), and
-    ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes."""
+    ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes;
+    ``osworld`` serves OSWorld's guest API (docs/osworld.md; implies
+    ``a11y`` and ``cdp``), ``a11y`` starts the accessibility bus, ``cdp``
+    publishes Chromium's DevTools port."""
     width: int | None = None
     height: int | None = None
     apps: list[list[str]] | None = None
+    osworld: bool | None = None
+    a11y: bool | None = None
+    cdp: bool | None = None
     limits: Limits | None = None
     ttl_seconds: int | None = None
     idle_timeout_seconds: int | None = None
@@ -300,6 +306,10 @@ class Desktop(Sandbox):
     width: int = 0
     height: int = 0
     ready_ms: float = 0.0
+    osworld: str = ""
+    """``host:port`` of its OSWorld guest API, when made with ``osworld``."""
+    cdp: str = ""
+    """``host:port`` of its Chromium DevTools port, with ``cdp`` or ``osworld``."""
 
 
 @dataclass
