@@ -32,7 +32,7 @@ const Socket = "/run/tine-envd.sock"
 // use the JSON encoding only, so no generated protobuf code is needed.
 type jsonCodec struct{}
 
-func (jsonCodec) Name() string                 { return "json" }
+func (jsonCodec) Name() string                  { return "json" }
 func (jsonCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(b []byte, v any) error {
 	if len(b) == 0 {

@@ -243,4 +243,3 @@ func (f *filesystem) RemoveWatcher(_ context.Context, req *connect.Request[Watch
 	w.close()
 	return connect.NewResponse(&Empty{}), nil
 }
-

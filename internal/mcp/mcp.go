@@ -349,4 +349,6 @@ func (t *tools) readResource(ctx context.Context, req *mcp.ReadResourceRequest) 
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c}}, nil
 }
 
-func utf8Text(b []byte) bool { return bytes.IndexByte(b, 0) < 0 && strings.ToValidUTF8(string(b), "\uFFFD") == string(b) }
+func utf8Text(b []byte) bool {
+	return bytes.IndexByte(b, 0) < 0 && strings.ToValidUTF8(string(b), "\uFFFD") == string(b)
+}
