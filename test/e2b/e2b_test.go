@@ -285,7 +285,7 @@ func TestEnvdSocketSymlinkStaysInside(t *testing.T) {
 	}
 	// /v1/health is the daemon's own route: answered only if the request
 	// reached the host's socket.
-	st, b := d.do(t, "GET", "/v1/health", nil, map[string]string{"E2b-Sandbox-Id": c.SandboxID})
+	st, b := d.do(t, "GET", "/v1/health", nil, map[string]string{"E2b-Sandbox-Id": c.SandboxID, "X-Access-Token": c.EnvdAccessToken})
 	if st == http.StatusOK {
 		t.Fatalf("the symlinked socket was followed out of the sandbox: %d %s", st, b)
 	}
