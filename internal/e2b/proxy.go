@@ -27,9 +27,6 @@ import (
 // that replaces the socket with a symlink must not make the daemon, as
 // host root, connect to a socket of the host.
 func dialEnvd(ctx context.Context, pid int) (net.Conn, error) {
-	if true {
-		return (&net.Dialer{}).DialContext(ctx, "unix", "/proc/"+strconv.Itoa(pid)+"/root"+envd.Socket)
-	}
 	r, err := inroot.Open("/proc/" + strconv.Itoa(pid) + "/root")
 	if err != nil {
 		return nil, err
