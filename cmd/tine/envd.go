@@ -15,6 +15,7 @@ import (
 func newEnvdCommand() *cobra.Command {
 	var socket string
 	var detach bool
+	var home string
 	cmd := &cobra.Command{
 		Use:   "envd [--socket PATH] [--detach]",
 		Short: "Serve E2B's envd API on a unix socket (inside an E2B sandbox of tine serve --e2b)",
@@ -35,19 +36,20 @@ socket accepts connections, so the caller knows envd is serving.`,
 					return fmt.Errorf("inherited listener: %w", err)
 				}
 				f.Close()
-				return envd.Serve(ln)
+				return envd.Serve(ln, home)
 			}
 			ln, err := envd.Listen(socket)
 			if err != nil {
 				return err
 			}
 			if detach {
-				return detachEnvd(ln)
+				return detachEnvd(ln, home)
 			}
-			return envd.Serve(ln)
+			return envd.Serve(ln, home)
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", envd.Socket, "unix socket to serve on")
+	cmd.Flags().StringVar(&home, "home", "", "default working directory and HOME of the commands (made if missing; default envd's $HOME)")
 	cmd.Flags().BoolVar(&detach, "detach", false, "serve from a child in its own session and exit once listening")
 	return cmd
 }
@@ -57,7 +59,7 @@ const inheritedEnv = "TINE_ENVD_INHERITED"
 
 // detachEnvd hands the bound listener to a child in its own session, so
 // the socket accepts connections from the moment this process exits.
-func detachEnvd(ln net.Listener) error {
+func detachEnvd(ln net.Listener, home string) error {
 	f, err := ln.(*net.UnixListener).File()
 	if err != nil {
 		return fmt.Errorf("listener descriptor: %w", err)
@@ -71,7 +73,7 @@ func detachEnvd(ln net.Listener) error {
 		return err
 	}
 	defer null.Close()
-	c := exec.Command(self, "envd", "--socket", ln.Addr().String())
+	c := exec.Command(self, "envd", "--socket", ln.Addr().String(), "--home", home)
 	c.Env = append(os.Environ(), inheritedEnv+"=1")
 	c.Stdin, c.Stdout, c.Stderr = null, null, null
 	c.ExtraFiles = []*os.File{f}

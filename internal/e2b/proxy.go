@@ -83,6 +83,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, port string) 
 		writeError(w, errorFrom(err))
 		return
 	}
+	// The request body is still being forwarded when envd's answer starts
+	// streaming back; without full duplex, net/http closes the body at the
+	// first flush and the forwarding connection dies mid-stream.
+	http.NewResponseController(w).EnableFullDuplex()
 	var failed error
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

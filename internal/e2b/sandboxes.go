@@ -22,6 +22,11 @@ import (
 // EnvdPath is where E2B sandboxes see the tine binary that runs envd.
 const EnvdPath = "/tine/bin/tine"
 
+// Home is the commands' working directory and HOME, E2B's user's home.
+// It lies in the root's writable layer, which pause, fork and snapshots
+// keep (/tmp and /run are tmpfs of the sandbox's own, which they do not).
+const Home = "/home/user"
+
 // clientID is the constant E2B answers in the deprecated, required field.
 const clientID = "6532622b"
 
@@ -140,7 +145,7 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (*template, err
 // connections, so the SDK's first call finds it serving. A sandbox whose
 // envd does not start is destroyed.
 func (s *Server) boot(ctx context.Context, sb *api.Sandbox) error {
-	res, err := s.cfg.Client.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{EnvdPath, "envd", "--detach", "--socket", envd.Socket}, TimeoutMs: 30000})
+	res, err := s.cfg.Client.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{EnvdPath, "envd", "--detach", "--socket", envd.Socket, "--home", Home}, TimeoutMs: 30000})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("envd exited %d (%s): %s", res.ExitCode, res.Reason, res.Stderr)
 	}

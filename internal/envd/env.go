@@ -16,8 +16,17 @@ type environment struct {
 	workDir string
 }
 
-func newEnvironment() *environment {
+// newEnvironment's working directory is home when given (made if
+// missing, and HOME for the commands), else $HOME, else /.
+func newEnvironment(home string) *environment {
 	e := &environment{vars: map[string]string{}}
+	if home != "" {
+		if err := os.MkdirAll(home, 0o755); err == nil {
+			e.workDir = home
+			e.vars["HOME"] = home
+			return e
+		}
+	}
 	if home, err := os.UserHomeDir(); err == nil {
 		if st, err := os.Stat(home); err == nil && st.IsDir() {
 			e.workDir = home
@@ -65,7 +74,13 @@ func (e *environment) workdir() string {
 // home.
 func (e *environment) resolve(p string) string {
 	if rest, ok := strings.CutPrefix(p, "~"); ok && (rest == "" || rest[0] == '/') {
-		if home, err := os.UserHomeDir(); err == nil {
+		e.mu.Lock()
+		home := e.vars["HOME"]
+		e.mu.Unlock()
+		if home == "" {
+			home, _ = os.UserHomeDir()
+		}
+		if home != "" {
 			return filepath.Join(home, rest)
 		}
 		p = strings.TrimPrefix(rest, "/")

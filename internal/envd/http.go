@@ -193,7 +193,10 @@ func (e *environment) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			target := query
 			if target == "" {
-				target = part.FileName()
+				// The SDK names the part by the whole target path;
+				// Part.FileName would keep only its base name.
+				_, disp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				target = disp["filename"]
 			}
 			if !write(target, part) {
 				return

@@ -41,9 +41,10 @@ func (jsonCodec) Unmarshal(b []byte, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// Handler serves envd's API.
-func Handler() http.Handler {
-	env := newEnvironment()
+// Handler serves envd's API; home is the commands' default working
+// directory and HOME ("" for envd's own).
+func Handler(home string) http.Handler {
+	env := newEnvironment(home)
 	procs := &processes{env: env, byPid: map[uint32]*process{}}
 	files := &filesystem{env: env, watchers: map[string]*watcher{}}
 	opt := connect.WithCodec(jsonCodec{})
@@ -92,7 +93,7 @@ func Listen(path string) (net.Listener, error) {
 }
 
 // Serve answers on ln until it fails.
-func Serve(ln net.Listener) error {
-	srv := &http.Server{Handler: Handler(), ReadHeaderTimeout: 30 * time.Second}
+func Serve(ln net.Listener, home string) error {
+	srv := &http.Server{Handler: Handler(home), ReadHeaderTimeout: 30 * time.Second}
 	return srv.Serve(ln)
 }

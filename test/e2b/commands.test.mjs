@@ -12,7 +12,7 @@ before(async () => {
 after(async () => sbx && (await sbx.kill()))
 
 test('foreground: output, exit code 0, bash -l -c semantics', async () => {
-  const r = await sbx.commands.run('echo out; echo err >&2; echo "$0 $BASH_VERSION" | cut -c1-4')
+  const r = await sbx.commands.run('echo out; echo err >&2; echo "${0##*/}"')
   assert.equal(r.exitCode, 0)
   assert.equal(r.stdout, 'out\nbash\n')
   assert.equal(r.stderr, 'err\n')
@@ -36,6 +36,12 @@ test('streaming callbacks get the output as it is written', async () => {
   assert.equal(seen.filter(([k]) => k === 'out').map(([, d]) => d).join(''), 'o1\no2\no3\n')
   assert.equal(seen.filter(([k]) => k === 'err').map(([, d]) => d).join(''), 'e1\ne2\ne3\n')
   assert.equal(r.stdout, 'o1\no2\no3\n')
+})
+
+test('the default working directory is E2B\'s home, kept by pause and fork', async () => {
+  assert.equal((await sbx.commands.run('pwd; echo $HOME')).stdout, '/home/user\n/home/user\n')
+  await sbx.files.write('relative.txt', 'here')
+  assert.equal(await sbx.files.read('/home/user/relative.txt'), 'here')
 })
 
 test('envs and cwd', async () => {

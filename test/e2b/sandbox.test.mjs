@@ -61,7 +61,7 @@ test('setTimeout moves the end; an expired sandbox is killed', async () => {
 test('pause keeps the files, connect resumes under the same id', async () => {
   const sbx = await Sandbox.create()
   inTine(sbx.sandboxId)
-  await sbx.files.write('/tmp/kept.txt', 'before pause')
+  await sbx.files.write('/home/user/kept.txt', 'before pause')
   assert.equal(await sbx.pause(), true)
   notInTine(sbx.sandboxId) // no processes, no budget while paused
   assert.equal((await sbx.getInfo()).state, 'paused')
@@ -71,24 +71,24 @@ test('pause keeps the files, connect resumes under the same id', async () => {
   assert.equal(again.sandboxId, sbx.sandboxId)
   assert.equal(tineIds().filter((id) => !before.has(id)).length, 1, 'resume made one new tine sandbox')
   assert.equal((await again.getInfo()).state, 'running')
-  assert.equal(await again.files.read('/tmp/kept.txt'), 'before pause')
+  assert.equal(await again.files.read('/home/user/kept.txt'), 'before pause')
   await again.kill()
 })
 
 test('fork copies the files into new sandboxes; the source runs on', async () => {
   const sbx = await Sandbox.create()
   try {
-    await sbx.files.write('/tmp/lineage.txt', 'from the source')
+    await sbx.files.write('/home/user/lineage.txt', 'from the source')
     const forks = await sbx.fork({ count: 2 })
     assert.equal(forks.length, 2)
     for (const f of forks) {
       assert.ok(f instanceof Sandbox, String(f))
       inTine(f.sandboxId)
       assert.notEqual(f.sandboxId, sbx.sandboxId)
-      assert.equal(await f.files.read('/tmp/lineage.txt'), 'from the source')
-      await f.files.write('/tmp/lineage.txt', 'changed in a fork')
+      assert.equal(await f.files.read('/home/user/lineage.txt'), 'from the source')
+      await f.files.write('/home/user/lineage.txt', 'changed in a fork')
     }
-    assert.equal(await sbx.files.read('/tmp/lineage.txt'), 'from the source')
+    assert.equal(await sbx.files.read('/home/user/lineage.txt'), 'from the source')
     for (const f of forks) await f.kill()
   } finally {
     await sbx.kill()
@@ -97,14 +97,14 @@ test('fork copies the files into new sandboxes; the source runs on', async () =>
 
 test('a snapshot is a template: create from it, list it, delete it', async () => {
   const sbx = await Sandbox.create()
-  await sbx.files.write('/tmp/golden.txt', 'golden')
+  await sbx.files.write('/home/user/golden.txt', 'golden')
   const snap = await sbx.createSnapshot({ name: `golden-${Date.now()}` })
   assert.ok(snap.snapshotId)
   const listed = await sbx.listSnapshots().nextItems()
   assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), JSON.stringify(listed))
   const child = await Sandbox.create(snap.snapshotId)
   inTine(child.sandboxId)
-  assert.equal(await child.files.read('/tmp/golden.txt'), 'golden')
+  assert.equal(await child.files.read('/home/user/golden.txt'), 'golden')
   await child.kill()
   await sbx.kill()
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
