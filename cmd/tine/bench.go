@@ -141,6 +141,7 @@ forks per request. The target: at least 1000 requests/s.`,
 			}),
 		newDensityCommand(),
 		newSoakCommand(),
+		newE2BBenchCommand(),
 	)
 	return cmd
 }
