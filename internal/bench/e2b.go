@@ -271,7 +271,9 @@ func p50p95p99(ss []sample) string {
 		return "no successful run"
 	}
 	slices.Sort(lat)
-	at := func(q float64) float64 { return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000 }
+	at := func(q float64) float64 {
+		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
+	}
 	return fmt.Sprintf("%.1f / %.1f / %.1f (n=%d)", at(0.50), at(0.95), at(0.99), len(lat))
 }
 
