@@ -167,15 +167,25 @@ func runServe(f serveFlags) error {
 		return err
 	}
 	cfg.Functions = fns
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	if f.e2b.addr != "" {
 		stopE2B, err := startE2B(f, cfg.DefaultMemoryBytes, log)
 		if err != nil {
 			fns.Close()
 			return err
 		}
-		defer stopE2B()
+		// The E2B layer stops first, while the daemon still answers, so it
+		// can delete its sandboxes' pause snapshots.
+		e2bCtx := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-e2bCtx.Done()
+			stopE2B()
+			cancel()
+		}()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	return server.Run(ctx, cfg, l)
 }
