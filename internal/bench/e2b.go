@@ -57,17 +57,33 @@ func (d *Daemon) e2bEndpoint() (addr, key string, err error) {
 
 // e2bDriver is the node process running the SDK, one step per request.
 type e2bNode struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	stuck error // a step that never answered: the driver is out of step
 }
 
+// stepTimeout bounds one step: a step that hangs is a failure to report,
+// not a suite that never ends.
+const stepTimeout = time.Minute
+
 func (n *e2bNode) step(name string) (time.Duration, error) {
+	if n.stuck != nil {
+		return 0, n.stuck
+	}
 	if _, err := fmt.Fprintln(n.in, name); err != nil {
 		return 0, err
 	}
-	if !n.out.Scan() {
-		return 0, fmt.Errorf("the SDK driver ended: %v", n.out.Err())
+	got := make(chan bool, 1)
+	go func() { got <- n.out.Scan() }()
+	select {
+	case ok := <-got:
+		if !ok {
+			return 0, fmt.Errorf("the SDK driver ended: %v", n.out.Err())
+		}
+	case <-time.After(stepTimeout):
+		n.stuck = fmt.Errorf("the SDK's %s step did not answer in %v", name, stepTimeout)
+		return 0, n.stuck
 	}
 	var a struct {
 		Ms    float64 `json:"ms"`
@@ -115,7 +131,7 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 	g := NewGuard(runtime.NumCPU())
 	r, before := newSeriesReport("e2b", g)
 	c := d.Client
-	hc := &http.Client{}
+	hc := &http.Client{Timeout: stepTimeout}
 	rest := func() (time.Duration, error) {
 		t0 := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v2/sandboxes", strings.NewReader(`{"templateID":"base"}`))
@@ -139,6 +155,8 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 		return lat, nil
 	}
 	ownTTI := func() (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
 		t0 := time.Now()
 		sb, err := c.Create(ctx, &api.SandboxSpec{})
 		if err != nil {
@@ -170,6 +188,9 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 			v := (i + k) % len(tti)
 			lat, err := tti[v].run()
 			samples[v] = append(samples[v], sample{latency: lat, err: err})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench e2b: %s: %v\n", tti[v].name, err)
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

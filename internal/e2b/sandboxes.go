@@ -51,7 +51,9 @@ type box struct {
 	resume   bool // auto-resume on traffic
 	started  time.Time
 
-	mu        sync.Mutex // held across lifecycle changes (pause, resume, kill)
+	// mu is held across lifecycle changes (pause, resume, kill); when
+	// both are taken, it comes before Server.mu.
+	mu        sync.Mutex
 	state     string
 	tineID    string // the running tine sandbox, "" while paused
 	pid       int
@@ -351,16 +353,16 @@ func (s *Server) expireLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			s.mu.Lock()
+			// Lock order is a box's mu, then the server's (kill takes them
+			// so): the boxes are listed first, then each is looked at.
 			var due []*box
-			for _, b := range s.boxes {
+			for _, b := range s.sorted() {
 				b.mu.Lock()
 				if b.state == stateRunning && now.After(b.endAt) {
 					due = append(due, b)
 				}
 				b.mu.Unlock()
 			}
-			s.mu.Unlock()
 			for _, b := range due {
 				var err error
 				if b.onPause {
