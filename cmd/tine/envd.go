@@ -16,15 +16,17 @@ func newEnvdCommand() *cobra.Command {
 	var socket string
 	var detach bool
 	var home string
+	var ready bool
 	cmd := &cobra.Command{
 		Use:   "envd [--socket PATH] [--detach]",
 		Short: "Serve E2B's envd API on a unix socket (inside an E2B sandbox of tine serve --e2b)",
 		Long: `envd serves the process and filesystem services of E2B's in-sandbox agent
 (Connect-RPC, JSON) and its /files, /health, /envs and /init routes on a
 unix socket, reporting envd version ` + envd.Version + `. tine serve --e2b starts it
-inside every E2B sandbox and proxies the SDKs' sandbox traffic to it. With
---detach it listens, starts the server in its own session and exits once the
-socket accepts connections, so the caller knows envd is serving.`,
+inside every E2B sandbox (with --ready, on an exec stream it holds for the
+sandbox's life) and proxies the SDKs' sandbox traffic to it. With --ready it
+prints a line once the socket accepts connections; with --detach it instead
+hands the socket to a child in its own session and exits then.`,
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -45,11 +47,15 @@ socket accepts connections, so the caller knows envd is serving.`,
 			if detach {
 				return detachEnvd(ln, home)
 			}
+			if ready {
+				fmt.Println(envd.ReadyLine)
+			}
 			return envd.Serve(ln, home)
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", envd.Socket, "unix socket to serve on")
 	cmd.Flags().StringVar(&home, "home", "", "default working directory and HOME of the commands (made if missing; default envd's $HOME)")
+	cmd.Flags().BoolVar(&ready, "ready", false, `print "`+envd.ReadyLine+`" on stdout once the socket accepts connections`)
 	cmd.Flags().BoolVar(&detach, "detach", false, "serve from a child in its own session and exit once listening")
 	return cmd
 }

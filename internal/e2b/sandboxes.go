@@ -1,15 +1,18 @@
 package e2b
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,17 +147,49 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (*template, err
 }
 
 // boot starts envd in a fresh tine sandbox and returns once it accepts
-// connections, so the SDK's first call finds it serving. A sandbox whose
-// envd does not start is destroyed.
+// connections, so the SDK's first call finds it serving. envd runs on an
+// exec stream held for the sandbox's life (one start of the binary; a
+// detached envd would start it twice); the stream ends with the sandbox.
+// A sandbox whose envd does not start is destroyed.
 func (s *Server) boot(ctx context.Context, sb *api.Sandbox) error {
-	res, err := s.cfg.Client.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{EnvdPath, "envd", "--detach", "--socket", envd.Socket, "--home", Home}, TimeoutMs: 30000})
-	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("envd exited %d (%s): %s", res.ExitCode, res.Reason, res.Stderr)
-	}
+	err := s.startEnvd(ctx, sb.ID)
 	if err != nil {
 		s.cfg.Client.Delete(context.WithoutCancel(ctx), sb.ID)
 		return fmt.Errorf("start envd in sandbox %s: %w", sb.ID, err)
 	}
+	return nil
+}
+
+func (s *Server) startEnvd(ctx context.Context, id string) error {
+	st, err := s.cfg.Client.ExecStream(ctx, id, &api.ExecRequest{Argv: []string{EnvdPath, "envd", "--ready", "--socket", envd.Socket, "--home", Home}})
+	if err != nil {
+		return err
+	}
+	go io.Copy(io.Discard, st.Stderr) // envd's own log: nobody reads it yet
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(st.Stdout).ReadString('\n')
+		if err == nil && strings.TrimSpace(line) != envd.ReadyLine {
+			err = fmt.Errorf("unexpected first line %q", line)
+		}
+		ready <- err
+		io.Copy(io.Discard, st.Stdout)
+	}()
+	select {
+	case err = <-ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-time.After(30 * time.Second):
+		err = errors.New("envd did not get ready in 30 s")
+	}
+	if err != nil {
+		st.Close()
+		if exit, werr := st.Wait(); werr == nil && exit != nil {
+			err = fmt.Errorf("%w (envd exited %d, %s)", err, exit.ExitCode, exit.Reason)
+		}
+		return err
+	}
+	go st.Wait()
 	return nil
 }
 

@@ -28,6 +28,10 @@ const Version = "0.5.7"
 // own tmpfs).
 const Socket = "/run/tine-envd.sock"
 
+// ReadyLine is what `tine envd --ready` prints once its socket accepts
+// connections.
+const ReadyLine = "envd ready"
+
 // jsonCodec is proto3 JSON over this package's plain structs: the SDKs
 // use the JSON encoding only, so no generated protobuf code is needed.
 type jsonCodec struct{}

@@ -2,7 +2,7 @@
 import test, { before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, CommandExitError } from 'e2b'
-import { inTine } from './lib.mjs'
+import { inTine, eventually } from './lib.mjs'
 
 let sbx
 before(async () => {
@@ -74,6 +74,8 @@ test('a pty: a real terminal, input, resize', async () => {
   const dec = new TextDecoder()
   const pty = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => (out += dec.decode(d)) })
   await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('tty; stty size\n'))
+  // Resize only once the shell answered at the first size.
+  await eventually('the first stty size', () => /30 100/.test(out))
   await sbx.pty.resize(pty.pid, { cols: 120, rows: 40 })
   await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('stty size; exit 0\n'))
   await pty.wait()
