@@ -116,7 +116,11 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 	if err := os.WriteFile(script, e2bDriver, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "node", script)
+	node := filepath.Join(o.SDKDir, "node_modules", ".bin", "node") // pinned with the SDK
+	if _, err := os.Stat(node); err != nil {
+		node = "node"
+	}
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Env = append(os.Environ(), "E2B_SDK_ENTRY="+entry, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+key)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -125,7 +129,7 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start node: %w", err)
 	}
-	node := &e2bNode{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	driver := &e2bNode{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
 	defer func() { in.Close(); cmd.Wait() }()
 
 	g := NewGuard(runtime.NumCPU())
@@ -171,7 +175,7 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 		name string
 		run  func() (time.Duration, error)
 	}{
-		{"E2B SDK: Sandbox.create → commands.run('true') answered", func() (time.Duration, error) { return node.step("tti") }},
+		{"E2B SDK: Sandbox.create → commands.run('true') answered", func() (time.Duration, error) { return driver.step("tti") }},
 		{"tine Go client: create → exec true answered", ownTTI},
 		{"E2B REST create alone (plain HTTP; envd started in it)", rest},
 	}
@@ -216,7 +220,7 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 		name string
 		run  func() (time.Duration, error)
 	}{
-		{"E2B SDK: commands.run('true') (bash -l -c, through envd)", func() (time.Duration, error) { return node.step("run") }},
+		{"E2B SDK: commands.run('true') (bash -l -c, through envd)", func() (time.Duration, error) { return driver.step("run") }},
 		{"tine Go client: exec true (JSON)", func() (time.Duration, error) {
 			t0 := time.Now()
 			_, err := c.Exec(ctx, own.ID, &api.ExecRequest{Argv: []string{"true"}})

@@ -1,7 +1,7 @@
 // Package e2b_test drives a real daemon's E2B surface (tine serve --e2b)
 // with the real, unmodified npm SDKs (e2b 2.51.0 and 2.50.0,
 // @modelcontextprotocol/sdk), installed from package-lock.json by make deps
-// (npm ci), pointed at tine only by E2B_API_URL, E2B_SANDBOX_URL and
+// (npm ci) with the node they need, pointed at tine only by E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY; and checks the surface's walls with plain HTTP.
 package e2b_test
 
@@ -100,26 +100,29 @@ func startDaemon(t *testing.T) *daemon {
 	return d
 }
 
-// nodeModules is test/e2b/node_modules, which make deps fills (npm ci);
-// without it the SDK tests skip, or fail where CI promises node.
-func nodeModules(t *testing.T) string {
+// nodeModules is test/e2b/node_modules, which make deps fills (npm ci),
+// and the node there (pinned: e2b needs node >= 20.18.1, Debian 12 has
+// 18); without them the SDK tests skip, or fail where CI promises node.
+func nodeModules(t *testing.T) (dir, node string) {
 	t.Helper()
-	require.Binary(t, "node")
-	dir, _ := filepath.Abs("node_modules")
-	if _, err := os.Stat(filepath.Join(dir, "e2b", "package.json")); err != nil {
-		msg := "needs the npm SDKs in test/e2b/node_modules: run make deps (npm ci --prefix test/e2b)"
+	dir, _ = filepath.Abs("node_modules")
+	node = filepath.Join(dir, ".bin", "node")
+	_, errSDK := os.Stat(filepath.Join(dir, "e2b", "package.json"))
+	_, errNode := os.Stat(node)
+	if errSDK != nil || errNode != nil {
+		msg := "needs the npm SDKs and node in test/e2b/node_modules: run make deps (npm ci --prefix test/e2b)"
 		if strings.Contains(os.Getenv(require.StrictEnv), "bin:node") {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	return dir
+	return dir, node
 }
 
 // TestSDK runs each test program under node's test runner against one
 // daemon.
 func TestSDK(t *testing.T) {
-	nodeModules(t)
+	_, node := nodeModules(t)
 	d := startDaemon(t)
 	files, _ := filepath.Glob("*.test.mjs")
 	if len(files) == 0 {
@@ -129,7 +132,7 @@ func TestSDK(t *testing.T) {
 		t.Run(strings.TrimSuffix(f, ".test.mjs"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", f)
+			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", f)
 			cmd.Env = append(os.Environ(),
 				"E2B_API_URL=http://"+d.addr, "E2B_SANDBOX_URL=http://"+d.addr, "E2B_API_KEY="+d.key,
 				"TINE_BIN="+tineBin, "TINE_SOCKET="+d.sock)
