@@ -388,29 +388,33 @@ func (s *Server) expireLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			// Lock order is a box's mu, then the server's (kill takes them
-			// so): the boxes are listed first, then each is looked at.
-			var due []*box
-			for _, b := range s.sorted() {
-				b.mu.Lock()
-				if b.state == stateRunning && now.After(b.endAt) {
-					due = append(due, b)
-				}
-				b.mu.Unlock()
-			}
-			for _, b := range due {
-				var err error
-				if b.onPause {
-					err = s.pause(ctx, b, false)
-				} else {
-					err = s.kill(ctx, b)
-				}
-				if err != nil {
-					s.log.Warn("e2b: timeout action failed", "sandbox", b.id, "pause", b.onPause, "err", err)
-				} else {
-					s.log.Info("e2b: sandbox timed out", "sandbox", b.id, "paused", b.onPause)
-				}
-			}
+			s.expire(ctx, now)
+		}
+	}
+}
+
+func (s *Server) expire(ctx context.Context, now time.Time) {
+	// Lock order is a box's mu, then the server's (kill takes them so):
+	// the boxes are listed first, then each is looked at.
+	var due []*box
+	for _, b := range s.sorted() {
+		b.mu.Lock()
+		if b.state == stateRunning && now.After(b.endAt) {
+			due = append(due, b)
+		}
+		b.mu.Unlock()
+	}
+	for _, b := range due {
+		var err error
+		if b.onPause {
+			err = s.pause(ctx, b, false)
+		} else {
+			err = s.kill(ctx, b)
+		}
+		if err != nil {
+			s.log.Warn("e2b: timeout action failed", "sandbox", b.id, "pause", b.onPause, "err", err)
+		} else {
+			s.log.Info("e2b: sandbox timed out", "sandbox", b.id, "paused", b.onPause)
 		}
 	}
 }
