@@ -396,14 +396,16 @@ func (s *Server) expireLoop(ctx context.Context) {
 func (s *Server) expire(ctx context.Context, now time.Time) {
 	// Lock order is a box's mu, then the server's (kill takes them so):
 	// the boxes are listed first, then each is looked at.
+	s.mu.Lock()
 	var due []*box
-	for _, b := range s.sorted() {
+	for _, b := range s.boxes {
 		b.mu.Lock()
 		if b.state == stateRunning && now.After(b.endAt) {
 			due = append(due, b)
 		}
 		b.mu.Unlock()
 	}
+	s.mu.Unlock()
 	for _, b := range due {
 		var err error
 		if b.onPause {
