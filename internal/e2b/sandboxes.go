@@ -396,16 +396,14 @@ func (s *Server) expireLoop(ctx context.Context) {
 func (s *Server) expire(ctx context.Context, now time.Time) {
 	// Lock order is a box's mu, then the server's (kill takes them so):
 	// the boxes are listed first, then each is looked at.
-	s.mu.Lock()
 	var due []*box
-	for _, b := range s.boxes {
+	for _, b := range s.sorted() {
 		b.mu.Lock()
 		if b.state == stateRunning && now.After(b.endAt) {
 			due = append(due, b)
 		}
 		b.mu.Unlock()
 	}
-	s.mu.Unlock()
 	for _, b := range due {
 		var err error
 		if b.onPause {
