@@ -83,3 +83,16 @@ test('a pty: a real terminal, input, resize', async () => {
   assert.match(out, /30 100/)
   assert.match(out, /40 120/)
 })
+
+test('a server in the sandbox is reached through its port (E2b-Sandbox-Port)', async () => {
+  await sbx.files.write('/home/user/site/index.html', 'served from the sandbox')
+  const server = await sbx.commands.run('python3 -m http.server 8000 --bind 127.0.0.1', { background: true, cwd: '/home/user/site' })
+  const get = (port) => fetch(new URL('/index.html', process.env.E2B_SANDBOX_URL), {
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(port) },
+  })
+  await eventually('the server answers', async () => (await get(8000)).status === 200)
+  assert.equal(await (await get(8000)).text(), 'served from the sandbox')
+  // Nothing listens on the code interpreter's port (not built yet): 502.
+  assert.equal((await get(49999)).status, 502)
+  await server.kill()
+})
