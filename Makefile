@@ -44,6 +44,10 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	$(GO) mod download
+	@# The E2B and MCP SDKs test/e2b drives, pinned by its package-lock.json
+	@# (npm is Debian's own package; NodeSource's nodejs bundles it).
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	npm ci --prefix test/e2b --no-audit --no-fund --loglevel=error
 
 # criu >= 4.1 for the memory snapshot tier: Debian 12's own 3.17 fails on
 # kernels >= 6.13, so scripts/install-criu fetches Debian 13's into

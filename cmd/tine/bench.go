@@ -191,6 +191,7 @@ the same-run fork floor rate.`,
 		newDensityCommand(),
 		newSoakCommand(),
 		newBenchAllCommand(),
+		newE2BBenchCommand(),
 	)
 	return cmd
 }

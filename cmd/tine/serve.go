@@ -26,6 +26,7 @@ type serveFlags struct {
 	maxMemory, defaultMemory           string
 	defaultPids                        int64
 	logJSON, debug                     bool
+	e2b                                e2bFlags
 }
 
 func newServeCommand() *cobra.Command {
@@ -67,12 +68,19 @@ are kept on a filesystem of their own (a sparse ext4 image,
 runs) when the state directory shares the root filesystem, since overlayfs
 cannot stack a layer that lies inside the host's root over it.
 
+With --e2b ADDR it also speaks E2B's API on that TCP address (docs/e2b.md):
+the E2B SDKs work unchanged with E2B_API_URL=E2B_SANDBOX_URL=http://ADDR and
+E2B_API_KEY set to the key in <data-dir>/e2b-key (generated, mode 0600) or
+given with --e2b-key; MCP clients connect to http://ADDR/v1/mcp with the same
+key.
+
 Sandboxes die with the daemon. At start it reaps what a killed daemon left
 (cgroups; processes and mounts die with their sandboxes' PID 1s); it does not
 re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 		Example: `  tine serve
   tine serve --socket /tmp/tine.sock --max-sandboxes 20 --max-memory 8g
-  tine serve --listen 127.0.0.1:7070 --log-json`,
+  tine serve --listen 127.0.0.1:7070 --log-json
+  tine serve --e2b 127.0.0.1:3000`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
@@ -98,6 +106,9 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
 	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.StringVar(&f.osworldHost, "osworld-host", "127.0.0.1", "address the OSWorld APIs of desktops made with --osworld are published on (a port each)")
+	fl.StringVar(&f.e2b.addr, "e2b", "", "also serve E2B's API (and MCP at /v1/mcp) on this TCP address, e.g. 127.0.0.1:3000")
+	fl.StringVar(&f.e2b.key, "e2b-key", "", "the E2B API key, e2b_<hex> (default: <data-dir>/e2b-key, generated)")
+	fl.StringVar(&f.e2b.domain, "e2b-domain", "", "domain the E2B API returns and routes {port}-{id}.<domain> Hosts for (wildcard DNS and TLS in front)")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fl.BoolVar(&f.debug, "debug", false, "log every request")
 	return cmd
@@ -153,6 +164,9 @@ func runServe(f serveFlags) error {
 	} else if f.tokenFile != "" {
 		return usageError{"--token-file is for --listen; the unix socket is guarded by its file mode"}
 	}
+	if f.e2b.addr == "" && (f.e2b.key != "" || f.e2b.domain != "") {
+		return usageError{"--e2b-key and --e2b-domain are for --e2b ADDR"}
+	}
 	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload})
 	if err != nil {
 		return err
@@ -160,5 +174,23 @@ func runServe(f serveFlags) error {
 	cfg.Functions = fns
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if f.e2b.addr != "" {
+		stopE2B, err := startE2B(f, cfg.DefaultMemoryBytes, log)
+		if err != nil {
+			fns.Close()
+			return err
+		}
+		// The E2B layer stops first, while the daemon still answers, so it
+		// can delete its sandboxes' pause snapshots.
+		e2bCtx := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-e2bCtx.Done()
+			stopE2B()
+			cancel()
+		}()
+	}
 	return server.Run(ctx, cfg, l)
 }
