@@ -1,0 +1,492 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/tine-run/tine/internal/kernel/osthread"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of a daemon's network.
+const (
+	DefaultName = "tine"
+	DefaultPool = "10.201.0.0/16"
+)
+
+// ErrInUse means another live daemon holds the network name.
+var ErrInUse = errors.New("network name in use")
+
+// ErrUnavailable means the host cannot give sandboxes egress.
+var ErrUnavailable = errors.New("egress networking unavailable")
+
+// Config is a daemon's network.
+type Config struct {
+	// Name scopes everything the daemon creates: the nftables table
+	// inet tine_<name>, the links <name>-gw and <name>-<n>. 1 to 6
+	// lower-case letters or digits; daemons on one host need distinct names.
+	Name string
+	// Pool is the sandboxes' IPv4 range; its first address is the
+	// gateway and resolver. Daemons on one host need distinct pools.
+	Pool netip.Prefix
+	// Upstream is the server (host:port) tine's resolver asks for the
+	// names a policy allows (default: the host's first nameserver).
+	Upstream string
+	// Dir is where the sandboxes' resolv.conf is written.
+	Dir    string
+	Logger *slog.Logger
+}
+
+var validName = regexp.MustCompile(`^[a-z0-9]{1,6}$`)
+
+// Validate checks the config and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if !validName.MatchString(c.Name) {
+		return fmt.Errorf("%w: network name %q: want 1 to 6 lower-case letters or digits (it prefixes interface names, which have at most 15 characters)", ErrInvalid, c.Name)
+	}
+	if !c.Pool.IsValid() {
+		c.Pool = netip.MustParsePrefix(DefaultPool)
+	}
+	if !c.Pool.Addr().Is4() || c.Pool.Bits() > 29 || c.Pool.Bits() < 8 {
+		return fmt.Errorf("%w: address pool %s: want an IPv4 range from /8 to /29", ErrInvalid, c.Pool)
+	}
+	c.Pool = c.Pool.Masked()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Manager gives sandboxes their networks. The host side (the gateway
+// link, the nftables table, the resolver) is made at the first egress
+// sandbox, after what a dead daemon of the same name left is reaped.
+type Manager struct {
+	cfg Config
+
+	mu       sync.Mutex
+	ready    bool
+	gw       netip.Addr
+	prefix   string // of the host-side veths
+	table    *nftTable
+	resolver *resolver
+	used     map[int]*Attachment // by index in the pool
+	byAddr   map[netip.Addr]*Attachment
+	refused  []netip.Prefix
+	closed   bool
+}
+
+// NewManager returns a manager; nothing is created until the first
+// egress sandbox.
+func NewManager(cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	gw := cfg.Pool.Addr().Next()
+	return &Manager{cfg: cfg, gw: gw, prefix: cfg.Name + "-", used: map[int]*Attachment{}, byAddr: map[netip.Addr]*Attachment{}}, nil
+}
+
+// Gateway is the sandboxes' gateway and resolver address.
+func (m *Manager) Gateway() netip.Addr { return m.gw }
+
+// tableName is the daemon's nftables table.
+func (m *Manager) tableName() string { return "tine_" + m.cfg.Name }
+
+func (m *Manager) gwLink() string { return m.cfg.Name + "-gw" }
+
+// ResolvConf is the resolv.conf egress sandboxes get (bound read-only on
+// /etc/resolv.conf), written at the first egress sandbox.
+func (m *Manager) ResolvConf() string { return filepath.Join(m.cfg.Dir, "net-"+m.cfg.Name+".resolv.conf") }
+
+// Reap removes what a dead daemon of this name left: its nftables table
+// (the kernel drops it with its owner, unless that was older tine), its
+// links and its resolv.conf. ErrInUse when a live daemon holds the name;
+// then nothing is touched.
+func (m *Manager) Reap() (removed []string, err error) {
+	if err := reapTable(m.tableName()); err != nil {
+		return nil, err
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		name := l.Attrs().Name
+		if name != m.gwLink() && !m.isSandboxLink(name) {
+			continue
+		}
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			return removed, fmt.Errorf("remove link %s: %w", name, err)
+		}
+		removed = append(removed, name)
+	}
+	return removed, nil
+}
+
+func (m *Manager) isSandboxLink(name string) bool {
+	n, ok := strings.CutPrefix(name, m.prefix)
+	if !ok {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
+}
+
+// ensure makes the host side at the first egress sandbox.
+func (m *Manager) ensure() (err error) {
+	if m.ready {
+		return nil
+	}
+	if m.closed {
+		return fmt.Errorf("%w: the daemon is shutting down", ErrUnavailable)
+	}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if _, err := m.Reap(); err != nil {
+		return err
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
+		return fmt.Errorf("%w: turn on IP forwarding (net.ipv4.ip_forward): %v", ErrUnavailable, err)
+	}
+	// The gateway address lives on a link of its own, so the resolver can
+	// listen on it before any sandbox exists and after all have gone.
+	gw := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: m.gwLink()}}
+	if err := netlink.LinkAdd(gw); err != nil {
+		return fmt.Errorf("%w: create link %s: %v", ErrUnavailable, m.gwLink(), err)
+	}
+	undo = append(undo, func() { netlink.LinkDel(gw) })
+	if err := netlink.AddrAdd(gw, &netlink.Addr{IPNet: ipnet(netip.PrefixFrom(m.gw, 32))}); err != nil {
+		return fmt.Errorf("%w: address %s on %s: %v", ErrUnavailable, m.gw, m.gwLink(), err)
+	}
+	if err := netlink.LinkSetUp(gw); err != nil {
+		return fmt.Errorf("%w: bring up %s: %v", ErrUnavailable, m.gwLink(), err)
+	}
+	m.refused = append(append([]netip.Prefix{m.cfg.Pool}, alwaysRefused...), hostAddrs()...)
+	if m.table, err = newNFTTable(m.tableName(), m.prefix, m.gw, m.cfg.Pool, nil); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	undo = append(undo, m.table.close)
+	if m.resolver, err = startResolver(m, netip.AddrPortFrom(m.gw, 53), m.cfg.Upstream); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	undo = append(undo, m.resolver.close)
+	if err := os.WriteFile(m.ResolvConf(), []byte("# tine's resolver: it answers the names this sandbox's policy allows\nnameserver "+m.gw.String()+"\noptions edns0\n"), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", m.ResolvConf(), err)
+	}
+	m.ready = true
+	m.cfg.Logger.Info("egress network ready", "name", m.cfg.Name, "pool", m.cfg.Pool, "gateway", m.gw, "upstream", m.resolver.upstream)
+	return nil
+}
+
+// hostAddrs are the host's own IPv4 addresses, refused to sandboxes
+// (they reach the host's INPUT chain anyway; this covers routes through
+// other interfaces too).
+func hostAddrs() []netip.Prefix {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			out = append(out, netip.PrefixFrom(ip, 32))
+		}
+	}
+	return out
+}
+
+// Close removes the host side; sandboxes still attached lose their
+// network.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for _, a := range m.used {
+		m.detachLocked(a)
+	}
+	if !m.ready {
+		return
+	}
+	m.resolver.close()
+	m.table.close()
+	if l, err := netlink.LinkByName(m.gwLink()); err == nil {
+		netlink.LinkDel(l)
+	}
+	os.Remove(m.ResolvConf())
+	m.ready = false
+}
+
+// Attachment is one egress sandbox's network: its namespace, veth pair,
+// address, rules and resolver state.
+type Attachment struct {
+	m      *Manager
+	n      int
+	addr   netip.Addr
+	ifname string
+	ns     *os.File
+	rules  *sandboxRules
+
+	// Guarded by m.mu.
+	policy   Policy
+	resolved map[string][]netip.Addr // answered names, to refill the sets on a policy change
+	detached bool
+}
+
+// NetNS is the sandbox's network namespace (sandbox.Spec.NetNS).
+func (a *Attachment) NetNS() *os.File { return a.ns }
+
+// Addr is the sandbox's address.
+func (a *Attachment) Addr() netip.Addr { return a.addr }
+
+// Policy is the sandbox's egress policy now.
+func (a *Attachment) Policy() Policy {
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	return a.policy
+}
+
+// Attach makes an egress network for a new sandbox under policy p.
+func (m *Manager) Attach(p Policy) (_ *Attachment, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.ensure(); err != nil {
+		return nil, err
+	}
+	n, addr, err := m.allocLocked()
+	if err != nil {
+		return nil, err
+	}
+	a := &Attachment{m: m, n: n, addr: addr, ifname: m.prefix + strconv.Itoa(n), policy: p, resolved: map[string][]netip.Addr{}}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if a.ns, err = NewNetNS(true); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { a.ns.Close() })
+	if err := m.plumb(a); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() {
+		if l, err := netlink.LinkByName(a.ifname); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	if a.rules, err = m.table.addSandbox(n, a.ifname, addr, p, m.refused); err != nil {
+		return nil, err
+	}
+	m.used[n], m.byAddr[addr] = a, a
+	return a, nil
+}
+
+// allocLocked takes the lowest free address of the pool after the gateway.
+func (m *Manager) allocLocked() (int, netip.Addr, error) {
+	size := 1 << (32 - m.cfg.Pool.Bits())
+	addr := m.gw
+	for n := 2; n < size-1; n++ {
+		addr = addr.Next()
+		if m.used[n] == nil {
+			return n, addr, nil
+		}
+	}
+	return 0, netip.Addr{}, fmt.Errorf("%w: the address pool %s is used up (%d sandboxes); give the daemon a larger --net-pool", ErrUnavailable, m.cfg.Pool, len(m.used))
+}
+
+// plumb creates the veth pair: the host end with the gateway address
+// pointing at the sandbox's, the sandbox end eth0 with its address, a
+// route to the gateway and a default route through it.
+func (m *Manager) plumb(a *Attachment) error {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a.ifname}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(a.ns.Fd()))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("%w: create veth %s: %v", ErrUnavailable, a.ifname, err)
+	}
+	host, err := netlink.LinkByName(a.ifname)
+	if err != nil {
+		return fmt.Errorf("%w: find veth %s: %v", ErrUnavailable, a.ifname, err)
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipnet(netip.PrefixFrom(m.gw, 32)), Peer: ipnet(netip.PrefixFrom(a.addr, 32))}); err != nil {
+		return fmt.Errorf("%w: address on %s: %v", ErrUnavailable, a.ifname, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return fmt.Errorf("%w: bring up %s: %v", ErrUnavailable, a.ifname, err)
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(int(a.ns.Fd())))
+	if err != nil {
+		return fmt.Errorf("%w: netlink in the sandbox's namespace: %v", ErrUnavailable, err)
+	}
+	defer h.Close()
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("%w: find the sandbox's eth0: %v", ErrUnavailable, err)
+	}
+	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: ipnet(netip.PrefixFrom(a.addr, 32)), Peer: ipnet(netip.PrefixFrom(m.gw, 32))}); err != nil {
+		return fmt.Errorf("%w: the sandbox's address: %v", ErrUnavailable, err)
+	}
+	if err := h.LinkSetUp(eth0); err != nil {
+		return fmt.Errorf("%w: bring up the sandbox's eth0: %v", ErrUnavailable, err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: m.gw.AsSlice()}); err != nil {
+		return fmt.Errorf("%w: the sandbox's default route: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// SetPolicy replaces the sandbox's egress policy at once, in the kernel
+// (also for connections already open) and in the resolver; addresses
+// answered before stay reachable where the new policy still allows their
+// names.
+func (a *Attachment) SetPolicy(p Policy) error {
+	m := a.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.detached {
+		return fmt.Errorf("%w: the sandbox's network is gone", ErrUnavailable)
+	}
+	if err := m.table.setPolicy(a.rules, p, m.refused); err != nil {
+		return err
+	}
+	a.policy = p
+	for name, addrs := range a.resolved {
+		ok, anyPort, ports := p.NamePorts(name)
+		if !ok {
+			delete(a.resolved, name)
+			continue
+		}
+		if err := m.table.allowAddrs(a.rules, addrs, anyPort, ports); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Detach removes the sandbox's network: its rules, resolver state, veth
+// pair and namespace descriptor. Call it after the sandbox is destroyed.
+func (a *Attachment) Detach() error {
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	return a.m.detachLocked(a)
+}
+
+func (m *Manager) detachLocked(a *Attachment) error {
+	if a.detached {
+		return nil
+	}
+	a.detached = true
+	delete(m.used, a.n)
+	delete(m.byAddr, a.addr)
+	var errs []error
+	if err := m.table.removeSandbox(a.rules); err != nil {
+		errs = append(errs, err)
+	}
+	// Removing one end removes the pair.
+	if l, err := netlink.LinkByName(a.ifname); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove veth %s: %w", a.ifname, err))
+		}
+	}
+	a.ns.Close()
+	return errors.Join(errs...)
+}
+
+// answered records that the resolver answered name for the sandbox at
+// addr with addrs, and opens them in its sets before the answer leaves.
+// It returns the addresses the policy lets the answer carry.
+func (m *Manager) answered(src netip.Addr, name string, addrs []netip.Addr) (allowed []netip.Addr, known bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.byAddr[src]
+	if a == nil {
+		return nil, false, nil
+	}
+	ok, anyPort, ports := a.policy.NamePorts(name)
+	if !ok {
+		return nil, true, nil
+	}
+	for _, ip := range addrs {
+		// A name never opens what is always refused (DNS rebinding onto
+		// the host's networks, metadata): only an explicit range does.
+		if refusedFor(m.refused, ip) && !a.policy.ExplicitlyAllows(ip) {
+			continue
+		}
+		allowed = append(allowed, ip)
+	}
+	if err := m.table.allowAddrs(a.rules, allowed, anyPort, ports); err != nil {
+		return nil, true, err
+	}
+	a.resolved[name] = append(a.resolved[name], allowed...)
+	return allowed, true, nil
+}
+
+// nameAllowed says whether the sandbox at src may resolve name; known is
+// false for an address that is no sandbox's.
+func (m *Manager) nameAllowed(src netip.Addr, name string) (ok, known bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.byAddr[src]
+	if a == nil {
+		return false, false
+	}
+	ok, _, _ = a.policy.NamePorts(name)
+	return ok, true
+}
+
+func refusedFor(refused []netip.Prefix, a netip.Addr) bool {
+	for _, p := range refused {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewNetNS creates a network namespace, with lo up when loopback is set
+// (ModeNone has it down), on a throwaway thread so no Go code runs in it.
+func NewNetNS(loopback bool) (f *os.File, err error) {
+	osthread.Throwaway(func() {
+		if err = unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			err = fmt.Errorf("create network namespace: %w", err)
+			return
+		}
+		var fd int
+		if fd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			err = fmt.Errorf("open network namespace: %w", err)
+			return
+		}
+		f = os.NewFile(uintptr(fd), "netns")
+		if loopback {
+			if lo, lerr := netlink.LinkByName("lo"); lerr != nil {
+				err = fmt.Errorf("find lo: %w", lerr)
+			} else if lerr := netlink.LinkSetUp(lo); lerr != nil {
+				err = fmt.Errorf("bring up lo: %w", lerr)
+			}
+			if err != nil {
+				f.Close()
+				f = nil
+			}
+		}
+	})
+	return f, err
+}
