@@ -167,8 +167,9 @@ func (m *Manager) ensure() (err error) {
 		return fmt.Errorf("%w: turn on IP forwarding (net.ipv4.ip_forward): %v", ErrUnavailable, err)
 	}
 	// The gateway address lives on a link of its own, so the resolver can
-	// listen on it before any sandbox exists and after all have gone.
-	gw := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: m.gwLink()}}
+	// listen on it before any sandbox exists and after all have gone: a
+	// bridge without ports (kernels often lack the dummy driver).
+	gw := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: m.gwLink()}}
 	if err := netlink.LinkAdd(gw); err != nil {
 		return fmt.Errorf("%w: create link %s: %v", ErrUnavailable, m.gwLink(), err)
 	}

@@ -158,7 +158,15 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	var netns chan netnsResult
 	if !userns {
 		netns = make(chan netnsResult, 1)
-		go func() { netns <- newNetNS() }()
+		if s.NetNS != nil {
+			fd, err := unix.FcntlInt(s.NetNS.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				err = fmt.Errorf("%w: the network namespace given: %v", ErrSetup, err)
+			}
+			netns <- netnsResult{fd: fd, err: err}
+		} else {
+			go func() { netns <- newNetNS() }()
+		}
 		undo = append(undo, func() {
 			if r := <-netns; r.fd >= 0 {
 				unix.Close(r.fd)

@@ -81,6 +81,10 @@ type Spec struct {
 	// adds unshare of a user, mount, IPC and network namespace and mount to
 	// Seccomp's.
 	Zygote bool
+	// NetNS is a network namespace made ready by internal/network (none:
+	// lo down; egress: a veth to the host), joined instead of a fresh one
+	// with lo up. The caller keeps it open until the sandbox has started.
+	NetNS *os.File
 }
 
 // HostView selects how much of the host's root a sandbox sees.
@@ -202,6 +206,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Zygote && len(s.Args) > 0 {
 		return fmt.Errorf("%w: only a live sandbox can be a zygote", ErrInvalidSpec)
+	}
+	if s.NetNS != nil && s.UserNS {
+		return fmt.Errorf("%w: a network other than loopback needs the host's user namespace: a sandbox in a user namespace of its own cannot join a namespace the host made (drop userns, or use the loopback network)", ErrInvalidSpec)
 	}
 	if len(s.Hostname) > 64 {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)
