@@ -29,6 +29,7 @@ the files API).`,
 func newDesktopCreateCommand() *cobra.Command {
 	var size, memory string
 	var apps []string
+	var net netFlags
 	spec := &api.DesktopSpec{}
 	cmd := &cobra.Command{
 		Use:   "create [--size WxH] [--app CMD]...",
@@ -39,10 +40,14 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&apps, "app", nil, `an app to start: a command name, or a JSON argv like '["xterm","-bg","black"]'`)
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit of the desktop's sandbox (default 1g)")
 	cmd.Flags().BoolVar(&spec.GLX, "glx", false, "give the X server software OpenGL (about 54 MiB more per desktop)")
+	addNetFlags(cmd.Flags(), &net)
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error
 		if spec.Width, spec.Height, err = parseScreen(size); err != nil {
+			return err
+		}
+		if spec.Network, spec.Allow, spec.Deny, spec.Publish, err = net.apply(); err != nil {
 			return err
 		}
 		for _, a := range apps {

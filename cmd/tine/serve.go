@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/tine-run/tine/internal/zygote"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
 )
@@ -25,6 +27,7 @@ type serveFlags struct {
 	maxMemory, defaultMemory           string
 	defaultPids                        int64
 	logJSON, debug                     bool
+	netName, netPool, netUpstream      string
 }
 
 func newServeCommand() *cobra.Command {
@@ -98,6 +101,9 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fl.BoolVar(&f.debug, "debug", false, "log every request")
+	fl.StringVar(&f.netName, "net-name", network.DefaultName, "names what egress networking makes on the host (nftables table inet tine_NAME, links NAME-gw and NAME-N): 1 to 6 lower-case letters or digits, distinct per daemon")
+	fl.StringVar(&f.netPool, "net-pool", network.DefaultPool, "IPv4 range of egress sandboxes' addresses (its first address is their gateway and resolver); distinct per daemon")
+	fl.StringVar(&f.netUpstream, "net-upstream", "", "DNS server (HOST:PORT) tine's resolver asks for the names sandboxes may resolve (default: the host's first nameserver)")
 	return cmd
 }
 
@@ -133,6 +139,14 @@ func runServe(f serveFlags) error {
 		return usageError{fmt.Sprintf("invalid --default-pids %d: want a positive whole number", f.defaultPids)}
 	}
 	cfg.DefaultPids = f.defaultPids
+	pool, err := netip.ParsePrefix(f.netPool)
+	if err != nil {
+		return usageError{fmt.Sprintf("invalid --net-pool %q: want an IPv4 range such as %s", f.netPool, network.DefaultPool)}
+	}
+	cfg.Network = network.Config{Name: f.netName, Pool: pool, Upstream: f.netUpstream, Dir: f.dataDir, Logger: log}
+	if err := cfg.Network.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
 	l := server.Listen{Socket: f.socket, SocketMode: 0o660, TCP: f.listen}
 	if f.listen != "" {
 		if f.tokenFile != "" {

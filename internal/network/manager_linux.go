@@ -67,6 +67,9 @@ func (c *Config) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Dir == "" {
+		c.Dir = "/run/tine"
+	}
 	return nil
 }
 
@@ -108,7 +111,9 @@ func (m *Manager) gwLink() string { return m.cfg.Name + "-gw" }
 
 // ResolvConf is the resolv.conf egress sandboxes get (bound read-only on
 // /etc/resolv.conf), written at the first egress sandbox.
-func (m *Manager) ResolvConf() string { return filepath.Join(m.cfg.Dir, "net-"+m.cfg.Name+".resolv.conf") }
+func (m *Manager) ResolvConf() string {
+	return filepath.Join(m.cfg.Dir, "net-"+m.cfg.Name+".resolv.conf")
+}
 
 // Reap removes what a dead daemon of this name left: its nftables table
 // (the kernel drops it with its owner, unless that was older tine), its
@@ -189,6 +194,9 @@ func (m *Manager) ensure() (err error) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	undo = append(undo, m.resolver.close)
+	if err := os.MkdirAll(m.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", m.cfg.Dir, err)
+	}
 	if err := os.WriteFile(m.ResolvConf(), []byte("# tine's resolver: it answers the names this sandbox's policy allows\nnameserver "+m.gw.String()+"\noptions edns0\n"), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", m.ResolvConf(), err)
 	}
@@ -491,3 +499,6 @@ func NewNetNS(loopback bool) (f *os.File, err error) {
 	})
 	return f, err
 }
+
+// Gateway is the sandbox's gateway and resolver.
+func (a *Attachment) Gateway() netip.Addr { return a.m.gw }

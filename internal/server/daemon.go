@@ -97,6 +97,13 @@ func (s *Server) reapLeftovers() {
 	if err != nil {
 		s.log.Warn("reap leftovers", "err", err)
 	}
+	links, err := s.net.Reap()
+	for _, l := range links {
+		s.log.Info("reaped a dead daemon's network link", "link", l)
+	}
+	if err != nil {
+		s.log.Warn("reap network leftovers", "err", err)
+	}
 }
 
 // ListenUnix listens on a unix socket at path with the given mode. A

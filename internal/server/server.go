@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
 )
@@ -88,6 +89,9 @@ type Config struct {
 	// (default 1m): a client that stops reading loses its stream, and its
 	// command is killed.
 	StreamWriteTimeout time.Duration
+	// Network is the egress network of the daemon's sandboxes (made at the
+	// first egress sandbox; see internal/network).
+	Network network.Config
 }
 
 func (c *Config) setDefaults() error {
@@ -152,6 +156,8 @@ type Server struct {
 	catalogMu sync.Mutex
 	catalog   *snapshot.Catalog
 
+	net *network.Manager
+
 	stop    chan struct{}
 	stopped sync.WaitGroup
 }
@@ -183,6 +189,10 @@ func New(cfg Config) (*Server, error) {
 		if _, err := s.snapshots(); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if s.net, err = network.NewManager(cfg.Network); err != nil {
+		return nil, err
 	}
 	s.metrics = newMetrics(s)
 	s.handler = s.newMux()
@@ -228,6 +238,7 @@ func (s *Server) Close() {
 		s.cfg.Functions.Close()
 	}
 	s.rt.Close()
+	s.net.Close()
 	s.catalogMu.Lock()
 	if s.catalog != nil {
 		s.catalog.Close()
@@ -252,6 +263,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes", s.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", s.deleteSandbox},
+		{"PUT", "/v1/sandboxes/{id}/network", s.setNetwork},
 		{"POST", "/v1/sandboxes/{id}/exec", s.execJSON},
 		{"GET", "/v1/sandboxes/{id}/exec/ws", s.execStream},
 		{"GET", "/v1/sandboxes/{id}/files", s.readFile},

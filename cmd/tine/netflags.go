@@ -1,0 +1,51 @@
+package main
+
+import (
+	"net/netip"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/network"
+)
+
+// netFlags are a sandbox's (or desktop's) network flags.
+type netFlags struct {
+	mode              string
+	allow, deny, pubs []string
+}
+
+const networkUsage = "none (no usable interface), loopback (lo only), or egress (an interface out through the host, under --allow/--deny; docs/network.md)"
+
+func addNetFlags(fl *pflag.FlagSet, f *netFlags) {
+	fl.StringVar(&f.mode, "network", "loopback", networkUsage)
+	fl.StringArrayVar(&f.allow, "allow", nil, "egress: allow HOST, *.DOMAIN, ADDRESS or CIDR, each with an optional :PORT (repeatable; with any, everything else is refused)")
+	fl.StringArrayVar(&f.deny, "deny", nil, "egress: refuse HOST, *.DOMAIN, ADDRESS or CIDR[:PORT] (repeatable)")
+	fl.StringArrayVarP(&f.pubs, "publish", "p", nil, "publish [ADDR:]HOSTPORT:PORT[/tcp|udp] on the host (ADDR default 127.0.0.1, HOSTPORT 0: any; repeatable)")
+}
+
+// apply checks the flags and writes them into the request.
+func (f netFlags) apply() (mode string, allow, deny []string, ports []api.Port, err error) {
+	if _, err := network.ParseMode(f.mode); err != nil {
+		return "", nil, nil, nil, usageError{err.Error()}
+	}
+	if _, err := network.ParsePolicy(f.allow, f.deny); err != nil {
+		return "", nil, nil, nil, usageError{err.Error()}
+	}
+	for _, s := range f.pubs {
+		p, err := network.ParsePort(s)
+		if err != nil {
+			return "", nil, nil, nil, usageError{err.Error()}
+		}
+		ports = append(ports, portToAPI(p))
+	}
+	return f.mode, f.allow, f.deny, ports, nil
+}
+
+func portToAPI(p network.PortSpec) api.Port {
+	ip := ""
+	if p.HostIP != netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
+		ip = p.HostIP.String()
+	}
+	return api.Port{HostIP: ip, HostPort: int(p.HostPort), Port: int(p.Port), Protocol: p.Proto}
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/network"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// boxNet is what a sandbox holds of the network: an egress sandbox's
+// attachment, a none sandbox's namespace, the published ports.
+type boxNet struct {
+	mode  network.Mode
+	att   *network.Attachment
+	ns    *os.File // the namespace published ports dial into
+	specs []network.PortSpec
+	ports []*network.Published
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// checkNetwork checks a request's network fields.
+func checkNetwork(a *api.SandboxSpec) (network.Mode, network.Policy, []network.PortSpec, error) {
+	mode, err := network.ParseMode(a.Network)
+	if err != nil {
+		return "", network.Policy{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	p, err := network.ParsePolicy(a.Allow, a.Deny)
+	if err != nil {
+		return "", network.Policy{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if mode != network.ModeEgress && (len(a.Allow) > 0 || len(a.Deny) > 0) {
+		return "", network.Policy{}, nil, fmt.Errorf("%w: allow and deny rules are an egress policy: they need network \"egress\" (this sandbox's is %q)", ErrInvalidArgument, mode)
+	}
+	var ports []network.PortSpec
+	for _, pt := range a.Publish {
+		s := strconv.Itoa(pt.HostPort) + ":" + strconv.Itoa(pt.Port)
+		if pt.HostIP != "" {
+			s = pt.HostIP + ":" + s
+		}
+		if pt.Protocol != "" {
+			s += "/" + pt.Protocol
+		}
+		ps, err := network.ParsePort(s)
+		if err != nil {
+			return "", network.Policy{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		ports = append(ports, ps)
+	}
+	if mode == network.ModeNone && len(ports) > 0 {
+		return "", network.Policy{}, nil, fmt.Errorf("%w: network \"none\" has no interface to publish a port on; use loopback or egress", ErrInvalidArgument)
+	}
+	return mode, p, ports, nil
+}
+
+// prepareNetwork gives spec the network the request asks for, before the
+// sandbox is made; close undoes it.
+func (s *Server) prepareNetwork(req *api.SandboxSpec, spec *sandbox.Spec) (*boxNet, error) {
+	mode, policy, ports, err := checkNetwork(req)
+	if err != nil {
+		return nil, err
+	}
+	bn := &boxNet{mode: mode, specs: ports}
+	switch mode {
+	case network.ModeNone:
+		if bn.ns, err = network.NewNetNS(false); err != nil {
+			return nil, err
+		}
+		spec.NetNS = bn.ns
+	case network.ModeEgress:
+		if spec.UserNS {
+			return nil, fmt.Errorf("%w: network egress needs the host's user namespace (drop userns)", ErrInvalidArgument)
+		}
+		if bn.att, err = s.net.Attach(policy); err != nil {
+			return nil, err
+		}
+		bn.ns = bn.att.NetNS()
+		spec.NetNS = bn.ns
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: s.net.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})
+	}
+	return bn, nil
+}
+
+// started publishes the ports once the sandbox (PID 1 pid) runs.
+func (bn *boxNet) started(pid int) error {
+	if len(bn.specs) == 0 {
+		return nil
+	}
+	target := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if bn.att != nil {
+		target = bn.att.Addr()
+	}
+	if bn.ns == nil {
+		f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err != nil {
+			return fmt.Errorf("open the sandbox's network namespace: %w", err)
+		}
+		bn.ns = f
+	}
+	for _, ps := range bn.specs {
+		p, err := network.Publish(ps, bn.ns, target)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		bn.ports = append(bn.ports, p)
+	}
+	return nil
+}
+
+// close unpublishes the ports and removes the network; the sandbox is
+// gone by then.
+func (bn *boxNet) close() error {
+	if bn == nil {
+		return nil
+	}
+	bn.closeOnce.Do(func() {
+		for _, p := range bn.ports {
+			p.Close()
+		}
+		if bn.att != nil {
+			bn.closeErr = bn.att.Detach() // closes the namespace
+		} else if bn.ns != nil {
+			bn.ns.Close()
+		}
+	})
+	return bn.closeErr
+}
+
+// info describes the network for the API.
+func (bn *boxNet) info() *api.Network {
+	if bn == nil {
+		return nil
+	}
+	n := &api.Network{Mode: string(bn.mode)}
+	if bn.att != nil {
+		n.Address = bn.att.Addr().String()
+		n.Resolver = bn.att.Gateway().String()
+		n.Allow, n.Deny = bn.att.Policy().Strings()
+	}
+	for _, p := range bn.ports {
+		n.Ports = append(n.Ports, api.Port{HostIP: p.Spec.HostIP.String(), HostPort: int(p.Spec.HostPort), Port: int(p.Spec.Port), Protocol: p.Spec.Proto})
+	}
+	return n
+}
+
+// setNetwork is PUT /v1/sandboxes/{id}/network: a live egress sandbox's
+// new policy, in force when the answer comes.
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
+	var req api.NetworkPolicy
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	b, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	if b.net == nil || b.net.att == nil {
+		return fmt.Errorf("%w: sandbox %s has no egress network: a policy applies to network \"egress\" (create it with one)", ErrConflictState, b.id)
+	}
+	p, err := network.ParsePolicy(req.Allow, req.Deny)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := b.net.att.SetPolicy(p); err != nil {
+		if errors.Is(err, network.ErrUnavailable) {
+			return fmt.Errorf("%w: sandbox %s is being destroyed", ErrNotRunning, b.id)
+		}
+		return err
+	}
+	b.mu.Lock()
+	b.spec.Allow, b.spec.Deny = req.Allow, req.Deny
+	b.mu.Unlock()
+	writeJSON(w, http.StatusOK, b.net.info())
+	return nil
+}
