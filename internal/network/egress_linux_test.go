@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/network/nettest"
 	"github.com/tine-run/tine/internal/require"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/vishvananda/netlink"
@@ -25,17 +26,35 @@ import (
 // host, all in namespaces the test made.
 type testNet struct {
 	m        *Manager
-	dnsHost  *testHost
-	a, b     *testHost
-	metadata *testHost
+	dnsHost  *nettest.Host
+	a, b     *nettest.Host
+	metadata *nettest.Host
 	tag      string
+}
+
+// newHost makes a test host for t's lifetime.
+func newHost(t *testing.T, link string, hostSide, addr netip.Addr) *nettest.Host {
+	t.Helper()
+	h, err := nettest.NewHost(link, hostSide, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
 	require.Root(t)
 	require.Feature(t, "nftables")
-	tag := "t" + randTag(4)
+	tag := "t" + nettest.RandTag(4)
 	pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(200 + rand.IntN(50)), byte(rand.IntN(256)), 0}), 24)
 	sub := byte(rand.IntN(60)) * 4 // a /30 of 203.0.113.0/24 per peer
 	peer := func(i byte) (hostSide, addr netip.Addr) {
@@ -43,21 +62,21 @@ func newTestNet(t *testing.T) *testNet {
 	}
 	tn := &testNet{tag: tag}
 	hs, da := peer(0)
-	tn.dnsHost = newTestHost(t, tag+"d", hs, da)
+	tn.dnsHost = newHost(t, tag+"d", hs, da)
 	hs, aa := peer(1)
-	tn.a = newTestHost(t, tag+"a", hs, aa)
-	tn.b = newTestHost(t, tag+"b", netip.AddrFrom4([4]byte{198, 51, 100, sub + 1}), netip.AddrFrom4([4]byte{198, 51, 100, sub + 2}))
+	tn.a = newHost(t, tag+"a", hs, aa)
+	tn.b = newHost(t, tag+"b", netip.AddrFrom4([4]byte{198, 51, 100, sub + 1}), netip.AddrFrom4([4]byte{198, 51, 100, sub + 2}))
 	// Link-local like cloud metadata (169.254.169.254 itself may be the
 	// real one here: never routed by a test).
-	tn.metadata = newTestHost(t, tag+"m", netip.AddrFrom4([4]byte{169, 254, 77, 1}), netip.MustParseAddr("169.254.77.77"))
-	tn.dnsHost.serveDNS(t, map[string]string{
-		"a.test": tn.a.addr.String(), "b.test": tn.b.addr.String(), "www.b.test": tn.b.addr.String(),
-		"meta.test": tn.metadata.addr.String(), "priv.test": "10.1.2.3",
-	})
-	tn.a.serveHTTP(t, "a")
-	tn.b.serveHTTP(t, "b")
-	tn.metadata.serveHTTP(t, "metadata")
-	m, err := NewManager(Config{Name: tag, Pool: pool, Upstream: tn.dnsHost.addr.String() + ":53", Dir: t.TempDir(),
+	tn.metadata = newHost(t, tag+"m", netip.AddrFrom4([4]byte{169, 254, 77, 1}), netip.MustParseAddr("169.254.77.77"))
+	must(t, tn.dnsHost.ServeDNS(map[string]string{
+		"a.test": tn.a.Addr.String(), "b.test": tn.b.Addr.String(), "www.b.test": tn.b.Addr.String(),
+		"meta.test": tn.metadata.Addr.String(), "priv.test": "10.1.2.3",
+	}))
+	must(t, tn.a.ServeHTTP("a"))
+	must(t, tn.b.ServeHTTP("b"))
+	must(t, tn.metadata.ServeHTTP("metadata"))
+	m, err := NewManager(Config{Name: tag, Pool: pool, Upstream: tn.dnsHost.Addr.String() + ":53", Dir: t.TempDir(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +173,7 @@ func wantFail(t *testing.T, what, out string, code int, wantCode int) {
 func TestEgressAllowlist(t *testing.T) {
 	tn := newTestNet(t)
 	eb := tn.sandbox(t, []string{"a.test", "meta.test", "priv.test"}, nil)
-	aURL, bURL := "http://"+tn.a.addr.String()+"/", "http://"+tn.b.addr.String()+"/"
+	aURL, bURL := "http://"+tn.a.Addr.String()+"/", "http://"+tn.b.Addr.String()+"/"
 	if got := hostGet(t, bURL); got != "hello from b" {
 		t.Fatalf("host to B: %q", got)
 	}
@@ -170,10 +189,10 @@ func TestEgressAllowlist(t *testing.T) {
 
 	// An allowed name whose answer points at a refused range (DNS
 	// rebinding onto metadata or the host's networks) answers nothing.
-	hostGet(t, "http://"+tn.metadata.addr.String()+"/")
+	hostGet(t, "http://"+tn.metadata.Addr.String()+"/")
 	out, code = eb.curl(t, "http://meta.test/")
 	wantFail(t, "an allowed name resolving to link-local", out, code, 6)
-	out, code = eb.curl(t, "http://"+tn.metadata.addr.String()+"/")
+	out, code = eb.curl(t, "http://"+tn.metadata.Addr.String()+"/")
 	wantFail(t, "link-local raw", out, code, 7)
 	out, code = eb.run(t, "getent hosts priv.test")
 	if code == 0 {
@@ -184,7 +203,7 @@ func TestEgressAllowlist(t *testing.T) {
 	ep := tn.sandbox(t, []string{"b.test:81"}, nil)
 	out, code = ep.curl(t, "http://b.test/")
 	wantFail(t, "an allowed name on another port", out, code, 7)
-	if out, code := ep.run(t, "getent hosts b.test"); code != 0 || !strings.Contains(out, tn.b.addr.String()) {
+	if out, code := ep.run(t, "getent hosts b.test"); code != 0 || !strings.Contains(out, tn.b.Addr.String()) {
 		t.Fatalf("b.test:81 is allowed, so b.test resolves: exit %d %q", code, out)
 	}
 }
@@ -205,10 +224,7 @@ func TestEgressRefusesHostSandboxesAndMetadata(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	// A service in the other sandbox: a socket in its namespace.
 	var sln net.Listener
-	(&testHost{ns: other.att.NetNS()}).inNS(t, func() { sln, err = net.Listen("tcp4", ":8080") })
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, nettest.InNS(other.att.NetNS(), func() (err error) { sln, err = net.Listen("tcp4", ":8080"); return err }))
 	ssrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "other sandbox") })}
 	go ssrv.Serve(sln)
 	defer ssrv.Close()
@@ -217,7 +233,7 @@ func TestEgressRefusesHostSandboxesAndMetadata(t *testing.T) {
 	// and raw; the host reaches its service and the other sandbox's.
 	out, code := open.curl(t, "http://b.test/")
 	wantOK(t, "open policy, by name", out, code, "hello from b")
-	out, code = open.curl(t, "http://"+tn.a.addr.String()+"/")
+	out, code = open.curl(t, "http://"+tn.a.Addr.String()+"/")
 	wantOK(t, "open policy, raw address", out, code, "hello from a")
 	for _, a := range []string{tn.m.Gateway().String(), "127.0.0.1"} {
 		if got := hostGet(t, fmt.Sprintf("http://%s:%d/", a, port)); got != "host service" {
@@ -233,7 +249,7 @@ func TestEgressRefusesHostSandboxesAndMetadata(t *testing.T) {
 	targets := map[string]string{
 		"the gateway (the host)": fmt.Sprintf("http://%s:%d/", tn.m.Gateway(), port),
 		"the other sandbox":      fmt.Sprintf("http://%s:8080/", other.att.Addr()),
-		"link-local metadata":    "http://" + tn.metadata.addr.String() + "/",
+		"link-local metadata":    "http://" + tn.metadata.Addr.String() + "/",
 	}
 	for _, a := range hostAddrs() {
 		targets["the host at "+a.Addr().String()] = fmt.Sprintf("http://%s:%d/", a.Addr(), port)
@@ -249,13 +265,13 @@ func TestEgressRefusesHostSandboxesAndMetadata(t *testing.T) {
 func TestEgressLivePolicyChange(t *testing.T) {
 	tn := newTestNet(t)
 	eb := tn.sandbox(t, []string{"a.test"}, nil)
-	aURL := "http://" + tn.a.addr.String() + "/"
+	aURL := "http://" + tn.a.Addr.String() + "/"
 	out, code := eb.curl(t, "http://a.test/")
 	wantOK(t, "before the change", out, code, "hello from a")
 	out, code = eb.curl(t, "http://b.test/")
 	wantFail(t, "b before the change", out, code, 6)
 
-	p, _ := ParsePolicy([]string{"b.test", tn.metadata.addr.String()}, nil)
+	p, _ := ParsePolicy([]string{"b.test", tn.metadata.Addr.String()}, nil)
 	if err := eb.att.SetPolicy(p); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +282,7 @@ func TestEgressLivePolicyChange(t *testing.T) {
 	out, code = eb.curl(t, aURL)
 	wantFail(t, "a's address, answered before the change", out, code, 7)
 	// An explicit range opens even an always-refused address.
-	out, code = eb.curl(t, "http://"+tn.metadata.addr.String()+"/")
+	out, code = eb.curl(t, "http://"+tn.metadata.Addr.String()+"/")
 	wantOK(t, "an explicitly allowed link-local address", out, code, "hello from metadata")
 }
 
