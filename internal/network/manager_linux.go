@@ -89,6 +89,7 @@ type Manager struct {
 	byAddr   map[netip.Addr]*Attachment
 	refused  []netip.Prefix
 	closed   bool
+	lock     int // the name's lock (see takeName), -1 until taken
 }
 
 // NewManager returns a manager; nothing is created until the first
@@ -98,7 +99,30 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	gw := cfg.Pool.Addr().Next()
-	return &Manager{cfg: cfg, gw: gw, prefix: cfg.Name + "-", used: map[int]*Attachment{}, byAddr: map[netip.Addr]*Attachment{}}, nil
+	return &Manager{cfg: cfg, gw: gw, prefix: cfg.Name + "-", used: map[int]*Attachment{}, byAddr: map[netip.Addr]*Attachment{}, lock: -1}, nil
+}
+
+// takeName makes this process the holder of the network's name, for its
+// life: an abstract unix socket named after it, which the kernel frees
+// when the process dies, also by kill -9. ErrInUse when a live daemon
+// holds it.
+func (m *Manager) takeName() error {
+	if m.lock >= 0 {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("lock socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@tine/network/" + m.cfg.Name}); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EADDRINUSE) {
+			return fmt.Errorf("%w: another live tine daemon uses the network name %q; give this one another --net-name (and --net-pool)", ErrInUse, m.cfg.Name)
+		}
+		return fmt.Errorf("lock network name %q: %w", m.cfg.Name, err)
+	}
+	m.lock = fd
+	return nil
 }
 
 // Gateway is the sandboxes' gateway and resolver address.
@@ -115,13 +139,25 @@ func (m *Manager) ResolvConf() string {
 	return filepath.Join(m.cfg.Dir, "net-"+m.cfg.Name+".resolv.conf")
 }
 
-// Reap removes what a dead daemon of this name left: its nftables table
-// (the kernel drops it with its owner, unless that was older tine), its
-// links and its resolv.conf. ErrInUse when a live daemon holds the name;
-// then nothing is touched.
+// Reap takes the network's name for this process and removes what a dead
+// daemon of the name left: its nftables table and its links (a sandbox's
+// veth pair goes with its namespace, when the sandbox's processes and the
+// daemon's descriptors are gone; the gateway link stays). ErrInUse when a
+// live daemon holds the name; then nothing is touched.
 func (m *Manager) Reap() (removed []string, err error) {
-	if err := reapTable(m.tableName()); err != nil {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reapLocked()
+}
+
+func (m *Manager) reapLocked() (removed []string, err error) {
+	if err := m.takeName(); err != nil {
 		return nil, err
+	}
+	if found, err := reapTable(m.tableName()); err != nil {
+		return nil, err
+	} else if found {
+		removed = append(removed, "nftables table inet "+m.tableName())
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -135,7 +171,7 @@ func (m *Manager) Reap() (removed []string, err error) {
 		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 			return removed, fmt.Errorf("remove link %s: %w", name, err)
 		}
-		removed = append(removed, name)
+		removed = append(removed, "link "+name)
 	}
 	return removed, nil
 }
@@ -165,7 +201,7 @@ func (m *Manager) ensure() (err error) {
 			}
 		}
 	}()
-	if _, err := m.Reap(); err != nil {
+	if _, err := m.reapLocked(); err != nil {
 		return err
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
@@ -231,6 +267,12 @@ func (m *Manager) Close() {
 	for _, a := range m.used {
 		m.detachLocked(a)
 	}
+	defer func() {
+		if m.lock >= 0 {
+			unix.Close(m.lock)
+			m.lock = -1
+		}
+	}()
 	if !m.ready {
 		return
 	}

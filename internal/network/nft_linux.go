@@ -16,8 +16,9 @@ package network
 // ranges, then either accept (an open policy) or the sets a<N> (addresses
 // its resolver answered, any port) and p<N>_<port> (for rules with a port).
 //
-// The table is created with the owner flag: the kernel deletes it when the
-// daemon's netlink socket closes, also when the daemon is killed -9.
+// A daemon killed -9 leaves the table (google/nftables cannot set the
+// owner flag that would have the kernel drop it with the socket); the next
+// daemon of the name deletes it at start (Manager.Reap).
 
 import (
 	"encoding/binary"
@@ -30,9 +31,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nftTableOwner is NFT_TABLE_F_OWNER (Linux 5.12).
-const nftTableOwner = 0x2
-
 type nftTable struct {
 	conn   *nftables.Conn
 	table  *nftables.Table
@@ -41,22 +39,21 @@ type nftTable struct {
 	fwd    *nftables.Chain
 }
 
-// reapTable deletes a table named name left by a dead daemon; a table that
-// a live daemon owns cannot be deleted, which is how a name collision shows.
-func reapTable(name string) error {
+// reapTable deletes a table named name left by a dead daemon.
+func reapTable(name string) (found bool, err error) {
 	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return false, fmt.Errorf("nftables: %w", err)
 	}
 	t, err := c.ListTableOfFamily(name, nftables.TableFamilyINet)
 	if err != nil || t == nil {
-		return nil // none
+		return false, nil // none
 	}
 	c.DelTable(t)
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("%w: nftables table inet %s is held by another live tine daemon (give this one another --net-name): %v", ErrInUse, name, err)
+		return true, fmt.Errorf("nftables: delete table inet %s: %w", name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // newNFTTable creates the daemon's table: gw is the resolver's address,
@@ -68,7 +65,7 @@ func newNFTTable(name, prefix string, gw netip.Addr, pool netip.Prefix, tcpPorts
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	t := &nftTable{conn: c, prefix: prefix}
-	t.table = c.AddTable(&nftables.Table{Name: name, Family: nftables.TableFamilyINet, Flags: nftTableOwner})
+	t.table = c.AddTable(&nftables.Table{Name: name, Family: nftables.TableFamilyINet})
 	accept := nftables.ChainPolicyAccept
 
 	in := c.AddChain(&nftables.Chain{Name: "input", Table: t.table, Type: nftables.ChainTypeFilter,

@@ -110,6 +110,9 @@ func NewHost(linkName string, hostSide, addr netip.Addr) (_ *Host, err error) {
 	return h, nil
 }
 
+// NS is the host's network namespace.
+func (h *Host) NS() *os.File { return h.ns }
+
 // Close stops the servers and removes the link and namespace.
 func (h *Host) Close() {
 	for _, c := range h.closers {

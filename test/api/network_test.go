@@ -1,0 +1,244 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/network/nettest"
+	"github.com/tine-run/tine/internal/require"
+	"github.com/vishvananda/netlink"
+)
+
+// netDaemon is a daemon with an egress network of the test's own name and
+// pool, whose resolver asks a DNS server in a test host; a.test is a test
+// host with an HTTP server.
+type netDaemon struct {
+	*daemon
+	name string
+	a    *nettest.Host
+	args []string
+}
+
+func startNetDaemon(t *testing.T) *netDaemon {
+	t.Helper()
+	require.Root(t)
+	require.Feature(t, "nftables")
+	name := "t" + nettest.RandTag(4)
+	sub := byte(64 + rand.IntN(60)*2) // a /31-ish pair of 203.0.113.0/24 per peer
+	host := func(link string, i byte) *nettest.Host {
+		h, err := nettest.NewHost(name+link, netip.AddrFrom4([4]byte{203, 0, 113, 1}), netip.AddrFrom4([4]byte{203, 0, 113, sub + i}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Close)
+		return h
+	}
+	dnsHost, a := host("d", 0), host("a", 1)
+	if err := dnsHost.ServeDNS(map[string]string{"a.test": a.Addr.String()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ServeHTTP("a"); err != nil {
+		t.Fatal(err)
+	}
+	pool := fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(256))
+	args := []string{"--net-name", name, "--net-pool", pool, "--net-upstream", dnsHost.Addr.String() + ":53"}
+	return &netDaemon{daemon: startDaemon(t, args...), name: name, a: a, args: args}
+}
+
+// links lists the host's links of the daemon's network.
+func (nd *netDaemon) links() []string {
+	ls, _ := netlink.LinkList()
+	var names []string
+	for _, l := range ls {
+		if strings.HasPrefix(l.Attrs().Name, nd.name+"-") {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	return names
+}
+
+// table says whether the daemon's nftables table exists.
+func (nd *netDaemon) table() bool {
+	c, err := nftables.New()
+	if err != nil {
+		return false
+	}
+	t, err := c.ListTableOfFamily("tine_"+nd.name, nftables.TableFamilyINet)
+	return err == nil && t != nil
+}
+
+func (nd *netDaemon) sh(t *testing.T, id, script string) (string, int) {
+	t.Helper()
+	res, err := nd.c.Exec(context.Background(), id, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, TimeoutMs: 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res.Stdout) + string(res.Stderr), res.ExitCode
+}
+
+// A published port reaches the sandbox's server on that port and nothing
+// else; inspect lists it; the policy follows a live change; nothing is
+// left after the sandbox.
+func TestNetworkEgressPublishAndLiveChange(t *testing.T) {
+	nd := startNetDaemon(t)
+	ctx := context.Background()
+	sb, err := nd.c.Create(ctx, &api.SandboxSpec{Network: "egress", Allow: []string{"a.test"},
+		Publish: []api.Port{{Port: 8080}, {Port: 5353, Protocol: "udp"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Network == nil || sb.Network.Mode != "egress" || len(sb.Network.Ports) != 2 || sb.Network.Ports[0].HostPort == 0 {
+		t.Fatalf("inspect: network %+v; want egress with two published ports bound", sb.Network)
+	}
+	out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 http://a.test/")
+	if code != 0 || out != "hello from a" {
+		t.Fatalf("the allowed name from inside: exit %d %q", code, out)
+	}
+	// Servers inside: 8080 (published) and 8081 (not).
+	out, code = nd.sh(t, sb.ID, "cd /tmp && echo published > index.html && (python3 -m http.server 8080 >/dev/null 2>&1 &) && mkdir -p o && echo other > o/index.html && (cd o && python3 -m http.server 8081 >/dev/null 2>&1 &) && "+
+		"(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"0.0.0.0\",5353))\nwhile True:\n d,a=s.recvfrom(100); s.sendto(b\"echo:\"+d,a)' >/dev/null 2>&1 &) && "+
+		"for i in $(seq 100); do curl -s http://127.0.0.1:8080/ >/dev/null && curl -s http://127.0.0.1:8081/ >/dev/null && break; sleep 0.1; done; echo up")
+	if code != 0 {
+		t.Fatalf("servers inside: %d %q", code, out)
+	}
+	hp := sb.Network.Ports[0].HostPort
+	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", hp)); strings.TrimSpace(got) != "published" {
+		t.Fatalf("the published port reached %q", got)
+	}
+	uc, err := net.Dial("udp4", fmt.Sprintf("127.0.0.1:%d", sb.Network.Ports[1].HostPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc.SetDeadline(time.Now().Add(patience))
+	uc.Write([]byte("ping"))
+	buf := make([]byte, 64)
+	n, err := uc.Read(buf)
+	uc.Close()
+	if err != nil || string(buf[:n]) != "echo:ping" {
+		t.Fatalf("published UDP port: %q, %v", buf[:n], err)
+	}
+	// The sandbox's address answers the host (a negative control that the
+	// unpublished server is up) but nothing beyond it: a peer on another
+	// namespace reaches neither port.
+	addr := sb.Network.Address
+	if got := get(t, "http://"+addr+":8081/"); strings.TrimSpace(got) != "other" {
+		t.Fatalf("the unpublished server from the host: %q", got)
+	}
+	for _, port := range []string{"8080", "8081"} {
+		var err error
+		ierr := nettest.InNS(nd.a.NS(), func() error {
+			var c net.Conn
+			c, err = net.DialTimeout("tcp4", addr+":"+port, 5*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return nil
+		})
+		if ierr != nil {
+			t.Fatal(ierr)
+		}
+		if err == nil {
+			t.Errorf("a peer beyond the host connected to the sandbox's %s:%s", addr, port)
+		}
+	}
+
+	// A live change: a.test goes, and with it its address.
+	n2, err := nd.c.SetNetwork(ctx, sb.ID, api.NetworkPolicy{Allow: []string{"b.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n2.Allow) != 1 || n2.Allow[0] != "b.test" {
+		t.Fatalf("after the change: %+v", n2)
+	}
+	if out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 http://"+nd.a.Addr.String()+"/"); code == 0 {
+		t.Fatalf("a.test's address after the change: %q", out)
+	}
+	if _, err := nd.c.SetNetwork(ctx, sb.ID, api.NetworkPolicy{Allow: []string{"bad rule!"}}); err == nil || !strings.Contains(err.Error(), "bad rule!") {
+		t.Fatalf("a bad rule: %v", err)
+	}
+
+	if l := nd.links(); len(l) != 2 || !nd.table() {
+		t.Fatalf("while running: links %v, table %v", l, nd.table())
+	}
+	if err := nd.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if l := nd.links(); len(l) != 1 || l[0] != nd.name+"-gw" {
+		t.Fatalf("after the sandbox: links %v; want only the gateway", l)
+	}
+	if c, err := net.DialTimeout("tcp4", fmt.Sprintf("127.0.0.1:%d", hp), 5*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the published port still listens after the sandbox")
+	}
+	nd.stop()
+	if l := nd.links(); len(l) != 0 || nd.table() {
+		t.Fatalf("after the daemon: links %v, table %v", l, nd.table())
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	c := http.Client{Timeout: patience}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// A daemon killed -9 leaves no veth (the pairs go with the sandboxes'
+// namespaces); its nftables table and gateway link are reaped by the next
+// daemon of the name, at its start.
+func TestNetworkReapedAfterKill(t *testing.T) {
+	nd := startNetDaemon(t)
+	ctx := context.Background()
+	sb, err := nd.c.Create(ctx, &api.SandboxSpec{Network: "egress", Allow: []string{"a.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 http://a.test/"); code != 0 {
+		t.Fatalf("egress before the kill: %d %q", code, out)
+	}
+	if l := nd.links(); len(l) != 2 || !nd.table() {
+		t.Fatalf("while running: links %v, table %v", l, nd.table())
+	}
+	nd.kill()
+	if !eventually(patience, func() bool { return len(nd.links()) == 1 }) {
+		t.Fatalf("after kill -9: links %v; want only the gateway link left", nd.links())
+	}
+	if !nd.table() {
+		t.Fatal("after kill -9 the table is gone: then this test no longer proves the reaping")
+	}
+	next := startDaemonIn(t, t.TempDir(), nd.args...)
+	if l := nd.links(); len(l) != 0 || nd.table() {
+		t.Fatalf("after the next daemon's start: links %v, table %v", l, nd.table())
+	}
+	b, _ := os.ReadFile(next.log)
+	for _, what := range []string{"link " + nd.name + "-gw", "nftables table inet tine_" + nd.name} {
+		if !strings.Contains(string(b), what) {
+			t.Errorf("the next daemon did not say it reaped %s:\n%s", what, b)
+		}
+	}
+	// And the name is the new daemon's: egress works again.
+	sb2, err := next.c.Create(ctx, &api.SandboxSpec{Network: "egress", Allow: []string{"a.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := next.c.Exec(ctx, sb2.ID, &api.ExecRequest{Argv: []string{"curl", "-sS", "--max-time", "10", "http://a.test/"}})
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "hello from a" {
+		t.Fatalf("egress after the restart: %+v %v", res, err)
+	}
+}
