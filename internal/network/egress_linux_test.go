@@ -54,6 +54,7 @@ func newTestNet(t *testing.T) *testNet {
 	t.Helper()
 	require.Root(t)
 	require.Feature(t, "nftables")
+	require.Binary(t, "curl")
 	tag := "t" + nettest.RandTag(4)
 	pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(200 + rand.IntN(50)), byte(rand.IntN(256)), 0}), 24)
 	sub := byte(rand.IntN(60)) * 4 // a /30 of 203.0.113.0/24 per peer

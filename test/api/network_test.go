@@ -34,6 +34,8 @@ func startNetDaemon(t *testing.T) *netDaemon {
 	t.Helper()
 	require.Root(t)
 	require.Feature(t, "nftables")
+	require.Binary(t, "curl")
+	require.Binary(t, "python3")
 	name := "t" + nettest.RandTag(4)
 	sub := byte(64 + rand.IntN(60)*2) // a /31-ish pair of 203.0.113.0/24 per peer
 	host := func(link string, i byte) *nettest.Host {
