@@ -37,3 +37,17 @@ type Network struct {
 	// Ports are the published ports, with the host ports bound.
 	Ports []Port `json:"ports,omitempty"`
 }
+
+// Injection adds headers to an egress sandbox's plain-HTTP requests for
+// Host through tine's proxy (the sandbox gets http_proxy), so a secret
+// never enters the sandbox. With TLS the proxy sends the request on over
+// HTTPS: the sandbox asks for http://HOST/... Values are never shown
+// back (inspect says Redacted).
+type Injection struct {
+	Host    string            `json:"host"`
+	Headers map[string]string `json:"headers"`
+	TLS     bool              `json:"tls,omitempty"`
+}
+
+// Redacted replaces injected header values wherever the API shows a spec.
+const Redacted = "<redacted>"

@@ -31,6 +31,8 @@ type SandboxSpec struct {
 	Deny  []string `json:"deny,omitempty"`
 	// Publish makes ports of the sandbox reachable from the host.
 	Publish []Port `json:"publish,omitempty"`
+	// Inject are an egress sandbox's header injections (its proxy's).
+	Inject []Injection `json:"inject,omitempty"`
 	// Seccomp is "default" (Docker's policy), "strict" or "unconfined".
 	Seccomp string `json:"seccomp,omitempty"`
 	// Binds are host paths made visible inside.

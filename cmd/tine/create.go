@@ -82,6 +82,9 @@ func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
 	if s.Network, s.Allow, s.Deny, s.Publish, err = f.net.apply(); err != nil {
 		return nil, err
 	}
+	if s.Inject, err = injections(f.net.inject); err != nil {
+		return nil, err
+	}
 	s.HostView, s.UserNS = string(hv), f.userns
 	if s.Limits.MemoryBytes, s.Limits.CPUs, s.Limits.Pids, err = parseLimits(f.memory, f.cpus, f.pids); err != nil {
 		return nil, err

@@ -50,6 +50,9 @@ func newDesktopCreateCommand() *cobra.Command {
 		if spec.Network, spec.Allow, spec.Deny, spec.Publish, err = net.apply(); err != nil {
 			return err
 		}
+		if spec.Inject, err = injections(net.inject); err != nil {
+			return err
+		}
 		for _, a := range apps {
 			spec.Apps = append(spec.Apps, parseApp(a))
 		}

@@ -13,6 +13,7 @@ import (
 type netFlags struct {
 	mode              string
 	allow, deny, pubs []string
+	inject            []string
 }
 
 const networkUsage = "none (no usable interface), loopback (lo only), or egress (an interface out through the host, under --allow/--deny; docs/network.md)"
@@ -21,6 +22,7 @@ func addNetFlags(fl *pflag.FlagSet, f *netFlags) {
 	fl.StringVar(&f.mode, "network", "loopback", networkUsage)
 	fl.StringArrayVar(&f.allow, "allow", nil, "egress: allow HOST, *.DOMAIN, ADDRESS or CIDR, each with an optional :PORT (repeatable; with any, everything else is refused)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "egress: refuse HOST, *.DOMAIN, ADDRESS or CIDR[:PORT] (repeatable)")
+	fl.StringArrayVar(&f.inject, "inject", nil, "egress: add a header to plain-HTTP requests for HOST through tine's proxy, [https://]HOST:HEADER=VALUE (https://: sent on over HTTPS; the sandbox asks for http://HOST/); the value never enters the sandbox (repeatable)")
 	fl.StringArrayVarP(&f.pubs, "publish", "p", nil, "publish [ADDR:]HOSTPORT:PORT[/tcp|udp] on the host (ADDR default 127.0.0.1, HOSTPORT 0: any; repeatable)")
 }
 
@@ -48,4 +50,17 @@ func portToAPI(p network.PortSpec) api.Port {
 		ip = p.HostIP.String()
 	}
 	return api.Port{HostIP: ip, HostPort: int(p.HostPort), Port: int(p.Port), Protocol: p.Proto}
+}
+
+// injections parses --inject values into the request's form.
+func injections(vals []string) ([]api.Injection, error) {
+	var out []api.Injection
+	for _, v := range vals {
+		in, err := network.ParseInjection(v)
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		out = append(out, api.Injection{Host: in.Host, Headers: in.Headers, TLS: in.TLS})
+	}
+	return out, nil
 }

@@ -99,7 +99,7 @@ func (tn *testNet) sandbox(t *testing.T, allow, deny []string) *egressBox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := tn.m.Attach(p)
+	att, err := tn.m.Attach(p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,7 @@ type Manager struct {
 	prefix   string // of the host-side veths
 	table    *nftTable
 	resolver *resolver
+	proxy    *proxy
 	used     map[int]*Attachment // by index in the pool
 	byAddr   map[netip.Addr]*Attachment
 	refused  []netip.Prefix
@@ -222,7 +223,7 @@ func (m *Manager) ensure() (err error) {
 		return fmt.Errorf("%w: bring up %s: %v", ErrUnavailable, m.gwLink(), err)
 	}
 	m.refused = append(append([]netip.Prefix{m.cfg.Pool}, alwaysRefused...), hostAddrs()...)
-	if m.table, err = newNFTTable(m.tableName(), m.prefix, m.gw, m.cfg.Pool, nil); err != nil {
+	if m.table, err = newNFTTable(m.tableName(), m.prefix, m.gw, m.cfg.Pool, []uint16{ProxyPort}); err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	undo = append(undo, m.table.close)
@@ -230,6 +231,10 @@ func (m *Manager) ensure() (err error) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	undo = append(undo, m.resolver.close)
+	if m.proxy, err = startProxy(m, netip.AddrPortFrom(m.gw, ProxyPort)); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	undo = append(undo, m.proxy.close)
 	if err := os.MkdirAll(m.cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", m.cfg.Dir, err)
 	}
@@ -277,6 +282,7 @@ func (m *Manager) Close() {
 		return
 	}
 	m.resolver.close()
+	m.proxy.close()
 	m.table.close()
 	if l, err := netlink.LinkByName(m.gwLink()); err == nil {
 		netlink.LinkDel(l)
@@ -296,6 +302,7 @@ type Attachment struct {
 	rules  *sandboxRules
 
 	// Guarded by m.mu.
+	inject   []Injection
 	policy   Policy
 	resolved map[string][]netip.Addr // answered names, to refill the sets on a policy change
 	detached bool
@@ -314,8 +321,9 @@ func (a *Attachment) Policy() Policy {
 	return a.policy
 }
 
-// Attach makes an egress network for a new sandbox under policy p.
-func (m *Manager) Attach(p Policy) (_ *Attachment, err error) {
+// Attach makes an egress network for a new sandbox under policy p; its
+// requests through the proxy (ProxyURL) get the injections' headers.
+func (m *Manager) Attach(p Policy, inject []Injection) (_ *Attachment, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.ensure(); err != nil {
@@ -325,7 +333,7 @@ func (m *Manager) Attach(p Policy) (_ *Attachment, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Attachment{m: m, n: n, addr: addr, ifname: m.prefix + strconv.Itoa(n), policy: p, resolved: map[string][]netip.Addr{}}
+	a := &Attachment{m: m, n: n, addr: addr, ifname: m.prefix + strconv.Itoa(n), policy: p, inject: inject, resolved: map[string][]netip.Addr{}}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -544,3 +552,11 @@ func NewNetNS(loopback bool) (f *os.File, err error) {
 
 // Gateway is the sandbox's gateway and resolver.
 func (a *Attachment) Gateway() netip.Addr { return a.m.gw }
+
+// ProxyURL is the proxy's URL for the sandbox's http_proxy.
+func (a *Attachment) ProxyURL() string {
+	return "http://" + netip.AddrPortFrom(a.m.gw, ProxyPort).String()
+}
+
+// Injections are the sandbox's header injections.
+func (a *Attachment) Injections() []Injection { return a.inject }

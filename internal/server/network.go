@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"maps"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -25,6 +26,47 @@ type boxNet struct {
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// injections checks a request's header injections.
+func injections(a *api.SandboxSpec) ([]network.Injection, error) {
+	var out []network.Injection
+	for _, in := range a.Inject {
+		ni := network.Injection{Host: in.Host, TLS: in.TLS, Headers: map[string]string{}}
+		if len(in.Headers) == 0 {
+			return nil, fmt.Errorf("%w: inject for %q has no headers", ErrInvalidArgument, in.Host)
+		}
+		for k, v := range in.Headers {
+			one, err := network.ParseInjection(in.Host + ":" + k + "=" + v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			}
+			maps.Copy(ni.Headers, one.Headers)
+			ni.Host = one.Host
+		}
+		out = append(out, ni)
+	}
+	if len(out) > 0 && a.Network != string(network.ModeEgress) {
+		return nil, fmt.Errorf("%w: inject needs network \"egress\": the proxy is on its gateway", ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// redacted is spec as the API shows it: injected values hidden.
+func redacted(spec api.SandboxSpec) api.SandboxSpec {
+	if len(spec.Inject) == 0 {
+		return spec
+	}
+	inj := make([]api.Injection, len(spec.Inject))
+	for i, in := range spec.Inject {
+		h := map[string]string{}
+		for k := range in.Headers {
+			h[k] = api.Redacted
+		}
+		inj[i] = api.Injection{Host: in.Host, Headers: h, TLS: in.TLS}
+	}
+	spec.Inject = inj
+	return spec
 }
 
 // checkNetwork checks a request's network fields.
@@ -55,6 +97,9 @@ func checkNetwork(a *api.SandboxSpec) (network.Mode, network.Policy, []network.P
 		}
 		ports = append(ports, ps)
 	}
+	if _, err := injections(a); err != nil {
+		return "", network.Policy{}, nil, err
+	}
 	if mode == network.ModeNone && len(ports) > 0 {
 		return "", network.Policy{}, nil, fmt.Errorf("%w: network \"none\" has no interface to publish a port on; use loopback or egress", ErrInvalidArgument)
 	}
@@ -79,12 +124,17 @@ func (s *Server) prepareNetwork(req *api.SandboxSpec, spec *sandbox.Spec) (*boxN
 		if spec.UserNS {
 			return nil, fmt.Errorf("%w: network egress needs the host's user namespace (drop userns)", ErrInvalidArgument)
 		}
-		if bn.att, err = s.net.Attach(policy); err != nil {
+		inject, _ := injections(req) // checked above
+		if bn.att, err = s.net.Attach(policy, inject); err != nil {
 			return nil, err
 		}
 		bn.ns = bn.att.NetNS()
 		spec.NetNS = bn.ns
 		spec.Binds = append(spec.Binds, sandbox.Bind{Source: s.net.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})
+		if len(inject) > 0 {
+			u := bn.att.ProxyURL()
+			spec.Env = append(spec.Env, "http_proxy="+u, "HTTP_PROXY="+u, "https_proxy="+u, "HTTPS_PROXY="+u, "no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
+		}
 	}
 	return bn, nil
 }

@@ -45,7 +45,7 @@ func (b *box) info() api.Sandbox {
 	b.mu.Lock()
 	a := api.Sandbox{
 		ID: b.id, State: b.state, Pid: b.inst.Pid(), CreatedAt: b.created,
-		LastActiveAt: b.lastActive, Execs: b.execs, Spec: b.spec, ForkedFrom: b.forkedFrom,
+		LastActiveAt: b.lastActive, Execs: b.execs, Spec: redacted(b.spec), ForkedFrom: b.forkedFrom,
 		Network: b.net.info(),
 	}
 	if b.ttl > 0 {

@@ -244,3 +244,49 @@ func TestNetworkReapedAfterKill(t *testing.T) {
 		t.Fatalf("egress after the restart: %+v %v", res, err)
 	}
 }
+
+// Headers the proxy injects reach the test host, replace what the sandbox
+// sends under the same name, and are never visible inside (environment,
+// files, responses) nor in inspect.
+func TestNetworkProxyInjectsCredentials(t *testing.T) {
+	nd := startNetDaemon(t)
+	ctx := context.Background()
+	secret := "sk-" + marker() + marker()
+	sb, err := nd.c.Create(ctx, &api.SandboxSpec{Network: "egress", Allow: []string{"a.test"},
+		Inject: []api.Injection{{Host: "a.test", Headers: map[string]string{"X-Api-Key": secret}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 -H 'X-Api-Key: mine' http://a.test/")
+	if code != 0 || out != "hello from a" {
+		t.Fatalf("through the proxy: exit %d %q", code, out)
+	}
+	hs := nd.a.Headers()
+	if len(hs) == 0 || hs[len(hs)-1].Get("X-Api-Key") != secret || len(hs[len(hs)-1].Values("X-Api-Key")) != 1 {
+		t.Fatalf("the test host got X-Api-Key %q; want the injected one alone", hs[len(hs)-1].Values("X-Api-Key"))
+	}
+	// Look for it inside: the search finds what is there (a planted
+	// marker), and not the secret.
+	plant := marker()
+	dirs := " /tmp /run /etc /root /home /proc/1/environ /proc/self/environ 2>/dev/null"
+	out, _ = nd.sh(t, sb.ID, "echo "+plant+" > /tmp/plant; echo planted:; grep -rsl "+plant+dirs+"; echo secret:; grep -rsl "+secret+dirs+"; env; curl -sv --max-time 10 http://a.test/ 2>&1")
+	planted, found, ok := strings.Cut(out, "secret:\n")
+	if !ok || !strings.Contains(planted, "/tmp/plant") {
+		t.Fatalf("the search inside did not run: %q", out)
+	}
+	if strings.Contains(found, secret) || strings.HasPrefix(found, "/") {
+		t.Fatalf("the secret is visible inside:\n%s", found)
+	}
+	info, err := nd.c.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Spec.Inject) != 1 || info.Spec.Inject[0].Headers["X-Api-Key"] != api.Redacted {
+		t.Fatalf("inspect shows %+v; want the value redacted", info.Spec.Inject)
+	}
+	// The proxy keeps to the policy: another name is refused there too.
+	out, _ = nd.sh(t, sb.ID, "curl -s -o /dev/null -w '%{http_code}' --max-time 10 -x http://"+info.Network.Resolver+":3128 http://b.test/")
+	if out != "403" {
+		t.Fatalf("a name outside the policy through the proxy: HTTP %q; want 403", out)
+	}
+}
