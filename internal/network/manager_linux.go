@@ -91,7 +91,16 @@ type Manager struct {
 	refused  []netip.Prefix
 	closed   bool
 	lock     int // the name's lock (see takeName), -1 until taken
+
+	// spares are namespaces with their veth pair plumbed and no rules yet,
+	// made ahead so that an egress create pays only for its policy.
+	spares    []*Attachment
+	refilling bool
+	bg        sync.WaitGroup // refills and link removals
 }
+
+// spareNetworks is how many plumbed namespaces the manager keeps ready.
+const spareNetworks = 2
 
 // NewManager returns a manager; nothing is created until the first
 // egress sandbox.
@@ -269,9 +278,16 @@ func (m *Manager) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	for _, a := range m.used {
+	for _, a := range m.byAddr {
 		m.detachLocked(a)
 	}
+	for _, a := range m.spares {
+		m.removeLinkLocked(a)
+	}
+	m.spares = nil
+	m.mu.Unlock()
+	m.bg.Wait() // refills see closed and stop; removals finish
+	m.mu.Lock()
 	defer func() {
 		if m.lock >= 0 {
 			unix.Close(m.lock)
@@ -325,40 +341,116 @@ func (a *Attachment) Policy() Policy {
 // requests through the proxy (ProxyURL) get the injections' headers.
 func (m *Manager) Attach(p Policy, inject []Injection) (_ *Attachment, err error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err := m.ensure(); err != nil {
+		m.mu.Unlock()
 		return nil, err
 	}
+	var a *Attachment
+	if k := len(m.spares); k > 0 {
+		a, m.spares = m.spares[k-1], m.spares[:k-1]
+	}
+	m.mu.Unlock()
+	defer m.refill()
+	if a == nil {
+		if a, err = m.newPlumbed(); err != nil {
+			return nil, err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.rules, err = m.table.addSandbox(a.n, a.ifname, a.addr, p, m.refused); err != nil {
+		m.removeLinkLocked(a)
+		return nil, err
+	}
+	a.policy, a.inject = p, inject
+	m.byAddr[a.addr] = a
+	return a, nil
+}
+
+// newPlumbed makes a namespace with its veth pair and address, without
+// rules (which refuse everything from it until addSandbox).
+func (m *Manager) newPlumbed() (_ *Attachment, err error) {
+	m.mu.Lock()
 	n, addr, err := m.allocLocked()
 	if err != nil {
+		m.mu.Unlock()
 		return nil, err
 	}
-	a := &Attachment{m: m, n: n, addr: addr, ifname: m.prefix + strconv.Itoa(n), policy: p, inject: inject, resolved: map[string][]netip.Addr{}}
-	var undo []func()
+	a := &Attachment{m: m, n: n, addr: addr, ifname: m.prefix + strconv.Itoa(n), resolved: map[string][]netip.Addr{}}
+	m.used[n] = a
+	m.mu.Unlock()
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
+			if a.ns != nil {
+				a.ns.Close()
 			}
+			if l, lerr := netlink.LinkByName(a.ifname); lerr == nil {
+				netlink.LinkDel(l)
+			}
+			m.mu.Lock()
+			delete(m.used, n)
+			m.mu.Unlock()
 		}
 	}()
 	if a.ns, err = NewNetNS(true); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { a.ns.Close() })
 	if err := m.plumb(a); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() {
-		if l, err := netlink.LinkByName(a.ifname); err == nil {
-			netlink.LinkDel(l)
+	return a, nil
+}
+
+// refill makes spares in the background, one refill at a time.
+func (m *Manager) refill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refilling || m.closed || len(m.spares) >= spareNetworks {
+		return
+	}
+	m.refilling = true
+	m.bg.Go(func() {
+		for {
+			m.mu.Lock()
+			if m.closed || len(m.spares) >= spareNetworks {
+				m.refilling = false
+				m.mu.Unlock()
+				return
+			}
+			m.mu.Unlock()
+			a, err := m.newPlumbed()
+			m.mu.Lock()
+			switch {
+			case err != nil:
+				m.refilling = false
+				m.mu.Unlock()
+				m.cfg.Logger.Warn("make a spare egress network", "err", err)
+				return
+			case m.closed:
+				m.removeLinkLocked(a)
+			default:
+				m.spares = append(m.spares, a)
+			}
+			m.mu.Unlock()
 		}
 	})
-	if a.rules, err = m.table.addSandbox(n, a.ifname, addr, p, m.refused); err != nil {
-		return nil, err
-	}
-	m.used[n], m.byAddr[addr] = a, a
-	return a, nil
+}
+
+// removeLinkLocked removes a's veth pair and namespace in the background
+// (the kernel takes tens of milliseconds to unregister a device); its
+// address is free once they are gone.
+func (m *Manager) removeLinkLocked(a *Attachment) {
+	m.bg.Go(func() {
+		if l, err := netlink.LinkByName(a.ifname); err == nil {
+			if err := netlink.LinkDel(l); err != nil {
+				m.cfg.Logger.Warn("remove veth", "link", a.ifname, "err", err)
+			}
+		}
+		a.ns.Close()
+		m.mu.Lock()
+		delete(m.used, a.n)
+		m.mu.Unlock()
+	})
 }
 
 // allocLocked takes the lowest free address of the pool after the gateway.
@@ -454,20 +546,10 @@ func (m *Manager) detachLocked(a *Attachment) error {
 		return nil
 	}
 	a.detached = true
-	delete(m.used, a.n)
 	delete(m.byAddr, a.addr)
-	var errs []error
-	if err := m.table.removeSandbox(a.rules); err != nil {
-		errs = append(errs, err)
-	}
-	// Removing one end removes the pair.
-	if l, err := netlink.LinkByName(a.ifname); err == nil {
-		if err := netlink.LinkDel(l); err != nil {
-			errs = append(errs, fmt.Errorf("remove veth %s: %w", a.ifname, err))
-		}
-	}
-	a.ns.Close()
-	return errors.Join(errs...)
+	err := m.table.removeSandbox(a.rules)
+	m.removeLinkLocked(a) // removing one end removes the pair
+	return err
 }
 
 // answered records that the resolver answered name for the sandbox at
