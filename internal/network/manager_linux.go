@@ -232,7 +232,7 @@ func (m *Manager) ensure() (err error) {
 		return fmt.Errorf("%w: bring up %s: %v", ErrUnavailable, m.gwLink(), err)
 	}
 	m.refused = append(append([]netip.Prefix{m.cfg.Pool}, alwaysRefused...), hostAddrs()...)
-	if m.table, err = newNFTTable(m.tableName(), m.prefix, m.gw, m.cfg.Pool, []uint16{ProxyPort}); err != nil {
+	if m.table, err = newNFTTable(m.tableName(), m.prefix, m.gw, m.cfg.Pool, []uint16{ProxyPort}, m.refused); err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	undo = append(undo, m.table.close)
@@ -358,7 +358,7 @@ func (m *Manager) Attach(p Policy, inject []Injection) (_ *Attachment, err error
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if a.rules, err = m.table.addSandbox(a.n, a.ifname, a.addr, p, m.refused); err != nil {
+	if a.rules, err = m.table.addSandbox(a.n, a.ifname, a.addr, p); err != nil {
 		m.removeLinkLocked(a)
 		return nil, err
 	}
@@ -516,7 +516,7 @@ func (a *Attachment) SetPolicy(p Policy) error {
 	if a.detached {
 		return fmt.Errorf("%w: the sandbox's network is gone", ErrUnavailable)
 	}
-	if err := m.table.setPolicy(a.rules, p, m.refused); err != nil {
+	if err := m.table.setPolicy(a.rules, p); err != nil {
 		return err
 	}
 	a.policy = p

@@ -21,9 +21,11 @@ package network
 // daemon of the name deletes it at start (Manager.Reap).
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/google/nftables"
@@ -35,8 +37,9 @@ type nftTable struct {
 	conn   *nftables.Conn
 	table  *nftables.Table
 	prefix string // every host-side veth's name starts with it
-	vmap   *nftables.Set
-	fwd    *nftables.Chain
+	vmap    *nftables.Set
+	refused *nftables.Set // the always-refused ranges, an interval set
+	fwd     *nftables.Chain
 }
 
 // reapTable deletes a table named name left by a dead daemon.
@@ -58,8 +61,9 @@ func reapTable(name string) (found bool, err error) {
 
 // newNFTTable creates the daemon's table: gw is the resolver's address,
 // pool the sandboxes' addresses, tcpPorts more ports the sandboxes may
-// reach on gw (the proxy's).
-func newNFTTable(name, prefix string, gw netip.Addr, pool netip.Prefix, tcpPorts []uint16) (*nftTable, error) {
+// reach on gw (the proxy's), refused the ranges no sandbox reaches unless
+// a rule names them.
+func newNFTTable(name, prefix string, gw netip.Addr, pool netip.Prefix, tcpPorts []uint16, refused []netip.Prefix) (*nftTable, error) {
 	c, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -82,6 +86,10 @@ func newNFTTable(name, prefix string, gw netip.Addr, pool netip.Prefix, tcpPorts
 
 	t.fwd = c.AddChain(&nftables.Chain{Name: "forward", Table: t.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	t.refused = &nftables.Set{Table: t.table, Name: "refused", KeyType: nftables.TypeIPAddr, Interval: true}
+	if err := c.AddSet(t.refused, intervalElements(refused)); err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
 	t.vmap = &nftables.Set{Table: t.table, Name: "sandboxes", KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict, IsMap: true}
 	if err := c.AddSet(t.vmap, nil); err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -124,10 +132,10 @@ type sandboxRules struct {
 
 // addSandbox creates sandbox n's chain and sets for policy p and maps its
 // veth to them.
-func (t *nftTable) addSandbox(n int, ifname string, addr netip.Addr, p Policy, refused []netip.Prefix) (*sandboxRules, error) {
+func (t *nftTable) addSandbox(n int, ifname string, addr netip.Addr, p Policy) (*sandboxRules, error) {
 	sr := &sandboxRules{n: n, ifname: ifname, addr: addr}
 	sr.chain = t.conn.AddChain(&nftables.Chain{Name: "s" + strconv.Itoa(n), Table: t.table})
-	if err := t.fillSandbox(sr, p, refused); err != nil {
+	if err := t.fillSandbox(sr, p); err != nil {
 		return nil, err
 	}
 	if err := t.conn.SetAddElements(t.vmap, []nftables.SetElement{{Key: ifnameKey(ifname), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: sr.chain.Name}}}); err != nil {
@@ -141,10 +149,10 @@ func (t *nftTable) addSandbox(n int, ifname string, addr netip.Addr, p Policy, r
 
 // setPolicy replaces the sandbox's rules and sets in one transaction; the
 // caller refills the sets.
-func (t *nftTable) setPolicy(sr *sandboxRules, p Policy, refused []netip.Prefix) error {
+func (t *nftTable) setPolicy(sr *sandboxRules, p Policy) error {
 	t.conn.FlushChain(sr.chain)
 	t.delSets(sr)
-	if err := t.fillSandbox(sr, p, refused); err != nil {
+	if err := t.fillSandbox(sr, p); err != nil {
 		return err
 	}
 	if err := t.conn.Flush(); err != nil {
@@ -179,7 +187,7 @@ func (t *nftTable) removeSandbox(sr *sandboxRules) error {
 
 // fillSandbox queues the sets and rules of policy p (see the file's
 // comment for their order).
-func (t *nftTable) fillSandbox(sr *sandboxRules, p Policy, refused []netip.Prefix) error {
+func (t *nftTable) fillSandbox(sr *sandboxRules, p Policy) error {
 	c, tb, ch := t.conn, t.table, sr.chain
 	add := func(e ...[]expr.Any) { c.AddRule(&nftables.Rule{Table: tb, Chain: ch, Exprs: cat(e...)}) }
 	add(notIPv4(), verdict(expr.VerdictDrop))
@@ -207,9 +215,7 @@ func (t *nftTable) fillSandbox(sr *sandboxRules, p Policy, refused []netip.Prefi
 			}
 		}
 	}
-	for _, pfx := range refused {
-		rejectIf(add, daddrIn(pfx)...)
-	}
+	rejectIf(add, daddrInSet(t.refused)...)
 	if p.Open() {
 		add(verdict(expr.VerdictAccept))
 		return nil
@@ -267,6 +273,36 @@ func (t *nftTable) allowAddrs(sr *sandboxRules, addrs []netip.Addr, anyPort bool
 		return fmt.Errorf("nftables: add resolved addresses: %w", err)
 	}
 	return nil
+}
+
+// intervalElements are the prefixes as an interval set's elements: each
+// range's start and the end (exclusive) as an interval end, overlapping
+// and adjacent ranges merged (the kernel refuses overlaps).
+func intervalElements(prefixes []netip.Prefix) []nftables.SetElement {
+	type span struct{ lo, hi uint64 } // hi exclusive; up to 1<<32
+	var spans []span
+	for _, p := range prefixes {
+		p = p.Masked()
+		lo := uint64(binary.BigEndian.Uint32(p.Addr().AsSlice()))
+		spans = append(spans, span{lo, lo + 1<<(32-p.Bits())})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	var merged []span
+	for _, s := range spans {
+		if k := len(merged); k > 0 && s.lo <= merged[k-1].hi {
+			merged[k-1].hi = max(merged[k-1].hi, s.hi)
+			continue
+		}
+		merged = append(merged, s)
+	}
+	var elems []nftables.SetElement
+	for _, s := range merged {
+		elems = append(elems, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, uint32(s.lo))})
+		if s.hi < 1<<32 {
+			elems = append(elems, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, uint32(s.hi)), IntervalEnd: true})
+		}
+	}
+	return elems
 }
 
 // The expressions the rules are made of.

@@ -116,3 +116,27 @@ func FuzzParsePort(f *testing.F) {
 		}
 	})
 }
+
+func TestIntervalElements(t *testing.T) {
+	pf := func(s ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, x := range s {
+			out = append(out, netip.MustParsePrefix(x))
+		}
+		return out
+	}
+	got := intervalElements(pf("10.0.0.0/8", "10.1.2.0/24", "240.0.0.0/4", "11.0.0.0/8", "1.2.3.4/32"))
+	var s []string
+	for _, e := range got {
+		a, _ := netip.AddrFromSlice(e.Key)
+		if e.IntervalEnd {
+			s = append(s, "end "+a.String())
+		} else {
+			s = append(s, a.String())
+		}
+	}
+	want := []string{"1.2.3.4", "end 1.2.3.5", "10.0.0.0", "end 12.0.0.0", "240.0.0.0"}
+	if !slices.Equal(s, want) {
+		t.Fatalf("intervals %v; want %v (merged, the last open-ended)", s, want)
+	}
+}
