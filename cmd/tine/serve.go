@@ -143,7 +143,7 @@ func runServe(f serveFlags) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("invalid --net-pool %q: want an IPv4 range such as %s", f.netPool, network.DefaultPool)}
 	}
-	cfg.Network = network.Config{Name: f.netName, Pool: pool, Upstream: f.netUpstream, Dir: f.dataDir, Logger: log}
+	cfg.Network = network.Config{Name: f.netName, Pool: pool, Upstream: f.netUpstream, Logger: log}
 	if err := cfg.Network.Validate(); err != nil {
 		return usageError{err.Error()}
 	}

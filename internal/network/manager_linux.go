@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,9 +41,7 @@ type Config struct {
 	// Upstream is the server (host:port) tine's resolver asks for the
 	// names a policy allows (default: the host's first nameserver).
 	Upstream string
-	// Dir is where the sandboxes' resolv.conf is written.
-	Dir    string
-	Logger *slog.Logger
+	Logger   *slog.Logger
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]{1,6}$`)
@@ -66,9 +63,6 @@ func (c *Config) Validate() error {
 	c.Pool = c.Pool.Masked()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.Dir == "" {
-		c.Dir = "/run/tine"
 	}
 	return nil
 }
@@ -143,10 +137,11 @@ func (m *Manager) tableName() string { return "tine_" + m.cfg.Name }
 
 func (m *Manager) gwLink() string { return m.cfg.Name + "-gw" }
 
-// ResolvConf is the resolv.conf egress sandboxes get (bound read-only on
-// /etc/resolv.conf), written at the first egress sandbox.
-func (m *Manager) ResolvConf() string {
-	return filepath.Join(m.cfg.Dir, "net-"+m.cfg.Name+".resolv.conf")
+// ResolvConf is what an egress sandbox's /etc/resolv.conf says (written
+// into its root once it is made: a bind mount would cost a sandbox's
+// create the Landlock walk that binds need).
+func (m *Manager) ResolvConf() []byte {
+	return []byte("# tine's resolver: it answers the names this sandbox's egress policy allows\nnameserver " + m.gw.String() + "\noptions edns0\n")
 }
 
 // Reap takes the network's name for this process and removes what a dead
@@ -244,12 +239,6 @@ func (m *Manager) ensure() (err error) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	undo = append(undo, m.proxy.close)
-	if err := os.MkdirAll(m.cfg.Dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", m.cfg.Dir, err)
-	}
-	if err := os.WriteFile(m.ResolvConf(), []byte("# tine's resolver: it answers the names this sandbox's policy allows\nnameserver "+m.gw.String()+"\noptions edns0\n"), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", m.ResolvConf(), err)
-	}
 	m.ready = true
 	m.cfg.Logger.Info("egress network ready", "name", m.cfg.Name, "pool", m.cfg.Pool, "gateway", m.gw, "upstream", m.resolver.upstream)
 	return nil
@@ -303,7 +292,6 @@ func (m *Manager) Close() {
 	if l, err := netlink.LinkByName(m.gwLink()); err == nil {
 		netlink.LinkDel(l)
 	}
-	os.Remove(m.ResolvConf())
 	m.ready = false
 }
 
@@ -642,3 +630,6 @@ func (a *Attachment) ProxyURL() string {
 
 // Injections are the sandbox's header injections.
 func (a *Attachment) Injections() []Injection { return a.inject }
+
+// ResolvConf is what the sandbox's /etc/resolv.conf says.
+func (a *Attachment) ResolvConf() []byte { return a.m.ResolvConf() }

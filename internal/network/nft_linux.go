@@ -34,9 +34,9 @@ import (
 )
 
 type nftTable struct {
-	conn   *nftables.Conn
-	table  *nftables.Table
-	prefix string // every host-side veth's name starts with it
+	conn    *nftables.Conn
+	table   *nftables.Table
+	prefix  string // every host-side veth's name starts with it
 	vmap    *nftables.Set
 	refused *nftables.Set // the always-refused ranges, an interval set
 	fwd     *nftables.Chain

@@ -1,9 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"errors"
-	"maps"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -130,7 +132,6 @@ func (s *Server) prepareNetwork(req *api.SandboxSpec, spec *sandbox.Spec) (*boxN
 		}
 		bn.ns = bn.att.NetNS()
 		spec.NetNS = bn.ns
-		spec.Binds = append(spec.Binds, sandbox.Bind{Source: s.net.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})
 		if len(inject) > 0 {
 			u := bn.att.ProxyURL()
 			spec.Env = append(spec.Env, "http_proxy="+u, "HTTP_PROXY="+u, "https_proxy="+u, "HTTPS_PROXY="+u, "no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
@@ -139,8 +140,21 @@ func (s *Server) prepareNetwork(req *api.SandboxSpec, spec *sandbox.Spec) (*boxN
 	return bn, nil
 }
 
-// started publishes the ports once the sandbox (PID 1 pid) runs.
-func (bn *boxNet) started(pid int) error {
+// started gives an egress sandbox its resolv.conf and publishes the
+// ports, once the sandbox runs (nothing of its own has run in it yet).
+func (bn *boxNet) started(inst Instance) error {
+	pid := inst.Pid()
+	if bn.att != nil {
+		root, err := inroot.Open(inst.Root())
+		if err != nil {
+			return err
+		}
+		_, err = root.Write("/etc/resolv.conf", bytes.NewReader(bn.att.ResolvConf()), 0o644, 4096, 0, 0)
+		root.Close()
+		if err != nil {
+			return fmt.Errorf("write the sandbox's /etc/resolv.conf: %w", err)
+		}
+	}
 	if len(bn.specs) == 0 {
 		return nil
 	}

@@ -222,7 +222,7 @@ func (s *Server) startAdmitted(req api.SandboxSpec, spec *sandbox.Spec, release 
 	}
 	inst, err := s.rt.Create(spec)
 	if err == nil {
-		if err = bn.started(inst.Pid()); err != nil {
+		if err = bn.started(inst); err != nil {
 			inst.Destroy()
 		}
 	}
