@@ -69,9 +69,17 @@ are kept on a filesystem of their own (a sparse ext4 image,
 runs) when the state directory shares the root filesystem, since overlayfs
 cannot stack a layer that lies inside the host's root over it.
 
+Egress sandboxes (tine create --network egress) get a veth pair to the
+host, an address from --net-pool, NAT, and tine's resolver and proxy on the
+pool's first address; the daemon makes its nftables table inet tine_NAME and
+link NAME-gw (--net-name) at the first one and turns on net.ipv4.ip_forward
+(docs/network.md). Daemons on one host need distinct --net-name and
+--net-pool.
+
 Sandboxes die with the daemon. At start it reaps what a killed daemon left
-(cgroups; processes and mounts die with their sandboxes' PID 1s); it does not
-re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
+(cgroups; its nftables table and gateway link, for the same --net-name;
+processes, mounts and veths die with their sandboxes); it does not re-adopt
+them. SIGINT or SIGTERM destroys every sandbox and exits.`
 		Example: `  tine serve
   tine serve --socket /tmp/tine.sock --max-sandboxes 20 --max-memory 8g
   tine serve --listen 127.0.0.1:7070 --log-json`,

@@ -84,39 +84,6 @@ func TestParsePort(t *testing.T) {
 	}
 }
 
-func FuzzParseRule(f *testing.F) {
-	for _, s := range []string{"pypi.org", "*.github.com:443", "10.0.0.0/8:22", "1.2.3.4", "::"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		r, err := ParseRule(s)
-		if err != nil {
-			return
-		}
-		// What parses prints back to a rule that parses the same.
-		again, err := ParseRule(r.String())
-		if err != nil || again != r {
-			t.Fatalf("%q → %q → %+v, %v", s, r.String(), again, err)
-		}
-	})
-}
-
-func FuzzParsePort(f *testing.F) {
-	for _, s := range []string{"8080:80", "0.0.0.0:53:53/udp", "1:2:3"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		p, err := ParsePort(s)
-		if err != nil {
-			return
-		}
-		again, err := ParsePort(p.String())
-		if err != nil || again != p {
-			t.Fatalf("%q → %q → %+v, %v", s, p.String(), again, err)
-		}
-	})
-}
-
 func TestIntervalElements(t *testing.T) {
 	pf := func(s ...string) []netip.Prefix {
 		var out []netip.Prefix
