@@ -79,7 +79,7 @@ link NAME-gw (--net-name) at the first one and turns on net.ipv4.ip_forward
 Sandboxes die with the daemon. At start it reaps what a killed daemon left
 (cgroups; its nftables table and gateway link, for the same --net-name;
 processes, mounts and veths die with their sandboxes); it does not re-adopt
-them. SIGINT or SIGTERM destroys every sandbox and exits.`
+them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 		Example: `  tine serve
   tine serve --socket /tmp/tine.sock --max-sandboxes 20 --max-memory 8g
   tine serve --listen 127.0.0.1:7070 --log-json`,

@@ -68,6 +68,37 @@ func ParsePort(s string) (PortSpec, error) {
 	return p, nil
 }
 
+// MakePort checks a published port given by its parts (the API's form):
+// hostIP "" is 127.0.0.1, proto "" is tcp.
+func MakePort(hostIP string, hostPort, port int, proto string) (PortSpec, error) {
+	bad := func(why string) (PortSpec, error) {
+		return PortSpec{}, fmt.Errorf("%w: publish port %d: %s", ErrInvalid, port, why)
+	}
+	p := PortSpec{HostIP: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: "tcp"}
+	if hostIP != "" {
+		a, err := netip.ParseAddr(hostIP)
+		if err != nil || !a.Is4() {
+			return bad(fmt.Sprintf("host_ip %q: want an IPv4 address of the host (egress has no IPv6)", hostIP))
+		}
+		p.HostIP = a
+	}
+	switch proto {
+	case "", "tcp":
+	case "udp":
+		p.Proto = proto
+	default:
+		return bad(fmt.Sprintf("protocol %q: want tcp or udp", proto))
+	}
+	if hostPort < 0 || hostPort > 65535 {
+		return bad(fmt.Sprintf("host_port %d: want 0 (any) to 65535", hostPort))
+	}
+	if port < 1 || port > 65535 {
+		return bad("the sandbox's port must be 1 to 65535")
+	}
+	p.HostPort, p.Port = uint16(hostPort), uint16(port)
+	return p, nil
+}
+
 // Published is a port published by a relay in the daemon: each
 // connection (or UDP peer) to the host address gets its own socket made
 // in the sandbox's network namespace, to the sandbox's port. Only that

@@ -86,14 +86,7 @@ func checkNetwork(a *api.SandboxSpec) (network.Mode, network.Policy, []network.P
 	}
 	var ports []network.PortSpec
 	for _, pt := range a.Publish {
-		s := strconv.Itoa(pt.HostPort) + ":" + strconv.Itoa(pt.Port)
-		if pt.HostIP != "" {
-			s = pt.HostIP + ":" + s
-		}
-		if pt.Protocol != "" {
-			s += "/" + pt.Protocol
-		}
-		ps, err := network.ParsePort(s)
+		ps, err := network.MakePort(pt.HostIP, pt.HostPort, pt.Port, pt.Protocol)
 		if err != nil {
 			return "", network.Policy{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 		}
