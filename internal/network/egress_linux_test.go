@@ -337,3 +337,65 @@ func TestEgressLeavesNothing(t *testing.T) {
 		t.Fatalf("after the manager: links %v, chains %v", l, c)
 	}
 }
+
+// forgeDNS sends, from inside, one DNS query for name to the resolver
+// with the IP source address src, by a raw socket (NET_RAW is in the
+// sandbox's default capabilities).
+const forgeDNS = `import socket, struct, sys
+src, dst, name = sys.argv[1:4]
+q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+udp = struct.pack(">HHHH", 40000, 53, 8 + len(q), 0) + q
+ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton(dst))
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+s.sendto(ip + udp, (dst, 0))
+print("sent")
+`
+
+// A query with another sandbox's source address never reaches the
+// resolver, so it cannot open addresses in the other's set.
+func TestEgressForgedSourceDropped(t *testing.T) {
+	tn := newTestNet(t)
+	attacker := tn.sandbox(t, []string{"a.test", "b.test"}, nil)
+	victim := tn.sandbox(t, []string{"a.test"}, nil)
+	setHas := func(eb *egressBox, a netip.Addr) bool {
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		elems, err := c.GetSetElements(eb.att.rules.any)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range elems {
+			if ip, ok := netip.AddrFromSlice(e.Key); ok && ip == a {
+				return true
+			}
+		}
+		return false
+	}
+	wait := func(what string, cond func() bool) {
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not happen", what)
+			}
+		}
+	}
+	send := func(src netip.Addr, name string) {
+		out, code := attacker.run(t, fmt.Sprintf("python3 -c '%s' %s %s %s", strings.ReplaceAll(forgeDNS, "'", `'"'"'`), src, tn.m.Gateway(), name))
+		if code != 0 || !strings.Contains(out, "sent") {
+			t.Fatalf("raw send from inside: exit %d %q", code, out)
+		}
+	}
+	// Negative control: the raw query with the attacker's own address
+	// is answered, and opens a.test's address in its own set.
+	send(attacker.att.Addr(), "a.test")
+	wait("the raw query with the sandbox's own address opening a.test", func() bool { return setHas(attacker, tn.a.Addr) })
+	// The forged one, then one more of its own: once that one's effect is
+	// seen, the forged one (sent before it, on the same path) was dealt with.
+	send(victim.att.Addr(), "a.test")
+	send(attacker.att.Addr(), "b.test")
+	wait("the second raw query with the sandbox's own address", func() bool { return setHas(attacker, tn.b.Addr) })
+	if setHas(victim, tn.a.Addr) {
+		t.Fatal("a query with the victim's forged source address opened a.test in the victim's set")
+	}
+}
