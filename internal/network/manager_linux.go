@@ -473,6 +473,9 @@ func (m *Manager) plumb(a *Attachment) error {
 	// not route back out of this veth (a forged one: NET_RAW is in the
 	// sandbox's default capabilities) is dropped before the resolver, the
 	// proxy or the forward chain see it.
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+a.ifname+"/rp_filter", []byte("1"), 0); err != nil {
+		return fmt.Errorf("%w: reverse-path filter on %s: %v", ErrUnavailable, a.ifname, err)
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fmt.Errorf("%w: bring up %s: %v", ErrUnavailable, a.ifname, err)
 	}
