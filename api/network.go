@@ -13,6 +13,11 @@ type Port struct {
 	Port int `json:"port"`
 	// Protocol is "tcp" (the default) or "udp".
 	Protocol string `json:"protocol,omitempty"`
+	// Proxy publishes the TCP port through the daemon's TCP listener
+	// instead of a host port: requests there with the header
+	// "Tine-Port: ID:PORT" (and the token) reach it. HostIP and HostPort
+	// are then unused.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // NetworkPolicy is an egress sandbox's policy, the body of PUT

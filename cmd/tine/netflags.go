@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -23,7 +26,7 @@ func addNetFlags(fl *pflag.FlagSet, f *netFlags) {
 	fl.StringArrayVar(&f.allow, "allow", nil, "egress: allow HOST, *.DOMAIN, ADDRESS or CIDR, each with an optional :PORT (repeatable; with any, everything else is refused)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "egress: refuse HOST, *.DOMAIN, ADDRESS or CIDR[:PORT] (repeatable)")
 	fl.StringArrayVar(&f.inject, "inject", nil, "egress: add a header to plain-HTTP requests for HOST through tine's proxy, [https://]HOST:HEADER=VALUE (https://: sent on over HTTPS; the sandbox asks for http://HOST/); the value never enters the sandbox (repeatable)")
-	fl.StringArrayVarP(&f.pubs, "publish", "p", nil, "publish [ADDR:]HOSTPORT:PORT[/tcp|udp] on the host (ADDR default 127.0.0.1, HOSTPORT 0: any; repeatable)")
+	fl.StringArrayVarP(&f.pubs, "publish", "p", nil, "publish [ADDR:]HOSTPORT:PORT[/tcp|udp] on the host (ADDR default 127.0.0.1, HOSTPORT 0: any), or proxy:PORT through the daemon's TCP listener (requests with the header Tine-Port: ID:PORT); repeatable")
 }
 
 // apply checks the flags and writes them into the request.
@@ -35,6 +38,14 @@ func (f netFlags) apply() (mode string, allow, deny []string, ports []api.Port, 
 		return "", nil, nil, nil, usageError{err.Error()}
 	}
 	for _, s := range f.pubs {
+		if n, ok := strings.CutPrefix(s, "proxy:"); ok {
+			port, err := strconv.Atoi(n)
+			if err != nil || port < 1 || port > 65535 {
+				return "", nil, nil, nil, usageError{fmt.Sprintf("invalid --publish %q: want proxy:PORT, PORT 1 to 65535", s)}
+			}
+			ports = append(ports, api.Port{Port: port, Proxy: true})
+			continue
+		}
 		p, err := network.ParsePort(s)
 		if err != nil {
 			return "", nil, nil, nil, usageError{err.Error()}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -25,6 +26,7 @@ type boxNet struct {
 	ns    *os.File // the namespace published ports dial into
 	specs []network.PortSpec
 	ports []*network.Published
+	proxy []int // ports reachable through the daemon's TCP listener (portproxy.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -71,6 +73,21 @@ func redacted(spec api.SandboxSpec) api.SandboxSpec {
 	return spec
 }
 
+// proxiedPorts are the request's ports published through the daemon's
+// TCP listener.
+func proxiedPorts(a *api.SandboxSpec) []int {
+	var ports []int
+	for _, p := range a.Publish {
+		if p.Proxy {
+			ports = append(ports, p.Port)
+		}
+	}
+	return ports
+}
+
+// proxied says whether port is published through the daemon's listener.
+func (bn *boxNet) proxied(port int) bool { return slices.Contains(bn.proxy, port) }
+
 // checkNetwork checks a request's network fields.
 func checkNetwork(a *api.SandboxSpec) (network.Mode, network.Policy, []network.PortSpec, error) {
 	mode, err := network.ParseMode(a.Network)
@@ -86,6 +103,12 @@ func checkNetwork(a *api.SandboxSpec) (network.Mode, network.Policy, []network.P
 	}
 	var ports []network.PortSpec
 	for _, pt := range a.Publish {
+		if pt.Proxy {
+			if pt.Port < 1 || pt.Port > 65535 || (pt.Protocol != "" && pt.Protocol != "tcp") || pt.HostIP != "" || pt.HostPort != 0 {
+				return "", network.Policy{}, nil, fmt.Errorf("%w: publish port %d with proxy: a TCP port 1 to 65535, without host_ip or host_port (the daemon's TCP listener is the host side)", ErrInvalidArgument, pt.Port)
+			}
+			continue
+		}
 		ps, err := network.MakePort(pt.HostIP, pt.HostPort, pt.Port, pt.Protocol)
 		if err != nil {
 			return "", network.Policy{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -95,7 +118,7 @@ func checkNetwork(a *api.SandboxSpec) (network.Mode, network.Policy, []network.P
 	if _, err := injections(a); err != nil {
 		return "", network.Policy{}, nil, err
 	}
-	if mode == network.ModeNone && len(ports) > 0 {
+	if mode == network.ModeNone && len(a.Publish) > 0 {
 		return "", network.Policy{}, nil, fmt.Errorf("%w: network \"none\" has no interface to publish a port on; use loopback or egress", ErrInvalidArgument)
 	}
 	return mode, p, ports, nil
@@ -108,7 +131,7 @@ func (s *Server) prepareNetwork(req *api.SandboxSpec, spec *sandbox.Spec) (*boxN
 	if err != nil {
 		return nil, err
 	}
-	bn := &boxNet{mode: mode, specs: ports}
+	bn := &boxNet{mode: mode, specs: ports, proxy: proxiedPorts(req)}
 	switch mode {
 	case network.ModeNone:
 		if bn.ns, err = network.NewNetNS(false); err != nil {
@@ -148,7 +171,7 @@ func (bn *boxNet) started(inst Instance) error {
 			return fmt.Errorf("write the sandbox's /etc/resolv.conf: %w", err)
 		}
 	}
-	if len(bn.specs) == 0 {
+	if len(bn.specs) == 0 && len(bn.proxy) == 0 {
 		return nil
 	}
 	target := netip.AddrFrom4([4]byte{127, 0, 0, 1})
@@ -204,6 +227,9 @@ func (bn *boxNet) info() *api.Network {
 	}
 	for _, p := range bn.ports {
 		n.Ports = append(n.Ports, api.Port{HostIP: p.Spec.HostIP.String(), HostPort: int(p.Spec.HostPort), Port: int(p.Spec.Port), Protocol: p.Spec.Proto})
+	}
+	for _, p := range bn.proxy {
+		n.Ports = append(n.Ports, api.Port{Port: p, Protocol: "tcp", Proxy: true})
 	}
 	return n
 }

@@ -205,7 +205,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // TokenHandler serves the API to requests that carry the bearer token
 // (the TCP listener's).
-func (s *Server) TokenHandler(token string) http.Handler { return s.requireToken(token, s.handler) }
+func (s *Server) TokenHandler(token string) http.Handler {
+	return s.requireToken(token, s.portProxy(s.handler))
+}
 
 // Close refuses new sandboxes, destroys every sandbox, and stops the
 // expiry loop.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -298,5 +299,94 @@ func TestNetworkProxyInjectsCredentials(t *testing.T) {
 	out, _ = nd.sh(t, sb.ID, "curl -s -o /dev/null -w '%{http_code}' --max-time 10 -x http://"+info.Network.Resolver+":3128 http://b.test/")
 	if out != "403" {
 		t.Fatalf("a name outside the policy through the proxy: HTTP %q; want 403", out)
+	}
+}
+
+// A second daemon of a live daemon's --net-name touches nothing of it and
+// refuses egress with a clear error; the first keeps working.
+func TestNetworkNameHeldByLiveDaemon(t *testing.T) {
+	nd := startNetDaemon(t)
+	ctx := context.Background()
+	sb, err := nd.c.Create(ctx, &api.SandboxSpec{Network: "egress", Allow: []string{"a.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := startDaemonIn(t, t.TempDir(), nd.args...)
+	_, err = second.c.Create(ctx, &api.SandboxSpec{Network: "egress"})
+	if err == nil || !strings.Contains(err.Error(), "another live tine daemon uses the network name") {
+		t.Fatalf("egress on a second daemon of the name: %v", err)
+	}
+	if out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 http://a.test/"); code != 0 || out != "hello from a" {
+		t.Fatalf("the first daemon's sandbox after the second started: %d %q", code, out)
+	}
+}
+
+// headerEcho serves on port (inside a sandbox) every request's headers
+// back as its body.
+const headerEcho = `import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = ("path " + self.path + "\n" + str(self.headers)).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+`
+
+// A port published with proxy is reached through the daemon's TCP
+// listener by the Tine-Port header, under the token, which the sandbox
+// never sees; an unpublished port of the same sandbox is not reachable
+// that way.
+func TestNetworkPortsBehindTheListener(t *testing.T) {
+	require.Root(t)
+	require.Binary(t, "python3")
+	addr := freePort(t)
+	d := startDaemon(t, "--listen", addr)
+	raw, err := os.ReadFile(filepath.Join(d.dir, "data", "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(raw))
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, &api.SandboxSpec{Publish: []api.Port{{Port: 8080, Proxy: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := sb.Network.Ports; len(p) != 1 || !p[0].Proxy || p[0].Port != 8080 {
+		t.Fatalf("inspect: ports %+v", p)
+	}
+	script := strings.ReplaceAll(headerEcho, "'", `'"'"'`)
+	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"(python3 -c '" + script + "' 8080 >/dev/null 2>&1 &); (python3 -c '" + script + "' 8081 >/dev/null 2>&1 &); " +
+			"for i in $(seq 100); do curl -s http://127.0.0.1:8080/ >/dev/null && curl -s http://127.0.0.1:8081/ >/dev/null && exit 0; sleep 0.1; done; exit 1"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("servers inside: %+v %v", res, err)
+	}
+	get := func(port string, withToken bool) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/some/path?q=1", nil)
+		req.Header.Set("Tine-Port", sb.ID+":"+port)
+		req.Header.Set("X-Mine", "kept")
+		if withToken {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Timeout: patience}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("8080", true)
+	if code != 200 || !strings.Contains(body, "path /some/path?q=1") || !strings.Contains(body, "X-Mine: kept") {
+		t.Fatalf("through the listener: %d %q", code, body)
+	}
+	if strings.Contains(body, token) || strings.Contains(strings.ToLower(body), "authorization") || strings.Contains(body, "Tine-Port") {
+		t.Fatalf("the sandbox saw the token or the routing header:\n%s", body)
+	}
+	if code, body := get("8081", true); code != 404 || !strings.Contains(body, "no port 8081 published") {
+		t.Fatalf("an unpublished port: %d %q", code, body)
+	}
+	if code, _ := get("8080", false); code != 401 {
+		t.Fatalf("without the token: %d", code)
 	}
 }

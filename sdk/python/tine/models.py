@@ -86,6 +86,7 @@ class Port:
     host_ip: str | None = None
     host_port: int | None = None
     protocol: str | None = None  # tcp (default) or udp
+    proxy: bool | None = None  # through the daemon's TCP listener (header Tine-Port: ID:PORT)
 
 
 @dataclass
