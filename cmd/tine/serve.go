@@ -151,8 +151,7 @@ func runServe(f serveFlags) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("invalid --net-pool %q: want an IPv4 range such as %s", f.netPool, network.DefaultPool)}
 	}
-	cfg.Network = network.Config{Name: f.netName, Pool: pool, Upstream: f.netUpstream, Logger: log}
-	if err := cfg.Network.Validate(); err != nil {
+	if cfg.Network, err = network.NewManager(network.Config{Name: f.netName, Pool: pool, Upstream: f.netUpstream, Logger: log}); err != nil {
 		return usageError{err.Error()}
 	}
 	l := server.Listen{Socket: f.socket, SocketMode: 0o660, TCP: f.listen}
@@ -170,7 +169,7 @@ func runServe(f serveFlags) error {
 	} else if f.tokenFile != "" {
 		return usageError{"--token-file is for --listen; the unix socket is guarded by its file mode"}
 	}
-	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload})
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network})
 	if err != nil {
 		return err
 	}

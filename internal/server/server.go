@@ -89,9 +89,10 @@ type Config struct {
 	// (default 1m): a client that stops reading loses its stream, and its
 	// command is killed.
 	StreamWriteTimeout time.Duration
-	// Network is the egress network of the daemon's sandboxes (made at the
-	// first egress sandbox; see internal/network).
-	Network network.Config
+	// Network gives the daemon's sandboxes (and its functions, which get
+	// the same manager) their egress networks; nil: one with the default
+	// name and pool. The server closes it.
+	Network *network.Manager
 }
 
 func (c *Config) setDefaults() error {
@@ -190,9 +191,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	var err error
-	if s.net, err = network.NewManager(cfg.Network); err != nil {
-		return nil, err
+	if s.net = cfg.Network; s.net == nil {
+		var err error
+		if s.net, err = network.NewManager(network.Config{Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
 	}
 	s.metrics = newMetrics(s)
 	s.handler = s.newMux()

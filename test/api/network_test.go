@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -23,8 +24,8 @@ import (
 )
 
 // netDaemon is a daemon with an egress network of the test's own name and
-// pool, whose resolver asks a DNS server in a test host; a.test is a test
-// host with an HTTP server.
+// pool, whose resolver asks a DNS server in a test host; a.test (and
+// b.test) is a test host with an HTTP server.
 type netDaemon struct {
 	*daemon
 	name string
@@ -49,7 +50,8 @@ func startNetDaemon(t *testing.T) *netDaemon {
 		return h
 	}
 	dnsHost, a := host("d", 0), host("a", 1)
-	if err := dnsHost.ServeDNS(map[string]string{"a.test": a.Addr.String()}); err != nil {
+	// b.test is the same server under a name that policies leave out.
+	if err := dnsHost.ServeDNS(map[string]string{"a.test": a.Addr.String(), "b.test": a.Addr.String()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.ServeHTTP("a"); err != nil {
@@ -174,6 +176,9 @@ func TestNetworkEgressPublishAndLiveChange(t *testing.T) {
 	}
 	if out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 http://"+nd.a.Addr.String()+"/"); code == 0 {
 		t.Fatalf("a.test's address after the change: %q", out)
+	}
+	if out, code := nd.sh(t, sb.ID, "curl -sS --max-time 10 http://b.test/"); code != 0 || out != "hello from a" {
+		t.Fatalf("b.test (the same server) after the change: %d %q", code, out)
 	}
 	if _, err := nd.c.SetNetwork(ctx, sb.ID, api.NetworkPolicy{Allow: []string{"bad rule!"}}); err == nil || !strings.Contains(err.Error(), "bad rule!") {
 		t.Fatalf("a bad rule: %v", err)
@@ -388,5 +393,49 @@ func TestNetworkPortsBehindTheListener(t *testing.T) {
 	}
 	if code, _ := get("8080", false); code != 401 {
 		t.Fatalf("without the token: %d", code)
+	}
+}
+
+// An egress function's requests reach an allowed name and nothing else;
+// its network goes when the function does.
+func TestNetworkEgressFunction(t *testing.T) {
+	nd := startNetDaemon(t)
+	ctx := context.Background()
+	entry := writeHandler(t, `import urllib.request
+def handler(event):
+    try:
+        return urllib.request.urlopen(event, timeout=10).read().decode()
+    except Exception as e:
+        return "failed: " + type(e).__name__
+`)
+	if _, err := nd.c.PutFunction(ctx, &api.FunctionSpec{Name: "fetch", Entry: entry, Network: "egress", Allow: []string{"a.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	call := func(url string) string {
+		b, _ := json.Marshal(url)
+		inv, err := nd.c.Invoke(ctx, "fetch", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s string
+		if inv.Status != "ok" || json.Unmarshal(inv.Result, &s) != nil {
+			t.Fatalf("invoke %s: %+v", url, inv)
+		}
+		return s
+	}
+	if got := call("http://a.test/"); got != "hello from a" {
+		t.Fatalf("the allowed name from a request: %q", got)
+	}
+	if got := call("http://b.test/"); !strings.HasPrefix(got, "failed") {
+		t.Fatalf("a name not allowed (for the same server): %q", got)
+	}
+	if !eventually(patience, func() bool { return len(nd.links()) >= 2 }) {
+		t.Fatalf("no veth for the function: %v", nd.links())
+	}
+	if err := nd.c.DeleteFunction(ctx, "fetch"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nd.c.PutFunction(ctx, &api.FunctionSpec{Name: "bad", Entry: entry, Allow: []string{"a.test"}}); err == nil || !strings.Contains(err.Error(), "need network") {
+		t.Fatalf("allow without egress: %v", err)
 	}
 }

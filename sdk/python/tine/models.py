@@ -239,7 +239,9 @@ class FunctionSpec:
     preload: list[str] | None = None
     python: str | None = None
     node: str | None = None
-    network: str | None = None  # isolated (default) or shared
+    network: str | None = None  # isolated (default), shared or egress
+    allow: list[str] | None = None  # egress: as a sandbox's
+    deny: list[str] | None = None
     concurrency: int | None = None
     cold_after_seconds: float | None = None
     limits: FunctionLimits | None = None
