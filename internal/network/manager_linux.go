@@ -207,7 +207,10 @@ func (m *Manager) ensure() (err error) {
 		}
 	}()
 	if _, err := m.reapLocked(); err != nil {
-		return err
+		if errors.Is(err, ErrInUse) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
 		return fmt.Errorf("%w: turn on IP forwarding (net.ipv4.ip_forward): %v", ErrUnavailable, err)

@@ -73,8 +73,11 @@ func checkIPForward() Check {
 		return Check{Detail: err.Error(), Fix: "a kernel with IPv4 networking"}
 	}
 	if strings.TrimSpace(string(b)) != "1" {
-		return Check{Detail: "net.ipv4.ip_forward is 0: tine serve turns it on at the first egress sandbox",
-			Fix: "nothing needed as root; to turn it on ahead: sysctl -w net.ipv4.ip_forward=1"}
+		if os.Geteuid() == 0 {
+			return Check{OK: true, Detail: "net.ipv4.ip_forward is 0; tine serve (root) turns it on at the first egress sandbox"}
+		}
+		return Check{Detail: "net.ipv4.ip_forward is 0, and only root can turn it on",
+			Fix: "sysctl -w net.ipv4.ip_forward=1, or run tine serve as root"}
 	}
 	return Check{OK: true, Detail: "net.ipv4.ip_forward is 1"}
 }
