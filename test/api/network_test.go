@@ -439,3 +439,31 @@ def handler(event):
 		t.Fatalf("allow without egress: %v", err)
 	}
 }
+
+// network none has no usable interface, not even lo; loopback's lo works
+// (the negative control).
+func TestNetworkNoneHasNoLoopback(t *testing.T) {
+	require.Binary(t, "python3")
+	d := startDaemon(t)
+	ctx := context.Background()
+	probe := `import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+c = socket.socket(); c.settimeout(5)
+try:
+    c.connect(s.getsockname()); print("connected")
+except OSError as e:
+    print("failed", e.errno)`
+	for mode, want := range map[string]string{"loopback": "connected", "none": "failed"} {
+		sb, err := d.c.Create(ctx, &api.SandboxSpec{Network: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"python3", "-c", probe}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(res.Stdout), want) {
+			t.Errorf("network %s: %q %q; want %s", mode, res.Stdout, res.Stderr, want)
+		}
+	}
+}
