@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tine-run/tine/api"
-	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/tine-run/tine/api"
-	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/units"
 )
 
