@@ -100,7 +100,7 @@ func newNFTTable(name, prefix string, gw netip.Addr, pool netip.Prefix, tcpPorts
 	addReject(c, t.table, t.fwd, fromSandbox) // a veth with no sandbox behind it
 	toSandbox := ifPrefix(expr.MetaKeyOIFNAME, prefix)
 	c.AddRule(&nftables.Rule{Table: t.table, Chain: t.fwd, Exprs: cat(toSandbox, ctReply(), verdict(expr.VerdictAccept))})
-	c.AddRule(&nftables.Rule{Table: t.table, Chain: t.fwd, Exprs: cat(toSandbox, verdict(expr.VerdictDrop))})
+	addReject(c, t.table, t.fwd, toSandbox) // nothing beyond the host opens a connection in
 
 	nat := c.AddChain(&nftables.Chain{Name: "postnat", Table: t.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})

@@ -7,17 +7,18 @@ package nettest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
 	"github.com/miekg/dns"
-	"github.com/tine-run/tine/internal/kernel/osthread"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -46,22 +47,51 @@ func ipnet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// onThreadAndBack runs fn on a locked thread and then puts the thread
+// back into the network namespace it had, so the thread lives on. A test
+// process must not end threads (as osthread.Throwaway does): a child it
+// started with Pdeathsig (a daemon) gets that signal when the thread that
+// forked it ends. Only when the way back fails does the thread end.
+func onThreadAndBack(fn func() error) (err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		orig, oerr := os.Open("/proc/thread-self/ns/net")
+		if oerr != nil {
+			err = oerr
+			return // still locked: the thread ends
+		}
+		defer orig.Close()
+		err = fn()
+		if berr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); berr != nil {
+			err = errors.Join(err, fmt.Errorf("back to the test's network namespace: %w", berr))
+			return
+		}
+		runtime.UnlockOSThread()
+	}()
+	<-done
+	return err
+}
+
 // NewHost makes a peer at addr behind link linkName, whose host side has
 // hostSide.
 func NewHost(linkName string, hostSide, addr netip.Addr) (_ *Host, err error) {
 	var nsf *os.File
-	osthread.Throwaway(func() {
-		if err = unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return
+	err = onThreadAndBack(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return err
 		}
-		var fd int
-		if fd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-			return
+		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
 		}
 		nsf = os.NewFile(uintptr(fd), "netns")
-		if lo, lerr := netlink.LinkByName("lo"); lerr == nil {
-			err = netlink.LinkSetUp(lo)
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
 		}
+		return netlink.LinkSetUp(lo)
 	})
 	if err != nil {
 		if nsf != nil {
@@ -126,14 +156,15 @@ func (h *Host) Close() {
 }
 
 // InNS runs fn on a thread in the namespace ns: sockets it opens stay
-// there.
-func InNS(ns *os.File, fn func() error) (err error) {
-	osthread.Throwaway(func() {
-		if err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err == nil {
-			err = fn()
+// there. The thread then goes back to the caller's namespace and lives on
+// (see onThreadAndBack).
+func InNS(ns *os.File, fn func() error) error {
+	return onThreadAndBack(func() error {
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return err
 		}
+		return fn()
 	})
-	return err
 }
 
 // Listen opens a listener inside the host's namespace.
