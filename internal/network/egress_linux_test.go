@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
@@ -398,4 +399,62 @@ func TestEgressForgedSourceDropped(t *testing.T) {
 	if setHas(victim, tn.a.Addr) {
 		t.Fatal("a query with the victim's forged source address opened a.test in the victim's set")
 	}
+}
+
+// streamer connects to a.test:9000 from inside, says "connected", then
+// sends a byte every 20 ms for up to 30 s; it prints how the stream ended.
+const streamer = `import socket, sys, time
+s = socket.create_connection(("a.test", 9000), timeout=10)
+print("connected", flush=True)
+for i in range(1500):
+    try:
+        s.send(b"x")
+    except OSError as e:
+        print("cut", i, e.errno, flush=True)
+        sys.exit(0)
+    if i == 5:
+        print("streaming", flush=True)
+    time.sleep(0.02)
+print("never cut", flush=True)
+`
+
+// A live change cuts a connection that is already open: the check is per
+// packet, not at connect.
+func TestEgressLivePolicyChangeCutsOpenConnections(t *testing.T) {
+	tn := newTestNet(t)
+	require.Binary(t, "python3")
+	must(t, tn.a.ServeDiscard(9000))
+	eb := tn.sandbox(t, []string{"a.test"}, nil)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := eb.sb.Exec(&sandbox.ExecSpec{Args: []string{"python3", "-c", streamer}, Stdio: [3]*os.File{nil, w, w}, Timeout: time.Minute})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	lines := bufio.NewScanner(r)
+	var out []string
+	next := func() string {
+		if !lines.Scan() {
+			t.Fatalf("the stream inside ended: %q", out)
+		}
+		out = append(out, lines.Text())
+		return lines.Text()
+	}
+	// The negative control: the stream runs under the old policy.
+	if l := next(); l != "connected" {
+		t.Fatalf("the stream did not start: %q", out)
+	}
+	if l := next(); l != "streaming" {
+		t.Fatalf("the stream was not sending: %q", out)
+	}
+	np, _ := ParsePolicy([]string{"b.test"}, nil)
+	must(t, eb.att.SetPolicy(np))
+	if l := next(); !strings.HasPrefix(l, "cut ") {
+		t.Fatalf("after the change: %q; want the open stream cut", out)
+	}
+	p.Wait()
 }
