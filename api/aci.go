@@ -233,6 +233,13 @@ type DesktopSpec struct {
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.
 	TTLSeconds         int64 `json:"ttl_seconds,omitempty"`
 	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
+	// Network, Allow, Deny and Publish as for sandboxes: a desktop whose
+	// browser loads real pages needs "egress".
+	Network string      `json:"network,omitempty"`
+	Allow   []string    `json:"allow,omitempty"`
+	Deny    []string    `json:"deny,omitempty"`
+	Publish []Port      `json:"publish,omitempty"`
+	Inject  []Injection `json:"inject,omitempty"`
 }
 
 // Desktop describes a desktop: a sandbox (its ID works with the sandbox

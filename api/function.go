@@ -34,9 +34,12 @@ type FunctionSpec struct {
 	// namespace of its own, with its own loopback, so no request can reach
 	// another's listeners) or "shared" (the function's requests share the
 	// sandbox's loopback and can talk to each other; about 1.5 ms of CPU
-	// less per request). The sandbox has no network beyond loopback either
-	// way.
+	// less per request), or "egress" (the requests share the function's
+	// egress network, under Allow and Deny; docs/network.md).
 	Network string `json:"network,omitempty"`
+	// Allow and Deny are an egress function's policy (as a sandbox's).
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 	// Concurrency is how many requests run at once (default 4); more wait.
 	Concurrency int `json:"concurrency,omitempty"`
 	// ColdAfterSeconds drops the warm sandbox after this long unused

@@ -22,9 +22,17 @@ type SandboxSpec struct {
 	Workdir string `json:"workdir,omitempty"`
 	// Hostname is the sandbox's host name (default "tine").
 	Hostname string `json:"hostname,omitempty"`
-	// Network is "none" or "loopback"; both give a private network
-	// namespace with only lo, up. Empty means "loopback".
+	// Network is "none" (lo down: no usable interface), "loopback" (lo
+	// only, the default) or "egress" (an interface out through the host,
+	// under Allow and Deny; docs/network.md).
 	Network string `json:"network,omitempty"`
+	// Allow and Deny are an egress sandbox's policy (see NetworkPolicy).
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+	// Publish makes ports of the sandbox reachable from the host.
+	Publish []Port `json:"publish,omitempty"`
+	// Inject are an egress sandbox's header injections (its proxy's).
+	Inject []Injection `json:"inject,omitempty"`
 	// Seccomp is "default" (Docker's policy), "strict" or "unconfined".
 	Seccomp string `json:"seccomp,omitempty"`
 	// Binds are host paths made visible inside.
@@ -91,6 +99,9 @@ type Sandbox struct {
 	// ForkedFrom is the snapshot the sandbox was forked from, if any.
 	ForkedFrom string `json:"forked_from,omitempty"`
 	Usage      Usage  `json:"usage"`
+	// Network is the sandbox's network now: mode, address, policy,
+	// published ports.
+	Network *Network `json:"network,omitempty"`
 }
 
 // Usage is what a sandbox uses now, read from its cgroup.

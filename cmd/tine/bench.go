@@ -69,6 +69,23 @@ write and read of 1 MiB). The target: `+bench.APITarget.Text+`.`,
 				}
 				return groups, func() { cleanup(); d.Stop() }, nil
 			}),
+		newSuiteCommand("net", "Time egress networking: create→ready, TCP connect, bulk throughput and DNS against the host's own paths",
+			`net makes test hosts for the run (network namespaces on this machine with
+a DNS zone and a discard server; nothing leaves the host), starts a tine
+serve whose egress network has a name and pool of its own, and measures,
+interleaved: create→ready of an egress sandbox (allowing one name) vs a
+loopback one; a TCP connect and a 64 MiB upload to the test host from the
+egress sandbox's network namespace (veth, its nftables chain, NAT) vs from
+the host's own; an A query through tine's resolver from the sandbox vs the
+zone's server asked directly. Targets: `+bench.NetTargets.Create.Text+`;
+`+bench.NetTargets.Bulk.Text+`.`,
+			func(self string) ([]bench.Group, func(), error) {
+				nb, err := bench.StartNetBench(self)
+				if err != nil {
+					return nil, nil, err
+				}
+				return nb.Groups(), nb.Close, nil
+			}),
 		newSuiteCommand("embed", "Time a 16-import Python script as a warm function, as tine run and under bwrap",
 			`embed starts a tine serve for the run, registers a function whose entry
 imports 16 stdlib modules, and times, interleaved: a call of it through the

@@ -14,7 +14,8 @@ import (
 type createFlags struct {
 	memory, cpus, pids, disk  string
 	rootfs, workdir, hostname string
-	seccompMode, network      string
+	seccompMode               string
+	net                       netFlags
 	hostView                  string
 	userns                    bool
 	ttl, idle                 string
@@ -32,7 +33,8 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 --idle-timeout do it.`,
 		Example: `  id=$(tine create --memory 512m --ttl 10m)
   tine exec $id -- python3 -c 'print(1)'
-  tine rm $id`,
+  tine rm $id
+  tine create --network egress --allow pypi.org --allow files.pythonhosted.org -p 8080:80`,
 		Args: cobra.NoArgs,
 	}
 	fl := cmd.Flags()
@@ -48,7 +50,7 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every exec, or KEY to pass this shell's value (repeatable)")
 	fl.StringVar(&f.hostname, "hostname", "", "host name inside the sandbox (default tine)")
 	fl.StringVar(&f.seccompMode, "seccomp", "default", "syscall policy: default (Docker's), strict, or unconfined")
-	fl.StringVar(&f.network, "network", "none", "none or loopback: a private network namespace with only lo")
+	addNetFlags(fl, &f.net)
 	fl.StringVar(&f.ttl, "ttl", "", "destroy the sandbox this long after creation, e.g. 10m")
 	fl.StringVar(&f.idle, "idle-timeout", "", "destroy the sandbox after this long without an exec or file request")
 	dial := daemonFlag(cmd)
@@ -72,9 +74,15 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 }
 
 func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
-	s := &api.SandboxSpec{RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode, Network: f.network}
+	s := &api.SandboxSpec{RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode}
 	hv, err := parseHostView(f.hostView, f.rootfs)
 	if err != nil {
+		return nil, err
+	}
+	if s.Network, s.Allow, s.Deny, s.Publish, err = f.net.apply(); err != nil {
+		return nil, err
+	}
+	if s.Inject, err = injections(f.net.inject); err != nil {
 		return nil, err
 	}
 	s.HostView, s.UserNS = string(hv), f.userns

@@ -29,6 +29,7 @@ the files API).`,
 func newDesktopCreateCommand() *cobra.Command {
 	var size, memory string
 	var apps []string
+	var net netFlags
 	spec := &api.DesktopSpec{}
 	cmd := &cobra.Command{
 		Use:   "create [--size WxH] [--app CMD]...",
@@ -42,10 +43,17 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&spec.A11y, "a11y", false, "start a session bus so apps export their accessibility trees (the ACI's accessibility op)")
 	cmd.Flags().BoolVar(&spec.CDP, "cdp", false, "publish Chromium's DevTools port (9222 in the desktop) on a loopback port (printed on stderr)")
 	cmd.Flags().BoolVar(&spec.OSWorld, "osworld", false, "serve OSWorld's guest API on a loopback port of its own, with --a11y and --cdp (printed on stderr; docs/osworld.md)")
+	addNetFlags(cmd.Flags(), &net)
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error
 		if spec.Width, spec.Height, err = parseScreen(size); err != nil {
+			return err
+		}
+		if spec.Network, spec.Allow, spec.Deny, spec.Publish, err = net.apply(); err != nil {
+			return err
+		}
+		if spec.Inject, err = injections(net.inject); err != nil {
 			return err
 		}
 		for _, a := range apps {

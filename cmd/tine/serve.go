@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"github.com/tine-run/tine/internal/zygote"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
 )
@@ -27,6 +29,7 @@ type serveFlags struct {
 	defaultPids                        int64
 	logJSON, debug                     bool
 	e2b                                e2bFlags
+	netName, netPool, netUpstream      string
 }
 
 func newServeCommand() *cobra.Command {
@@ -74,9 +77,17 @@ E2B_API_KEY set to the key in <data-dir>/e2b-key (generated, mode 0600) or
 given with --e2b-key; MCP clients connect to http://ADDR/v1/mcp with the same
 key.
 
+Egress sandboxes (tine create --network egress) get a veth pair to the
+host, an address from --net-pool, NAT, and tine's resolver and proxy on the
+pool's first address; the daemon makes its nftables table inet tine_NAME and
+link NAME-gw (--net-name) at the first one and turns on net.ipv4.ip_forward
+(docs/network.md). Daemons on one host need distinct --net-name and
+--net-pool.
+
 Sandboxes die with the daemon. At start it reaps what a killed daemon left
-(cgroups; processes and mounts die with their sandboxes' PID 1s); it does not
-re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
+(cgroups; its nftables table and gateway link, for the same --net-name;
+processes, mounts and veths die with their sandboxes); it does not re-adopt
+them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 		Example: `  tine serve
   tine serve --socket /tmp/tine.sock --max-sandboxes 20 --max-memory 8g
   tine serve --listen 127.0.0.1:7070 --log-json
@@ -111,6 +122,9 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.e2b.domain, "e2b-domain", "", "domain the E2B API returns and routes {port}-{id}.<domain> Hosts for (wildcard DNS and TLS in front)")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fl.BoolVar(&f.debug, "debug", false, "log every request")
+	fl.StringVar(&f.netName, "net-name", network.DefaultName, "names what egress networking makes on the host (nftables table inet tine_NAME, links NAME-gw and NAME-N): 1 to 6 lower-case letters or digits, distinct per daemon")
+	fl.StringVar(&f.netPool, "net-pool", network.DefaultPool, "IPv4 range of egress sandboxes' addresses (its first address is their gateway and resolver); distinct per daemon")
+	fl.StringVar(&f.netUpstream, "net-upstream", "", "DNS server (HOST:PORT) tine's resolver asks for the names sandboxes may resolve (default: the host's first nameserver)")
 	return cmd
 }
 
@@ -149,6 +163,13 @@ func runServe(f serveFlags) error {
 		return usageError{fmt.Sprintf("invalid --default-pids %d: want a positive whole number", f.defaultPids)}
 	}
 	cfg.DefaultPids = f.defaultPids
+	pool, err := netip.ParsePrefix(f.netPool)
+	if err != nil {
+		return usageError{fmt.Sprintf("invalid --net-pool %q: want an IPv4 range such as %s", f.netPool, network.DefaultPool)}
+	}
+	if cfg.Network, err = network.NewManager(network.Config{Name: f.netName, Pool: pool, Upstream: f.netUpstream, Logger: log}); err != nil {
+		return usageError{err.Error()}
+	}
 	l := server.Listen{Socket: f.socket, SocketMode: 0o660, TCP: f.listen}
 	if f.listen != "" {
 		if f.tokenFile != "" {
@@ -167,7 +188,7 @@ func runServe(f serveFlags) error {
 	if f.e2b.addr == "" && (f.e2b.key != "" || f.e2b.domain != "") {
 		return usageError{"--e2b-key and --e2b-domain are for --e2b ADDR"}
 	}
-	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload})
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network})
 	if err != nil {
 		return err
 	}

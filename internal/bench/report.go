@@ -77,6 +77,9 @@ func writeGroup(p *printer, g GroupResult) {
 		if t.Why != "" {
 			verdict += " (" + t.Why + ")"
 		}
+		if t.P50ExtraMs != nil {
+			verdict += fmt.Sprintf(" (p50 %+.2f ms)", *t.P50ExtraMs)
+		}
 		p.printf("  target: %s: %s\n", t.Text, verdict)
 	}
 	for _, v := range g.Variants {

@@ -7,7 +7,10 @@ import "fmt"
 type Target struct {
 	Variant  string  `json:"variant"`
 	MaxRatio float64 `json:"max_p50_ratio"`
-	Text     string  `json:"text"`
+	// MaxExtraMs, when set, judges the p50's excess over the reference's
+	// instead of the ratio (a cost added to a path, e.g. +2 ms).
+	MaxExtraMs float64 `json:"max_p50_extra_ms,omitempty"`
+	Text       string  `json:"text"`
 }
 
 // Outcome is what a run says about a target.
@@ -23,8 +26,10 @@ const (
 type TargetResult struct {
 	Target
 	P50Ratio *float64 `json:"p50_ratio,omitempty"`
-	Outcome  Outcome  `json:"outcome"`
-	Why      string   `json:"why,omitempty"`
+	// P50ExtraMs is the p50's excess over the reference's (MaxExtraMs).
+	P50ExtraMs *float64 `json:"p50_extra_ms,omitempty"`
+	Outcome    Outcome  `json:"outcome"`
+	Why        string   `json:"why,omitempty"`
 }
 
 func evaluateTargets(targets []Target, g GroupResult) []TargetResult {
@@ -46,6 +51,12 @@ func evaluateTarget(t Target, g GroupResult) TargetResult {
 		r.Why = t.Variant + " " + whyNoFigures(v)
 	case !ref.Measured():
 		r.Why = "reference " + g.Reference + " " + whyNoFigures(ref)
+	case t.MaxExtraMs > 0:
+		extra := float64(v.Stats.P50Ns-ref.Stats.P50Ns) / 1e6
+		r.P50Ratio, r.P50ExtraMs, r.Outcome = v.P50Ratio, &extra, Met
+		if extra > t.MaxExtraMs {
+			r.Outcome = Missed
+		}
 	case v.P50Ratio == nil:
 		r.Why = fmt.Sprintf("reference %s has a zero p50", g.Reference)
 	default:

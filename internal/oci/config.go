@@ -33,6 +33,9 @@ type Container struct {
 	Rlimits []Rlimit
 	// Config is the bundle's config as read.
 	Config *specs.Spec
+	// NetNSPath is a network namespace to join (a pod's), opened at
+	// create into Spec.NetNS.
+	NetNSPath string
 }
 
 // Rlimit is a process resource limit set on the container's process.
@@ -117,7 +120,7 @@ func Translate(cfg *specs.Spec, bundle string) (*Container, error) {
 	if l == nil {
 		return nil, errors.New("config.json has no linux section")
 	}
-	if err := translateLinux(l, s, unsupported); err != nil {
+	if err := translateLinux(l, c, unsupported); err != nil {
 		return nil, err
 	}
 	if err := translateMounts(cfg.Mounts, s, unsupported); err != nil {
@@ -128,7 +131,8 @@ func Translate(cfg *specs.Spec, bundle string) (*Container, error) {
 
 type unsupportedFunc func(format string, a ...any) error
 
-func translateLinux(l *specs.Linux, s *sandbox.Spec, unsupported unsupportedFunc) error {
+func translateLinux(l *specs.Linux, c *Container, unsupported unsupportedFunc) error {
+	s := &c.Spec
 	for _, ns := range l.Namespaces {
 		switch ns.Type {
 		case specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.CgroupNamespace:
@@ -136,7 +140,7 @@ func translateLinux(l *specs.Linux, s *sandbox.Spec, unsupported unsupportedFunc
 				return unsupported("joining the %s namespace at %s (tine makes its own; only a network namespace can be joined)", ns.Type, ns.Path)
 			}
 		case specs.NetworkNamespace:
-			s.NetNS = ns.Path
+			c.NetNSPath = ns.Path
 		case specs.UserNamespace:
 			return unsupported("a user namespace")
 		default:

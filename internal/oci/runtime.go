@@ -106,6 +106,12 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 	if err := checkCommand(&c.Spec); err != nil {
 		return err
 	}
+	if c.NetNSPath != "" {
+		if c.Spec.NetNS, err = openNamespace(c.NetNSPath); err != nil {
+			return err
+		}
+		defer c.Spec.NetNS.Close()
+	}
 	p, err := sandbox.Start(&c.Spec)
 	if err != nil {
 		return err
@@ -519,4 +525,19 @@ func (r *Runtime) Exec(id string, p *specs.Process, o ExecOptions) (int, error) 
 		}
 	}
 	return 0, proc.Commit()
+}
+
+// openNamespace opens the namespace at path (a bind-mounted one, or
+// /proc/PID/ns/net), refusing anything else.
+func openNamespace(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", path, err)
+	}
+	var st unix.Statfs_t
+	if unix.Fstatfs(int(f.Fd()), &st) != nil || st.Type != unix.NSFS_MAGIC {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a namespace (want a bind-mounted netns or /proc/PID/ns/net)", path)
+	}
+	return f, nil
 }

@@ -48,7 +48,7 @@ func Fits(s *sandbox.Spec) bool {
 		(s.HostView == "" || s.HostView == sandbox.HostViewOS) && !s.UserNS &&
 		(s.DiskBytes == 0 || s.DiskBytes == sandbox.DefaultDisk) &&
 		(s.Hostname == "" || s.Hostname == "tine") &&
-		(s.Seccomp == "" || s.Seccomp == seccomp.Default)
+		(s.Seccomp == "" || s.Seccomp == seccomp.Default) && s.NetNS == nil
 }
 
 // ErrClosed means the pool was closed.

@@ -162,7 +162,15 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	var netns chan netnsResult
 	if !userns {
 		netns = make(chan netnsResult, 1)
-		go func() { netns <- openNetNS(s.NetNS) }()
+		if s.NetNS != nil {
+			fd, err := unix.FcntlInt(s.NetNS.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				err = fmt.Errorf("%w: the network namespace given: %v", ErrSetup, err)
+			}
+			netns <- netnsResult{fd: fd, err: err}
+		} else {
+			go func() { netns <- newNetNS() }()
+		}
 		undo = append(undo, func() {
 			if r := <-netns; r.fd >= 0 {
 				unix.Close(r.fd)
@@ -463,24 +471,6 @@ func stdioFDs(files [3]*os.File) ([3]int, error) {
 		}
 	}
 	return fds, checkStdio(fds)
-}
-
-// openNetNS opens the network namespace at path, or makes a new one when
-// path is empty.
-func openNetNS(path string) netnsResult {
-	if path == "" {
-		return newNetNS()
-	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return netnsResult{fd: -1, err: fmt.Errorf("%w: network namespace %s: %v", ErrInvalidSpec, path, err)}
-	}
-	var st unix.Statfs_t
-	if unix.Fstatfs(fd, &st) != nil || st.Type != unix.NSFS_MAGIC {
-		unix.Close(fd)
-		return netnsResult{fd: -1, err: fmt.Errorf("%w: %s is not a namespace (want a bind-mounted netns or /proc/PID/ns/net)", ErrInvalidSpec, path)}
-	}
-	return netnsResult{fd: fd}
 }
 
 type netnsResult struct {

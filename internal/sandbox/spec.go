@@ -108,9 +108,6 @@ type Spec struct {
 	// hierarchy's root, such as /default/c1) instead of one of tine's
 	// own; tine's reaper never touches it.
 	CgroupPath string
-	// NetNS is the path of a network namespace to join (such as
-	// /var/run/netns/x, or /proc/PID/ns/net) instead of a new one.
-	NetNS string
 	// Zygote makes a live sandbox for a warm function: what PID 1 launches
 	// may fork requests that wall themselves in (RequestWalls) before user
 	// code runs. PID 1 therefore has no Landlock domain (a domain forbids
@@ -118,6 +115,10 @@ type Spec struct {
 	// adds unshare of a user, mount, IPC and network namespace and mount to
 	// Seccomp's.
 	Zygote bool
+	// NetNS is a network namespace made ready by internal/network (none:
+	// lo down; egress: a veth to the host), joined instead of a fresh one
+	// with lo up. The caller keeps it open until the sandbox has started.
+	NetNS *os.File
 }
 
 // StartSignal starts a detached sandbox's command (Spec.Detach).
@@ -253,6 +254,9 @@ func (s *Spec) Validate() error {
 	if s.Zygote && len(s.Args) > 0 {
 		return fmt.Errorf("%w: only a live sandbox can be a zygote", ErrInvalidSpec)
 	}
+	if s.NetNS != nil && s.UserNS {
+		return fmt.Errorf("%w: a network other than loopback needs the host's user namespace: a sandbox in a user namespace of its own cannot join a namespace the host made (drop userns, or use the loopback network)", ErrInvalidSpec)
+	}
 	if len(s.Hostname) > 64 {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)
 	}
@@ -354,7 +358,7 @@ func (s *Spec) validateOCI() error {
 			return err
 		}
 	}
-	return NoNUL("oci fields", append([]string{s.CgroupPath, s.NetNS}, append(s.MaskedPaths, s.ReadOnlyPaths...)...)...)
+	return NoNUL("oci fields", append([]string{s.CgroupPath}, append(s.MaskedPaths, s.ReadOnlyPaths...)...)...)
 }
 
 // CheckCapabilities checks a capability set for Spec.Capabilities: known

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/network"
 )
 
 // Listen says where a daemon listens.
@@ -96,6 +97,16 @@ func (s *Server) reapLeftovers() {
 	}
 	if err != nil {
 		s.log.Warn("reap leftovers", "err", err)
+	}
+	gone, err := s.net.Reap()
+	for _, what := range gone {
+		s.log.Info("reaped a dead daemon's network state", "what", what)
+	}
+	switch {
+	case errors.Is(err, network.ErrInUse):
+		s.log.Info("egress networking is off for this daemon", "why", err)
+	case err != nil:
+		s.log.Warn("reap network leftovers", "err", err)
 	}
 }
 

@@ -85,7 +85,8 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 	sbReq := api.SandboxSpec{
 		Env:    []string{"LANG=C.UTF-8", "HOME=/root"},
 		Limits: req.Limits, TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		Binds: []api.Bind{{Source: self, Target: guestBinary, ReadOnly: true}},
+		Binds:   []api.Bind{{Source: self, Target: guestBinary, ReadOnly: true}},
+		Network: req.Network, Allow: req.Allow, Deny: req.Deny, Publish: req.Publish, Inject: req.Inject,
 	}
 	spec, err := specFromAPI(&sbReq)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/tine-run/tine/internal/checkpoint"
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/session"
 	"github.com/tine-run/tine/internal/snapshot"
@@ -65,7 +66,7 @@ func statusOf(err error) (int, api.ErrorCode) {
 	var maxBytes *http.MaxBytesError
 	switch {
 	case errors.Is(err, ErrInvalidArgument),
-		errors.Is(err, sandbox.ErrInvalidSpec),
+		errors.Is(err, sandbox.ErrInvalidSpec), errors.Is(err, network.ErrInvalid),
 		errors.Is(err, inroot.ErrInvalidPath),
 		errors.Is(err, inroot.ErrNotDir),
 		errors.Is(err, inroot.ErrIsDir),
@@ -110,7 +111,8 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, ErrCapacity):
 		return http.StatusTooManyRequests, api.CodeCapacity
-	case errors.Is(err, sandbox.ErrRootlessOnly), errors.Is(err, cgroup.ErrUnavailable), errors.Is(err, sandbox.ErrUnsupported):
+	case errors.Is(err, sandbox.ErrRootlessOnly), errors.Is(err, cgroup.ErrUnavailable), errors.Is(err, sandbox.ErrUnsupported),
+		errors.Is(err, network.ErrUnavailable), errors.Is(err, network.ErrInUse):
 		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable, api.CodeUnavailable

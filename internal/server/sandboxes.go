@@ -38,6 +38,8 @@ type box struct {
 	sessions   *session.Set // its code-interpreter sessions, made on first use
 
 	forkedFrom string // the snapshot it was forked from
+
+	net *boxNet // its network (nil: loopback without published ports)
 }
 
 // info describes b for the API.
@@ -45,7 +47,8 @@ func (b *box) info() api.Sandbox {
 	b.mu.Lock()
 	a := api.Sandbox{
 		ID: b.id, State: b.state, Pid: b.inst.Pid(), CreatedAt: b.created,
-		LastActiveAt: b.lastActive, Execs: b.execs, Spec: b.spec, ForkedFrom: b.forkedFrom,
+		LastActiveAt: b.lastActive, Execs: b.execs, Spec: redacted(b.spec), ForkedFrom: b.forkedFrom,
+		Network: b.net.info(),
 	}
 	if b.ttl > 0 {
 		t := b.created.Add(b.ttl)
@@ -100,10 +103,8 @@ func specFromAPI(a *api.SandboxSpec) (*sandbox.Spec, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
-	switch a.Network {
-	case "", "none", "loopback":
-	default:
-		return nil, bad("network %q: want \"none\" or \"loopback\" (a sandbox gets a private network namespace with only lo)", a.Network)
+	if _, _, _, err := checkNetwork(a); err != nil {
+		return nil, err
 	}
 	switch {
 	case a.DiskBytes < 0:
@@ -216,8 +217,19 @@ func (s *Server) startBox(req api.SandboxSpec, spec *sandbox.Spec) (*box, error)
 // snapshot it is a fork of.
 func (s *Server) startAdmitted(req api.SandboxSpec, spec *sandbox.Spec, release func(), forkedFrom string) (*box, error) {
 	s.setDefaultLimits(spec)
-	inst, err := s.rt.Create(spec)
+	bn, err := s.prepareNetwork(&req, spec)
 	if err != nil {
+		release()
+		return nil, err
+	}
+	inst, err := s.rt.Create(spec)
+	if err == nil {
+		if err = bn.started(inst); err != nil {
+			inst.Destroy()
+		}
+	}
+	if err != nil {
+		bn.close()
 		release()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -226,12 +238,13 @@ func (s *Server) startAdmitted(req api.SandboxSpec, spec *sandbox.Spec, release 
 		id: newID(), spec: req, inst: inst, created: now, lastActive: now,
 		ttl:     time.Duration(req.TTLSeconds) * time.Second,
 		idle:    time.Duration(req.IdleTimeoutSeconds) * time.Second,
-		release: release, state: api.StateRunning, forkedFrom: forkedFrom,
+		release: release, state: api.StateRunning, forkedFrom: forkedFrom, net: bn,
 	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		inst.Destroy()
+		bn.close()
 		release()
 		return nil, ErrShuttingDown
 	}
@@ -257,6 +270,9 @@ func (s *Server) watch(b *box) {
 	if err := b.inst.Destroy(); err != nil {
 		s.log.Error("clean up dead sandbox", "id", b.id, "err", err)
 	}
+	if err := b.net.close(); err != nil {
+		s.log.Error("clean up dead sandbox's network", "id", b.id, "err", err)
+	}
 	// Its budget is free before anyone can see it exited.
 	b.release()
 	b.mu.Lock()
@@ -276,6 +292,9 @@ func (s *Server) destroy(b *box, why string) {
 		b.closeSessions()
 		if err := b.inst.Destroy(); err != nil {
 			s.log.Error("destroy sandbox", "id", b.id, "err", err)
+		}
+		if err := b.net.close(); err != nil {
+			s.log.Error("remove sandbox's network", "id", b.id, "err", err)
 		}
 		b.release()
 		s.mu.Lock()

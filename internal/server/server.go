@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
 )
@@ -91,6 +92,10 @@ type Config struct {
 	// (default 1m): a client that stops reading loses its stream, and its
 	// command is killed.
 	StreamWriteTimeout time.Duration
+	// Network gives the daemon's sandboxes (and its functions, which get
+	// the same manager) their egress networks; nil: one with the default
+	// name and pool. The server closes it.
+	Network *network.Manager
 }
 
 func (c *Config) setDefaults() error {
@@ -155,6 +160,8 @@ type Server struct {
 	catalogMu sync.Mutex
 	catalog   *snapshot.Catalog
 
+	net *network.Manager
+
 	stop    chan struct{}
 	stopped sync.WaitGroup
 }
@@ -187,6 +194,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if s.net = cfg.Network; s.net == nil {
+		var err error
+		if s.net, err = network.NewManager(network.Config{Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
 	s.metrics = newMetrics(s)
 	s.handler = s.newMux()
 	s.stopped.Go(s.expireLoop)
@@ -198,7 +211,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // TokenHandler serves the API to requests that carry the bearer token
 // (the TCP listener's).
-func (s *Server) TokenHandler(token string) http.Handler { return s.requireToken(token, s.handler) }
+func (s *Server) TokenHandler(token string) http.Handler {
+	return s.requireToken(token, s.portProxy(s.handler))
+}
 
 // Close refuses new sandboxes, destroys every sandbox, and stops the
 // expiry loop.
@@ -231,6 +246,7 @@ func (s *Server) Close() {
 		s.cfg.Functions.Close()
 	}
 	s.rt.Close()
+	s.net.Close()
 	s.catalogMu.Lock()
 	if s.catalog != nil {
 		s.catalog.Close()
@@ -255,6 +271,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes", s.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", s.deleteSandbox},
+		{"PUT", "/v1/sandboxes/{id}/network", s.setNetwork},
 		{"POST", "/v1/sandboxes/{id}/exec", s.execJSON},
 		{"GET", "/v1/sandboxes/{id}/exec/ws", s.execStream},
 		{"GET", "/v1/sandboxes/{id}/files", s.readFile},

@@ -130,6 +130,7 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 		return nil, nil, fmt.Errorf("%w: sandbox %s is %d forks deep; a snapshot of it would stack %d layers, at most %d", ErrConflictState, b.id, len(parentLayers), len(parentLayers)+1, maxDepth)
 	}
 	rec := recipe{Sandbox: b.spec}
+	rec.Sandbox.Inject = nil // secrets never reach the disk; forks go without them
 	if d := b.desktopNow(); d != nil {
 		rec.Desktop, rec.Display = d.spec, d.display
 	}

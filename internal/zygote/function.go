@@ -20,6 +20,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
@@ -50,6 +51,7 @@ type function struct {
 	spec    api.FunctionSpec
 	scripts string    // host directory of registered scripts (the pool only)
 	admit   AdmitFunc // counts its sandbox against the host budget (nil: nowhere)
+	net     *network.Manager
 	slots   chan struct{}
 	calls   atomic.Int64
 	seq     atomic.Uint64
@@ -190,9 +192,26 @@ func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.San
 				return nil, nil, nil, fmt.Errorf("function %s: %w", f.spec.Name, err)
 			}
 		}
+		att, err := f.attach(spec)
+		if err != nil {
+			release()
+			return nil, nil, nil, err
+		}
 		if sb, err = sandbox.Create(spec); err != nil {
 			release()
+			if att != nil {
+				att.Detach()
+			}
 			return nil, nil, nil, fmt.Errorf("%w: create its sandbox: %v", ErrWarm, err)
+		}
+		if att != nil {
+			// The network goes with the sandbox, however it ends.
+			go func(done <-chan struct{}) { <-done; att.Detach() }(sb.Done())
+			if err := writeResolvConf(sb, att); err != nil {
+				release()
+				sb.Destroy()
+				return nil, nil, nil, fmt.Errorf("%w: %v", ErrWarm, err)
+			}
 		}
 		once := sync.OnceFunc(release)
 		go func(done <-chan struct{}) { <-done; once() }(sb.Done())
@@ -305,7 +324,11 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		}
 		close(z.dead)
 	}()
-	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Network: f.spec.Network, Walls: walls}
+	reqNet := f.spec.Network
+	if reqNet == NetworkEgress {
+		reqNet = NetworkShared // the requests share the sandbox's egress namespace
+	}
+	cfg := agentConfig{Handler: f.spec.Handler, TmpBytes: 64 << 20, Network: reqNet, Walls: walls}
 	if f.spec.Runtime == RuntimePython {
 		cfg.Entry, cfg.Preload = entryInside(f.spec.Entry), f.spec.Preload
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/network"
 )
 
 // Config is how a Manager behaves.
@@ -35,6 +36,9 @@ type Config struct {
 	MaxPayload int64
 	// MaxScript bounds a registered script (default 1 MiB).
 	MaxScript int64
+	// Network gives egress functions their network (nil: they are
+	// refused).
+	Network *network.Manager
 }
 
 // PoolName is the runtime pool's function name.
@@ -99,6 +103,7 @@ func (m *Manager) Up(spec api.FunctionSpec) (*api.Function, error) {
 	}
 	m.mu.Lock()
 	f := newFunction(spec, "", m.admit)
+	f.net = m.cfg.Network
 	m.mu.Unlock()
 	if _, _, _, err := f.ensureWarm(); err != nil {
 		f.cool()
@@ -224,6 +229,7 @@ func (m *Manager) InvokeScript(ctx context.Context, digest string, payload []byt
 		Validate(&spec)
 		spec.Entry = ""
 		f = newFunction(spec, m.scripts, m.admit)
+		f.net = m.cfg.Network
 		m.fns[PoolName] = f
 	}
 	m.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/units"
 )
 
@@ -41,11 +42,25 @@ const (
 	NetworkIsolated = "isolated"
 	// NetworkShared: requests share the sandbox's loopback.
 	NetworkShared = "shared"
+	// NetworkEgress: requests share the sandbox's egress network (a
+	// sandbox's network mode "egress", under the function's allow/deny).
+	NetworkEgress = "egress"
 )
 
 func validNetwork(n string) error {
-	if n != "" && n != NetworkIsolated && n != NetworkShared {
-		return fmt.Errorf("%w: network %q: want %q (each request its own loopback, the default) or %q (the function's requests can reach each other's listeners)", ErrInvalidSpec, n, NetworkIsolated, NetworkShared)
+	if n != "" && n != NetworkIsolated && n != NetworkShared && n != NetworkEgress {
+		return fmt.Errorf("%w: network %q: want %q (each request its own loopback, the default), %q (the function's requests can reach each other's listeners) or %q (they share an interface out, under allow and deny)", ErrInvalidSpec, n, NetworkIsolated, NetworkShared, NetworkEgress)
+	}
+	return nil
+}
+
+// validPolicy checks an egress function's allow and deny rules.
+func validPolicy(s *api.FunctionSpec) error {
+	if (len(s.Allow) > 0 || len(s.Deny) > 0) && s.Network != NetworkEgress {
+		return fmt.Errorf("%w: allow and deny are an egress policy: they need network = %q", ErrInvalidSpec, NetworkEgress)
+	}
+	if _, err := network.ParsePolicy(s.Allow, s.Deny); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
 	}
 	return nil
 }
@@ -68,6 +83,8 @@ type tomlSpec struct {
 	Python      string   `toml:"python"`
 	Node        string   `toml:"node"`
 	Network     string   `toml:"network"`
+	Allow       []string `toml:"allow"`
+	Deny        []string `toml:"deny"`
 	Concurrency int      `toml:"concurrency"`
 	ColdAfter   string   `toml:"cold_after"`
 	Limits      struct {
@@ -97,11 +114,11 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, network, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, network, allow, deny, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
 	}
 	s := &api.FunctionSpec{
 		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
-		Preload: t.Preload, Python: t.Python, Node: t.Node, Network: t.Network, Concurrency: t.Concurrency,
+		Preload: t.Preload, Python: t.Python, Node: t.Node, Network: t.Network, Allow: t.Allow, Deny: t.Deny, Concurrency: t.Concurrency,
 		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
 	}
 	if s.Entry != "" && !filepath.IsAbs(s.Entry) {
@@ -262,6 +279,9 @@ func Validate(s *api.FunctionSpec) error {
 		return bad("runtime %q: want python, node or exec", s.Runtime)
 	}
 	if err := validNetwork(s.Network); err != nil {
+		return err
+	}
+	if err := validPolicy(s); err != nil {
 		return err
 	}
 	if s.Network == "" {

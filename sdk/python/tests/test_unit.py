@@ -236,3 +236,21 @@ class ScreencastUnitTest(unittest.TestCase):
         with self.assertRaises(SequenceGap):  # 3 is missing
             c.apply({"seq": 4, "kind": "delta", "width": 4, "height": 2, "format": "png", "rects": []}, b"")
         self.assertEqual(c.seq, 2)
+
+
+class NetworkModelTest(unittest.TestCase):
+    def test_spec_and_policy_bodies(self):
+        spec = SandboxSpec(network="egress", allow=["pypi.org"], publish=[tine.Port(port=80, host_port=8080)],
+                           inject=[tine.Injection(host="api.test", headers={"X-Key": "k"}, tls=True)])
+        body = to_json(spec)
+        self.assertEqual(body["publish"], [{"port": 80, "host_port": 8080}])
+        self.assertEqual(body["inject"], [{"host": "api.test", "headers": {"X-Key": "k"}, "tls": True}])
+        call = _ops.set_network("a/b", tine.NetworkPolicy(allow=["*.github.com:443"]))
+        self.assertEqual((call.method, call.path), ("PUT", "/v1/sandboxes/a%2Fb/network"))
+        self.assertEqual(json.loads(call.body), {"allow": ["*.github.com:443"]})
+
+    def test_sandbox_network_decoded(self):
+        s = from_json(tine.Sandbox, {"id": "x", "state": "running", "network": {
+            "mode": "egress", "address": "10.201.0.2", "ports": [{"port": 80, "host_port": 8080, "protocol": "tcp"}]}})
+        self.assertEqual(s.network.mode, "egress")
+        self.assertEqual(s.network.ports[0].host_port, 8080)

@@ -22,8 +22,9 @@ from .errors import (ACIError, Capacity, Conflict, Forbidden, Internal, InvalidA
                      TineError, TooLarge, TransportError, Unauthorized, Unavailable, Unsupported)
 from .models import (ActionError, ActionResult, Bind, Desktop, DesktopSpec, ExecExit,
                      ExecResult, FileInfo, Function, FunctionLimits, FunctionSpec, Invocation, InvocationError, InvocationTimings, Limits,
-                     ForkResult, Sandbox, SandboxSpec, Screenshot, Script, Snapshot, StepResult, Timings,
-                     Usage, Welcome, Window, SessionSpec, SessionInfo, Result, CellError, Execution)
+                     ForkResult, Injection, Network, NetworkPolicy, Port, Sandbox, SandboxSpec, Screenshot,
+                     Script, Snapshot, StepResult, Timings, Usage, Welcome, Window, SessionSpec, SessionInfo,
+                     Result, CellError, Execution)
 
 __version__ = "0.1.0"
 
@@ -33,7 +34,7 @@ __all__ = [
     "Welcome", "Window", "Screenshot", "StepResult", "ActionResult", "ActionError",
     "TineError", "TransportError", "InvalidArgument", "Unauthorized", "Forbidden", "NotFound",
     "MethodNotAllowed", "Conflict", "TooLarge", "Capacity", "Internal", "Unsupported", "Unavailable",
-    "Sandbox", "SandboxSpec", "Limits", "Bind", "Usage", "ExecResult", "ExecExit", "Timings",
+    "Sandbox", "SandboxSpec", "Limits", "Bind", "Usage", "Port", "Injection", "Network", "NetworkPolicy", "ExecResult", "ExecExit", "Timings",
     "FileInfo", "FunctionSpec", "FunctionLimits", "Function", "Invocation", "InvocationError",
     "InvocationTimings", "Script", "Snapshot", "ForkResult",
     "Session", "AsyncSession", "SessionSpec", "SessionInfo", "Result", "CellError", "Execution",

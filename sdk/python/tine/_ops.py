@@ -174,6 +174,11 @@ def delete(sid: str) -> Call[None]:
     return Call("DELETE", _sandbox_path(sid), _none)
 
 
+def set_network(sid: str, policy: Union[m.NetworkPolicy, Mapping[str, Any]]) -> Call[m.Network]:
+    """PUT /v1/sandboxes/{id}/network."""
+    return _json_call("PUT", _sandbox_path(sid) + "/network", _decode(m.Network), body=policy)
+
+
 def exec_request(argv: Sequence[str], *, stdin: bytes | str | None = None,
                  env: Mapping[str, str] | Sequence[str] | None = None,
                  workdir: str | None = None, timeout: float | None = None,

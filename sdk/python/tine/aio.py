@@ -598,6 +598,10 @@ class AsyncClient:
         """See :meth:`tine.Client.get`."""
         return await self._t.do(ops.get(sandbox_id))
 
+    async def set_network(self, sandbox_id: str, policy: m.NetworkPolicy | dict) -> m.Network:
+        """See :meth:`tine.Client.set_network`."""
+        return await self._t.do(ops.set_network(sandbox_id, policy))
+
     async def delete(self, sandbox_id: str) -> None:
         """See :meth:`tine.Client.delete`."""
         await self._t.do(ops.delete(sandbox_id))

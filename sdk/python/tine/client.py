@@ -628,6 +628,11 @@ class Client:
         """One sandbox, with its usage now."""
         return self._do(ops.get(sandbox_id))
 
+    def set_network(self, sandbox_id: str, policy: m.NetworkPolicy | dict) -> m.Network:
+        """Replace a live egress sandbox's policy; in force (open connections
+        included) when this returns."""
+        return self._do(ops.set_network(sandbox_id, policy))
+
     def delete(self, sandbox_id: str) -> None:
         """Destroy a sandbox: every process in it is killed."""
         self._do(ops.delete(sandbox_id))

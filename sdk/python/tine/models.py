@@ -79,6 +79,45 @@ class Bind:
 
 
 @dataclass
+class Port:
+    """A published port: host_ip:host_port on the host reaches port inside
+    (docs/network.md); host_port 0 lets the kernel pick."""
+    port: int
+    host_ip: str | None = None
+    host_port: int | None = None
+    protocol: str | None = None  # tcp (default) or udp
+    proxy: bool | None = None  # through the daemon's TCP listener (header Tine-Port: ID:PORT)
+
+
+@dataclass
+class Injection:
+    """Headers tine's proxy adds to an egress sandbox's plain-HTTP requests
+    for host (tls: sent on over HTTPS); the values never enter the sandbox."""
+    host: str
+    headers: dict[str, str]
+    tls: bool | None = None
+
+
+@dataclass
+class NetworkPolicy:
+    """An egress policy: HOST, *.DOMAIN, ADDRESS or CIDR, each with an
+    optional :PORT; with any allow rule, everything else is refused."""
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+
+
+@dataclass
+class Network:
+    """A sandbox's network now: mode, address, policy, published ports."""
+    mode: str = "loopback"
+    address: str = ""
+    resolver: str = ""
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+    ports: list[Port] | None = None
+
+
+@dataclass
 class SandboxSpec:
     """The body of a create; every field is optional (docs/api.md)."""
     rootfs: str | None = None
@@ -86,7 +125,11 @@ class SandboxSpec:
     env: list[str] | None = None
     workdir: str | None = None
     hostname: str | None = None
-    network: str | None = None
+    network: str | None = None  # none, loopback (default) or egress
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+    publish: list[Port] | None = None
+    inject: list[Injection] | None = None
     seccomp: str | None = None
     binds: list[Bind] | None = None
     limits: Limits | None = None
@@ -117,6 +160,7 @@ class Sandbox:
     spec: SandboxSpec = field(default_factory=SandboxSpec)
     usage: Usage = field(default_factory=Usage)
     forked_from: str = ""  # the snapshot it was forked from, if any
+    network: Network | None = None
 
 
 # --- exec ----------------------------------------------------------------
@@ -195,7 +239,9 @@ class FunctionSpec:
     preload: list[str] | None = None
     python: str | None = None
     node: str | None = None
-    network: str | None = None  # isolated (default) or shared
+    network: str | None = None  # isolated (default), shared or egress
+    allow: list[str] | None = None  # egress: as a sandbox's
+    deny: list[str] | None = None
     concurrency: int | None = None
     cold_after_seconds: float | None = None
     limits: FunctionLimits | None = None
