@@ -398,6 +398,13 @@ func (c *Catalog) Delete(id string) error {
 // other holder pins (images share the store). c.gc and c.mu are held (or
 // c is not shared yet).
 func (c *Catalog) collect() error {
+	// List before reading the pins: a pull pins a layer before it
+	// publishes it, so every layer listed that a pull wants is pinned by
+	// the time the pins are read.
+	all, err := c.Layers.List()
+	if err != nil {
+		return err
+	}
 	pinned, err := c.Layers.Pinned()
 	if err != nil {
 		return err
@@ -410,10 +417,6 @@ func (c *Catalog) collect() error {
 		for _, d := range s.Layers {
 			named[d] = true
 		}
-	}
-	all, err := c.Layers.List()
-	if err != nil {
-		return err
 	}
 	for _, d := range all {
 		if !named[d] && c.held[d] == 0 {

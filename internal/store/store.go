@@ -53,6 +53,9 @@ func ParseDigest(s string) (Digest, error) {
 
 func (d Digest) hex() string { return strings.TrimPrefix(string(d), "sha256:") }
 
+// Hex is the digest without its "sha256:" prefix.
+func (d Digest) Hex() string { return d.hex() }
+
 // Layer describes a committed layer.
 type Layer struct {
 	Digest Digest
