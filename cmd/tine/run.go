@@ -28,6 +28,7 @@ type runFlags struct {
 	outcome                           string
 	verbose, inProcess, userns        bool
 	socket                            string
+	img                               runImageFlags
 }
 
 func newRunCommand() *cobra.Command {
@@ -58,12 +59,15 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
   tine run -v $PWD:/work:ro --workdir /work -- ls -la
   tine run -t -- /bin/bash`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
+			if len(args) == 0 && f.img.image == "" {
 				return usageError{"run: no command given; usage: tine run [flags] -- CMD [ARGS...]"}
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runOnce(f, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.img.workdirSet = cmd.Flags().Changed("workdir")
+			return runOnce(f, args)
+		},
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
@@ -85,6 +89,7 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.BoolVar(&f.verbose, "verbose", false, "say whether the run was handed to the daemon or ran in-process")
 	fl.BoolVar(&f.inProcess, "in-process", false, "never hand the run to a daemon")
 	fl.StringVar(&f.socket, "socket", "", "the daemon's socket (default $TINE_SOCKET, else /run/tine/tine.sock)")
+	f.img.register(cmd)
 	return cmd
 }
 
@@ -192,6 +197,11 @@ func runOnce(f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	lease, err := f.img.apply(s, true)
+	if err != nil {
+		return err
+	}
+	defer lease.Release()
 	// Catch signals before the sandbox exists, so none is lost in between.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
@@ -204,7 +214,8 @@ func runOnce(f runFlags, args []string) error {
 	if socket == "" {
 		socket = daemonSocket()
 	}
-	if !s.TTY && !f.inProcess && os.Getenv("TINE_NO_DAEMON") == "" {
+	// A run from an image stays in-process: the hand-off carries no image.
+	if !s.TTY && !f.inProcess && f.img.image == "" && os.Getenv("TINE_NO_DAEMON") == "" {
 		o, handed, err = runThroughDaemon(socket, s, sigs, f.verbose)
 		if handed && err != nil {
 			return err
@@ -218,6 +229,8 @@ func runOnce(f runFlags, args []string) error {
 				why = "-t runs in-process"
 			case f.inProcess:
 				why = "--in-process"
+			case f.img.image != "":
+				why = "--image runs in-process"
 			case os.Getenv("TINE_NO_DAEMON") != "":
 				why = "TINE_NO_DAEMON is set"
 			}
@@ -228,7 +241,7 @@ func runOnce(f runFlags, args []string) error {
 		}
 	}
 	if o.Reason == "not-found" {
-		fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", args[0])
+		fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", s.Args[0])
 	}
 	if f.outcome != "" {
 		b, _ := json.MarshalIndent(o, "", "  ")
@@ -240,13 +253,13 @@ func runOnce(f runFlags, args []string) error {
 	case "not-found":
 		return exitError{o.ExitCode}
 	case "timeout":
-		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
+		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", s.Args[0], s.Timeout)
 	case "oom":
 		limit := f.memory
 		if limit == "" {
 			limit = "the default; raise it with --memory"
 		}
-		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], limit)
+		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", s.Args[0], limit)
 	}
 	if o.ExitCode != 0 {
 		return exitError{o.ExitCode}

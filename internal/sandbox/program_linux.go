@@ -155,6 +155,7 @@ type command struct {
 	argv, env, candidates []string
 	workdir               string
 	tty                   bool
+	user                  *User // nil: the sandbox's root
 	// size is the terminal's size, set before the command starts (zero:
 	// the kernel's 0x0, for the caller to set).
 	size unix.Winsize
@@ -164,7 +165,7 @@ func (p *Plan) command() *command {
 	if len(p.Argv) == 0 {
 		return nil // a live sandbox: PID 1 only reaps
 	}
-	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY}
+	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY, user: p.Spec.User}
 }
 
 // compileBoot turns plan p into the program of a new sandbox's PID 1.
@@ -446,6 +447,17 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
 	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	if u := c.user; u != nil {
+		// Groups first: setgroups and setresgid need the capabilities that
+		// setresuid to a non-zero uid drops.
+		groups := append([]uint32(nil), u.Groups...)
+		if len(groups) == 0 {
+			groups = []uint32{0} // something to point at; the count says none
+		}
+		pg.addCommand("set supplementary groups", sys(unix.SYS_SETGROUPS, uintptr(len(u.Groups)), pg.ptr(groups, unsafe.Pointer(&groups[0]))))
+		pg.addCommand("set group id", sys(unix.SYS_SETRESGID, uintptr(u.GID), uintptr(u.GID), uintptr(u.GID)))
+		pg.addCommand("set user id", sys(unix.SYS_SETRESUID, uintptr(u.UID), uintptr(u.UID), uintptr(u.UID)))
+	}
 	pg.addCommand("enter working directory "+c.workdir, sys(unix.SYS_CHDIR, pg.cstr(c.workdir)))
 	argv := pg.cstrv(c.argv)
 	envp := pg.cstrv(c.env)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/tine-run/tine/internal/image"
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// runImageFlags are tine run's image flags.
+type runImageFlags struct {
+	image, pull string
+	store       imageFlags
+	workdirSet  bool
+}
+
+func (f *runImageFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.image, "image", "", "run from this OCI image (its layers are the read-only root; its Env, Entrypoint, Cmd, WorkingDir and User apply), pulled first unless --pull says otherwise")
+	cmd.Flags().StringVar(&f.pull, "pull", "missing", "with --image: missing (pull when not stored), never, or always")
+	f.store.register(cmd)
+}
+
+// resolveImage finds (or pulls, per --pull) the image of f and makes it
+// s's root. The lease keeps the image from removal while s runs.
+func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, error) {
+	if f.image == "" {
+		return nil, nil
+	}
+	if s.RootFS != "" {
+		return nil, usageError{"--image and --rootfs both name the root: drop one of them"}
+	}
+	switch f.pull {
+	case "missing", "never", "always":
+	default:
+		return nil, usageError{fmt.Sprintf("invalid --pull %q: want missing, never or always", f.pull)}
+	}
+	st, err := f.store.open()
+	if err != nil {
+		return nil, err
+	}
+	img, err := st.Lookup(f.image)
+	switch {
+	case f.pull == "always" || (errors.Is(err, image.ErrNotFound) && f.pull == "missing"):
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		prog := newPullProgress(os.Stderr, false)
+		img, err = st.Pull(ctx, f.image, prog.update)
+		prog.finish()
+		stop()
+		if err != nil {
+			return nil, err
+		}
+	case errors.Is(err, image.ErrNotFound):
+		return nil, fmt.Errorf("image %s is not stored and --pull is never: tine pull %s first", f.image, f.image)
+	case err != nil:
+		return nil, err
+	}
+	lease, err := st.Use(img)
+	if err != nil {
+		return nil, err
+	}
+	if err := img.Apply(s, image.ApplyOptions{OneShot: oneShot, WorkdirSet: f.workdirSet}); err != nil {
+		lease.Release()
+		return nil, usageError{err.Error()}
+	}
+	return lease, nil
+}

@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/tine-run/tine/internal/image/imagetest"
+	"golang.org/x/sys/unix"
+)
+
+// imageState is a state directory for a test's images; its layer store
+// (a loop-mounted image when /tmp shares the root's filesystem) is
+// unmounted at the end.
+func imageState(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "store"), unix.MNT_DETACH) })
+	return dir
+}
+
+// appImage is busybox with a second layer that deletes a file of the
+// first (whiteout), hides a directory's old contents (opaque) and adds
+// its own, under a config that sets every field tine honours.
+func appImage(t *testing.T, cfg v1.Config) v1.Image {
+	base := imagetest.BusyboxLayer(t)
+	extra := imagetest.Layer(t,
+		imagetest.File{Name: "etc/deleteme", Body: "base"},
+		imagetest.File{Name: "opt/data/old", Body: "old"},
+		imagetest.File{Name: "app/marker", Body: "from the image\n"},
+	)
+	top := imagetest.Layer(t,
+		imagetest.File{Name: "etc/.wh.deleteme"},
+		imagetest.File{Name: "opt/data/.wh..wh..opq"},
+		imagetest.File{Name: "opt/data/new", Body: "new"},
+	)
+	return imagetest.Image(t, cfg, base, extra, top)
+}
+
+var appConfig = v1.Config{
+	Env:        []string{"PATH=/bin", "APP=configured"},
+	Cmd:        []string{"/bin/sh", "-c", "echo cmd-ran $APP"},
+	WorkingDir: "/home/app",
+	User:       "app",
+}
+
+func TestRunFromImageHonoursConfig(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "app:1", appImage(t, appConfig))
+	state := imageState(t)
+
+	// No command: the image's Cmd, with its Env; pulled on first use.
+	r := h.run("run", "--state-dir", state, "--image", ref)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "cmd-ran configured" {
+		t.Fatalf("run from image with its Cmd:\n%s", r)
+	}
+	r = h.run("run", "--state-dir", state, "--image", ref, "--pull", "never", "-e", "APP=overridden", "--",
+		"/bin/sh", "-c", "echo $APP; id -u; id -g; id -G; pwd; echo $HOME; ls /opt/data; test -e /etc/deleteme && echo present || echo deleted; touch /home/app/ok && echo wrote-home; touch /etc/x 2>/dev/null || echo etc-refused; echo "+h.marker)
+	want := []string{"overridden", "1000", "1000", "1000 2000", "/home/app", "/home/app", "new", "deleted", "wrote-home", "etc-refused", h.marker}
+	if got := strings.Fields(strings.ReplaceAll(r.Stdout, "1000 2000", "1000_2000")); r.Code != 0 || strings.Join(got, "|") != strings.ReplaceAll(strings.Join(want, "|"), "1000 2000", "1000_2000") {
+		t.Fatalf("run from image: got %q, want %q\n%s", got, want, r)
+	}
+}
+
+func TestRunFromImageStaysInside(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	cfg := appConfig
+	cfg.User = "" // root in the sandbox
+	ref := reg.Push(t, "root:1", appImage(t, cfg))
+	state := imageState(t)
+	r := h.run("run", "--state-dir", state, "--image", ref, "--", "/bin/sh", "-c", "id -u; echo changed > /app/marker; cat /app/marker; rm /bin/busybox && echo removed")
+	if r.Code != 0 || strings.Fields(r.Stdout)[0] != "0" || !strings.Contains(r.Stdout, "changed") || !strings.Contains(r.Stdout, "removed") {
+		t.Fatalf("writes inside the sandbox:\n%s", r)
+	}
+	// The layers on the host are untouched, and the next run sees them.
+	r = h.run("run", "--state-dir", state, "--image", ref, "--pull", "never", "--", "/bin/cat", "/app/marker")
+	if r.Code != 0 || r.Stdout != "from the image\n" {
+		t.Fatalf("a second run saw the first one's writes:\n%s", r)
+	}
+}
+
+func TestImageCommands(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "cmds:1", appImage(t, appConfig))
+	state := imageState(t)
+
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--pull", "never", "--", "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "--pull is never") {
+		t.Fatalf("--pull never with the image missing:\n%s", r)
+	}
+	if r := h.run("pull", "--state-dir", state, ref); r.Code != 0 || !strings.Contains(r.Stdout, "sha256:") {
+		t.Fatalf("pull:\n%s", r)
+	}
+	if r := h.run("images", "--state-dir", state); r.Code != 0 || !strings.Contains(r.Stdout, "/cmds:1") {
+		t.Fatalf("images:\n%s", r)
+	}
+	// In use: a run holds it, so rmi and prune leave it.
+	p := h.start(runConfig{}, "run", "--state-dir", state, "--image", ref, "--pull", "never", "--", "/bin/sh", "-c", "echo up; sleep 60; : "+h.marker)
+	p.waitStdout("up", runLimit)
+	if r := h.run("rmi", "--state-dir", state, ref); r.Code == 0 || !strings.Contains(r.Stderr, "in use") {
+		t.Fatalf("rmi of an image in use:\n%s", r)
+	}
+	if r := h.run("image", "prune", "--state-dir", state); r.Code != 0 || strings.Contains(r.Stdout, "removed") {
+		t.Fatalf("prune removed an image in use:\n%s", r)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+	if r := h.run("rmi", "--state-dir", state, ref); r.Code != 0 || !strings.Contains(r.Stdout, "removed") {
+		t.Fatalf("rmi:\n%s", r)
+	}
+	if layers, _ := os.ReadDir(filepath.Join(state, "store/layers")); len(layers) != 0 {
+		t.Errorf("rmi of the only image left %d layers", len(layers))
+	}
+
+	// Offline: a docker save tarball.
+	tag, _ := name.NewTag("example.com/saved:1")
+	file := filepath.Join(t.TempDir(), "saved.tar")
+	if err := tarball.WriteToFile(file, tag, appImage(t, appConfig)); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("load", "--state-dir", state, "-i", file); r.Code != 0 || !strings.Contains(r.Stdout, "loaded example.com/saved:1") {
+		t.Fatalf("load:\n%s", r)
+	}
+	if r := h.run("run", "--state-dir", state, "--image", "example.com/saved:1", "--pull", "never"); r.Code != 0 || !strings.Contains(r.Stdout, "cmd-ran") {
+		t.Fatalf("run from a loaded image:\n%s", r)
+	}
+}
