@@ -13,13 +13,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
 )
 
 type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
-	stateDir                           string
+	stateDir, registries               string
 	maxSandboxes, pool                 int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
@@ -91,6 +92,7 @@ re-adopt them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringSliceVar(&f.poolPreload, "pool-preload", nil, "modules the runtime pool's Python zygote imports once, e.g. json,re,decimal (scripts registered with tine script put run on it)")
 	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the parts of the host's root that sandboxes see (read-only): sandboxes mount their own /run")
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/tine", "directory for what outlives the daemon: snapshots and their layers (one daemon per directory)")
+	fl.StringVar(&f.registries, "registries", "", "registries file for image pulls: mirrors and plain-HTTP registries (default "+image.DefaultRegistriesFile+" when it exists)")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
@@ -121,6 +123,9 @@ func runServe(f serveFlags) error {
 	}
 	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir}
 	var err error
+	if cfg.Registries, err = image.LoadRegistries(f.registries); err != nil {
+		return usageError{err.Error()}
+	}
 	if f.maxMemory != "" {
 		if cfg.MaxMemoryBytes, err = parseSize("max-memory", f.maxMemory); err != nil {
 			return err

@@ -120,7 +120,9 @@ func Open(stateDir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) path(elem ...string) string { return filepath.Join(append([]string{s.dir}, elem...)...) }
+func (s *Store) path(elem ...string) string {
+	return filepath.Join(append([]string{s.dir}, elem...)...)
+}
 
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }
 

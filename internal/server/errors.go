@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/sandbox"
@@ -80,6 +81,16 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState):
 		return http.StatusConflict, api.CodeConflict
+	case errors.Is(err, image.ErrInvalid), errors.Is(err, image.ErrUnsafeLayer):
+		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, image.ErrNotFound):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, image.ErrInUse):
+		return http.StatusConflict, api.CodeConflict
+	case errors.Is(err, image.ErrPull):
+		return http.StatusBadGateway, api.CodeUnavailable
+	case errors.Is(err, ErrNoImages):
+		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, store.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, ErrUnauthorized):

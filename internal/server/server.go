@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
 )
@@ -88,6 +89,8 @@ type Config struct {
 	// (default 1m): a client that stops reading loses its stream, and its
 	// command is killed.
 	StreamWriteTimeout time.Duration
+	// Registries: mirrors and plain-HTTP registries for image pulls.
+	Registries image.Registries
 }
 
 func (c *Config) setDefaults() error {
@@ -151,6 +154,7 @@ type Server struct {
 	// catalog holds the snapshots, opened on first use (snapshots()).
 	catalogMu sync.Mutex
 	catalog   *snapshot.Catalog
+	imgs      imageStore // opened on first use (images())
 
 	stop    chan struct{}
 	stopped sync.WaitGroup
@@ -280,6 +284,9 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/snapshots/{sid}", s.getSnapshot},
 		{"DELETE", "/v1/snapshots/{sid}", s.deleteSnapshot},
 		{"POST", "/v1/snapshots/{sid}/fork", s.forkSnapshot},
+		{"POST", "/v1/images/pull", s.pullImage},
+		{"GET", "/v1/images", s.listImages},
+		{"DELETE", "/v1/images/{ref}", s.deleteImage},
 	}
 }
 

@@ -1,0 +1,79 @@
+package api_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/image/imagetest"
+	"golang.org/x/sys/unix"
+)
+
+func TestImagesThroughTheDaemon(t *testing.T) {
+	d := startDaemon(t)
+	// The images' layer store may be a loop mount the daemon leaves (its
+	// persistent state); lazily unmounted before the directory goes.
+	t.Cleanup(func() { unix.Unmount(filepath.Join(d.dir, "state", "store"), unix.MNT_DETACH) })
+	ctx := context.Background()
+	reg := imagetest.NewRegistry(t)
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin", "APP=from-config"}, WorkingDir: "/home/app"},
+		imagetest.BusyboxLayer(t), imagetest.Layer(t, imagetest.File{Name: "app/marker", Body: "image layer\n"}))
+	ref := reg.Push(t, "api/app:1", img)
+
+	if _, err := d.c.PullImage(ctx, "UPPER/Case:bad", nil); client.ErrorCode(err) != api.CodeInvalidArgument {
+		t.Fatalf("pull of an invalid reference: %v", err)
+	}
+	if _, err := d.c.PullImage(ctx, reg.Host+"/api/none:1", nil); client.ErrorCode(err) != api.CodeUnavailable {
+		t.Fatalf("pull of a missing image: %v", err)
+	}
+	var events []api.ImagePullEvent
+	pulled, err := d.c.PullImage(ctx, ref, func(ev api.ImagePullEvent) { events = append(events, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := map[string]int{}
+	for _, ev := range events {
+		statuses[ev.Status]++
+	}
+	if statuses["resolved"] != 1 || statuses["unpacked"] != 2 || !strings.HasPrefix(pulled.Digest, "sha256:") {
+		t.Errorf("pull progress %v, image %+v", statuses, pulled)
+	}
+	list, err := d.c.Images(ctx)
+	if err != nil || len(list) != 1 || list[0].Digest != pulled.Digest {
+		t.Fatalf("Images = %+v, %v", list, err)
+	}
+
+	sb, err := d.c.Create(ctx, &api.SandboxSpec{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/marker; echo $APP; pwd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Stdout); res.ExitCode != 0 || got != "image layer\nfrom-config\n/home/app\n" {
+		t.Fatalf("exec in a sandbox from the image: %q (exit %d, stderr %q)", got, res.ExitCode, res.Stderr)
+	}
+	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
+		t.Fatalf("removing an image a sandbox runs from: %v", err)
+	}
+	if err := d.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := d.c.RemoveImage(ctx, ref); err != nil || !removed {
+		t.Fatalf("RemoveImage = %v, %v", removed, err)
+	}
+	// Missing: pulled on first use.
+	sb, err = d.c.Create(ctx, &api.SandboxSpec{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/cat", "/app/marker"}})
+	if err != nil || string(res.Stdout) != "image layer\n" {
+		t.Fatalf("exec after a pull on first use: %v %q", err, res.Stdout)
+	}
+}
