@@ -113,6 +113,11 @@ func (s *Store) removeImage(digest string) error {
 	if err != nil {
 		return err
 	}
+	if hs, err := s.holders(digest); err != nil {
+		return err
+	} else if len(hs) > 0 {
+		return fmt.Errorf("image %s: %w by %s; delete those first", digest, ErrInUse, strings.Join(hs, ", "))
+	}
 	f, err := os.Open(s.recordPath(digest))
 	if err != nil {
 		return fmt.Errorf("remove image %s: %w", digest, err)
@@ -230,6 +235,49 @@ func (s *Store) Prune() (Pruned, error) {
 			return out, err
 		}
 		out.Pulls++
+	}
+	return out, nil
+}
+
+// holdPrefix names the pins by which something other than a sandbox (a
+// snapshot of a sandbox that ran from the image) holds an image: they
+// keep its layers from every collection, and Remove and Prune refuse it.
+func holdPrefix(digest string) string { return "hold-" + hexOf(digest) + "-" }
+
+// Hold keeps image digest (and its layers) until Unhold with the same
+// holder (lowercase letters, digits, '-').
+func (s *Store) Hold(digest, holder string) error {
+	rec, err := s.readRecord(digest)
+	if err != nil {
+		return err
+	}
+	ids := make([]store.Digest, len(rec.Layers))
+	for i, l := range rec.Layers {
+		ids[i] = l.DiffID
+	}
+	return s.Layers.Pin(holdPrefix(digest)+holder, ids)
+}
+
+// Unhold releases Hold.
+func (s *Store) Unhold(digest, holder string) error {
+	return s.Layers.Unpin(holdPrefix(digest) + holder)
+}
+
+// holders names what holds image digest (Hold).
+func (s *Store) holders(digest string) ([]string, error) {
+	pins, err := s.Layers.Pinned()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, hs := range pins {
+		for _, h := range hs {
+			if who, ok := strings.CutPrefix(h, holdPrefix(digest)); ok && !seen[who] {
+				seen[who] = true
+				out = append(out, who)
+			}
+		}
 	}
 	return out, nil
 }

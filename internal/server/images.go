@@ -39,35 +39,70 @@ func (s *Server) images() (*image.Store, error) {
 	return st, nil
 }
 
-// useImage makes ref the root of spec (pulled when missing) and leases it
-// for as long as the sandbox lives.
-func (s *Server) useImage(ctx context.Context, ref string, spec *sandbox.Spec, o image.ApplyOptions) (*image.Lease, error) {
-	if ref == "" {
-		return nil, nil
-	}
-	if spec.RootFS != "" {
-		return nil, fmt.Errorf("%w: image and rootfs both name the root: give one", ErrInvalidArgument)
-	}
+// resolveImage finds image ref, pulling it when missing.
+func (s *Server) resolveImage(ctx context.Context, ref string) (*image.Store, *image.Image, error) {
 	st, err := s.images()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	img, err := st.Lookup(ref)
 	if errors.Is(err, image.ErrNotFound) {
 		img, err = st.Pull(ctx, ref, nil)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	return st, img, nil
+}
+
+// useImage makes ref the root of spec (pulled when missing) and leases it
+// for as long as the sandbox lives. It returns the image's digest, which
+// the sandbox's spec records, so that its snapshots fork from the very
+// image even after the reference moves on.
+func (s *Server) useImage(ctx context.Context, ref string, spec *sandbox.Spec, o image.ApplyOptions) (*image.Lease, string, error) {
+	if ref == "" {
+		return nil, "", nil
+	}
+	if spec.RootFS != "" {
+		return nil, "", fmt.Errorf("%w: image and rootfs both name the root: give one", ErrInvalidArgument)
+	}
+	st, img, err := s.resolveImage(ctx, ref)
+	if err != nil {
+		return nil, "", err
 	}
 	lease, err := st.Use(img)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := img.Apply(spec, o); err != nil {
 		lease.Release()
-		return nil, err
+		return nil, "", err
 	}
-	return lease, nil
+	return lease, img.Record.Digest, nil
+}
+
+// holdImage keeps the image a snapshot's source ran from (its spec names
+// it by digest) from removal while the snapshot exists.
+func (s *Server) holdImage(digest, snapshotID string) error {
+	if digest == "" {
+		return nil
+	}
+	st, err := s.images()
+	if err != nil {
+		return err
+	}
+	return st.Hold(digest, "snapshot-"+snapshotID)
+}
+
+func (s *Server) unholdImage(digest, snapshotID string) {
+	if digest == "" {
+		return
+	}
+	if st, err := s.images(); err == nil {
+		if err := st.Unhold(digest, "snapshot-"+snapshotID); err != nil {
+			s.log.Warn("release a snapshot's image", "snapshot", snapshotID, "image", digest, "err", err)
+		}
+	}
 }
 
 func imageSummary(im image.Summary) api.Image {

@@ -174,9 +174,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lease, err := s.useImage(r.Context(), req.Image, spec, image.ApplyOptions{WorkdirSet: req.Workdir != ""})
+	lease, digest, err := s.useImage(r.Context(), req.Image, spec, image.ApplyOptions{WorkdirSet: req.Workdir != ""})
 	if err != nil {
 		return err
+	}
+	if digest != "" {
+		req.Image = digest
 	}
 	b, err := s.startBox(req, spec)
 	if err != nil {

@@ -61,7 +61,34 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
 		t.Fatalf("removing an image a sandbox runs from: %v", err)
 	}
+
+	// A snapshot of it forks over the same image, and holds it.
+	if res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo captured > /app/extra; rm /app/marker"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("write in the golden sandbox: %v %+v", err, res)
+	}
+	sn, err := d.c.Snapshot(ctx, sb.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := d.c.Fork(ctx, sn.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := forks.Sandboxes[0]
+	res, err = d.c.Exec(ctx, fork.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/extra; test -e /app/marker && echo marker-back; echo $APP"}})
+	if err != nil || string(res.Stdout) != "captured\nfrom-config\n" {
+		t.Fatalf("exec in a fork of an image sandbox: %v %q %q", err, res.Stdout, res.Stderr)
+	}
+	if err := d.c.Delete(ctx, fork.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
+		t.Fatalf("removing an image a snapshot holds: %v", err)
+	}
+	if err := d.c.DeleteSnapshot(ctx, sn.ID); err != nil {
 		t.Fatal(err)
 	}
 	if removed, err := d.c.RemoveImage(ctx, ref); err != nil || !removed {
