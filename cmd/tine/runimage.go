@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/sandbox"
+	"github.com/tine-run/tine/internal/zygote"
 )
 
 // runImageFlags are tine run's image flags.
@@ -69,4 +71,34 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 		return nil, usageError{err.Error()}
 	}
 	return lease, nil
+}
+
+// functionImages makes the image roots of warm functions, from the image
+// store under stateDir (opened on first use).
+func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
+	var once sync.Once
+	var st *image.Store
+	var openErr error
+	return func(ref string, spec *sandbox.Spec) (func(), error) {
+		once.Do(func() { st, openErr = image.Open(stateDir, image.Options{Registries: regs}) })
+		if openErr != nil {
+			return nil, openErr
+		}
+		img, err := st.Lookup(ref)
+		if errors.Is(err, image.ErrNotFound) {
+			img, err = st.Pull(context.Background(), ref, nil)
+		}
+		if err != nil {
+			return nil, err
+		}
+		lease, err := st.Use(img)
+		if err != nil {
+			return nil, err
+		}
+		if err := img.Apply(spec, image.ApplyOptions{}); err != nil {
+			lease.Release()
+			return nil, err
+		}
+		return lease.Release, nil
+	}
 }

@@ -153,7 +153,7 @@ func runServe(f serveFlags) error {
 	} else if f.tokenFile != "" {
 		return usageError{"--token-file is for --listen; the unix socket is guarded by its file mode"}
 	}
-	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload})
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Images: functionImages(f.stateDir, cfg.Registries)})
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,7 @@ type function struct {
 	spec    api.FunctionSpec
 	scripts string    // host directory of registered scripts (the pool only)
 	admit   AdmitFunc // counts its sandbox against the host budget (nil: nowhere)
+	images  ImageFunc // makes spec.Image its root
 	slots   chan struct{}
 	calls   atomic.Int64
 	seq     atomic.Uint64
@@ -182,6 +183,15 @@ func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.San
 			if release, err = f.admit(spec.Limits.MemoryBytes); err != nil {
 				return nil, nil, nil, fmt.Errorf("function %s: %w", f.spec.Name, err)
 			}
+		}
+		if f.spec.Image != "" {
+			unuse, err := f.images(f.spec.Image, spec)
+			if err != nil {
+				release()
+				return nil, nil, nil, fmt.Errorf("%w: function %s: image %s: %v", ErrWarm, f.spec.Name, f.spec.Image, err)
+			}
+			budgetOnly := release
+			release = func() { budgetOnly(); unuse() }
 		}
 		if sb, err = sandbox.Create(spec); err != nil {
 			release()

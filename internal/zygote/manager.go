@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/sandbox"
 )
 
 // Config is how a Manager behaves.
@@ -35,7 +36,14 @@ type Config struct {
 	MaxPayload int64
 	// MaxScript bounds a registered script (default 1 MiB).
 	MaxScript int64
+	// Images makes a function's image the root of its sandbox (nil: a
+	// function with an image is refused).
+	Images ImageFunc
 }
+
+// ImageFunc makes image ref the root of spec (pulling it when missing)
+// and keeps it from removal until release is called.
+type ImageFunc func(ref string, spec *sandbox.Spec) (release func(), err error)
 
 // PoolName is the runtime pool's function name.
 const PoolName = "pool.python"
@@ -98,7 +106,11 @@ func (m *Manager) Up(spec api.FunctionSpec) (*api.Function, error) {
 		}
 	}
 	m.mu.Lock()
+	if spec.Image != "" && m.cfg.Images == nil {
+		return nil, fmt.Errorf("%w: image %s: this daemon keeps no images (give it a --state-dir)", ErrInvalidSpec, spec.Image)
+	}
 	f := newFunction(spec, "", m.admit)
+	f.images = m.cfg.Images
 	m.mu.Unlock()
 	if _, _, _, err := f.ensureWarm(); err != nil {
 		f.cool()

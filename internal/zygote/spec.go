@@ -65,6 +65,7 @@ type tomlSpec struct {
 	Command     []string `toml:"command"`
 	Preload     []string `toml:"preload"`
 	Python      string   `toml:"python"`
+	Image       string   `toml:"image"`
 	Node        string   `toml:"node"`
 	Network     string   `toml:"network"`
 	Concurrency int      `toml:"concurrency"`
@@ -96,11 +97,11 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, network, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, image, node, network, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
 	}
 	s := &api.FunctionSpec{
 		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
-		Preload: t.Preload, Python: t.Python, Node: t.Node, Network: t.Network, Concurrency: t.Concurrency,
+		Preload: t.Preload, Python: t.Python, Image: t.Image, Node: t.Node, Network: t.Network, Concurrency: t.Concurrency,
 		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
 	}
 	if s.Entry != "" && !filepath.IsAbs(s.Entry) {

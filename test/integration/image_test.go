@@ -132,3 +132,14 @@ func TestImageCommands(t *testing.T) {
 		t.Fatalf("run from a loaded image:\n%s", r)
 	}
 }
+
+func TestRunPythonFromImage(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "python:min", imagetest.PythonImage(t, true))
+	state := imageState(t)
+	r := h.run("run", "--state-dir", state, "--image", ref, "--", "python3", "-c", "import sys, json, ctypes, socket; print(sys.prefix, json.dumps([1]))")
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "/usr [1]" {
+		t.Fatalf("python3 from the image:\n%s", r)
+	}
+}
