@@ -104,3 +104,34 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 		t.Fatalf("exec after a pull on first use: %v %q", err, res.Stdout)
 	}
 }
+
+// TestFunctionFromImage: a warm function over an image runs the image's
+// Python (its sys.executable and prefix are the image's, and a module only
+// the image has imports), and the image cannot be removed while the
+// function lives.
+func TestFunctionFromImage(t *testing.T) {
+	d := startDaemon(t)
+	t.Cleanup(func() { unix.Unmount(filepath.Join(d.dir, "state", "store"), unix.MNT_DETACH) })
+	ctx := context.Background()
+	reg := imagetest.NewRegistry(t)
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin"}}, imagetest.BusyboxLayer(t), imagetest.PythonLayer(t, true),
+		imagetest.Layer(t, imagetest.File{Name: "usr/lib/python3.11/only_in_image.py", Body: "WHERE = 'image'\n"}))
+	ref := reg.Push(t, "fn/python:1", img)
+	putFunction(t, d, api.FunctionSpec{Name: "imgfn", Image: ref, Entry: writeHandler(t,
+		"import sys, only_in_image\ndef handler(event):\n    return {'exe': sys.executable, 'where': only_in_image.WHERE, 'echo': event}\n")})
+	got := resultOf[struct {
+		Exe, Where string
+		Echo       int
+	}](t, invoke(t, d, "imgfn", 7))
+	if got.Exe != "/usr/bin/python3" || got.Where != "image" || got.Echo != 7 {
+		t.Fatalf("function from an image: %+v", got)
+	}
+	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
+		t.Fatalf("removing the image of a live function: %v", err)
+	}
+	// Negative control: the host's own Python has no such module.
+	putFunction(t, d, api.FunctionSpec{Name: "hostfn", Entry: writeHandler(t, "def handler(event):\n    import only_in_image\n")})
+	if inv, err := d.c.Invoke(ctx, "hostfn", []byte("1")); err != nil || inv.Status == api.StatusOK {
+		t.Fatalf("the host's python imported the image's module: %+v %v", inv, err)
+	}
+}
