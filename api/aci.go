@@ -169,6 +169,10 @@ type DesktopSpec struct {
 	// GLX gives the X server software OpenGL (about 54 MiB more per
 	// desktop); off by default.
 	GLX bool `json:"glx,omitempty"`
+	// Image is an OCI image with Xvfb, a window manager and the apps, used
+	// as the desktop's root instead of the host's (pulled when missing);
+	// the guest binary is bound in as usual.
+	Image string `json:"image,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.
