@@ -135,3 +135,32 @@ func TestFunctionFromImage(t *testing.T) {
 		t.Fatalf("the host's python imported the image's module: %+v %v", inv, err)
 	}
 }
+
+// TestDesktopFromImage: a desktop whose root is an image holding Xvfb,
+// openbox and an app (copied from the host with their libraries) boots,
+// maps the app's window, and its files are the image's.
+func TestDesktopFromImage(t *testing.T) {
+	d := startDaemon(t)
+	t.Cleanup(func() { unix.Unmount(filepath.Join(d.dir, "state", "store"), unix.MNT_DETACH) })
+	ctx := context.Background()
+	reg := imagetest.NewRegistry(t)
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin"}}, imagetest.BusyboxLayer(t),
+		imagetest.HostLayer(t, "/usr/bin/Xvfb", "/usr/bin/xkbcomp", "/usr/share/X11/xkb", "/usr/bin/openbox", "/etc/xdg/openbox",
+			"/usr/bin/xmessage", "/etc/fonts", "/usr/share/fonts/X11/misc", "/usr/share/fonts/truetype/dejavu", "/etc/X11/app-defaults", "/usr/share/themes/Clearlooks", "/usr/share/X11/locale"),
+		imagetest.Layer(t, imagetest.File{Name: "app/marker", Body: "desktop image\n"}))
+	ref := reg.Push(t, "desktop:1", img)
+	dt, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Image: ref, Width: 640, Height: 480, Apps: [][]string{{"xmessage", "from the image"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.c.Exec(ctx, dt.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/marker; ls /usr/bin | wc -l"}})
+	if err != nil || !strings.HasPrefix(string(res.Stdout), "desktop image\n") {
+		t.Fatalf("exec in a desktop from an image: %v %q %q", err, res.Stdout, res.Stderr)
+	}
+	if n := strings.TrimSpace(strings.TrimPrefix(string(res.Stdout), "desktop image\n")); n != "4" {
+		t.Errorf("the desktop's /usr/bin has %s entries, want the image's 4 (Xvfb, xkbcomp, openbox, xmessage)", n)
+	}
+	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
+		t.Fatalf("removing the image of a live desktop: %v", err)
+	}
+}

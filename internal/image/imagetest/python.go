@@ -54,19 +54,28 @@ func PythonLayer(t testing.TB, bytecode bool) v1.Layer {
 }
 
 func buildPythonTar(bytecode bool) ([]byte, error) {
+	skip := func(d fs.DirEntry) bool {
+		return skipped[d.Name()] || d.Name() == "dist-packages" || (!bytecode && d.Name() == "__pycache__")
+	}
+	return hostTar(skip, map[string]string{"usr/bin/python3": "python3.11"}, HostPython, "/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pip")
+}
+
+// hostTar is a layer of host paths (files, or trees less the directories
+// skip says), the shared libraries their ELF files need, transitively, and
+// extra symlinks (name → target). /lib and /lib64 are symlinks into /usr,
+// as on Debian 12.
+func hostTar(skip func(fs.DirEntry) bool, links map[string]string, paths ...string) ([]byte, error) {
 	var buf bytes.Buffer
 	w := &treeWriter{tw: tar.NewWriter(&buf), seen: map[string]bool{}}
 	w.symlink("lib", "usr/lib")
 	w.symlink("lib64", "usr/lib64")
 	libs := map[string]bool{}
-	w.file(HostPython, "usr/bin/python3.11", libs)
-	w.symlink("usr/bin/python3", "python3.11")
-	for _, tree := range []string{"/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pip"} {
+	for _, tree := range paths {
 		err := filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
-			if d.IsDir() && (skipped[d.Name()] || d.Name() == "dist-packages" || (!bytecode && d.Name() == "__pycache__")) {
+			if d.IsDir() && p != tree && skip != nil && skip(d) {
 				return filepath.SkipDir
 			}
 			switch {
@@ -85,7 +94,10 @@ func buildPythonTar(bytecode bool) ([]byte, error) {
 			return nil, err
 		}
 	}
-	// The libraries, until no new one is needed, at their real paths.
+	for name, target := range links {
+		w.symlink(name, target)
+	}
+	// The libraries, until no new one is needed.
 	for done := map[string]bool{}; len(done) < len(libs); {
 		for lib := range libs {
 			if done[lib] {
@@ -104,6 +116,27 @@ func buildPythonTar(bytecode bool) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), w.err
+}
+
+// HostLayer is a layer of host paths and the libraries they need (see
+// hostTar); it skips the test when one is missing.
+func HostLayer(t testing.TB, paths ...string) v1.Layer {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("needs %s on the host: %v", p, err)
+		}
+	}
+	b, err := hostTar(nil, nil, paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
+		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithCompressedCaching)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 type treeWriter struct {
