@@ -21,7 +21,7 @@ type entry struct {
 	dev              int64
 }
 
-func layerTar(t *testing.T, entries ...entry) []byte {
+func layerTar(t testing.TB, entries ...entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w := tar.NewWriter(&buf)
