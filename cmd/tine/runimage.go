@@ -18,6 +18,7 @@ import (
 // runImageFlags are tine run's image flags.
 type runImageFlags struct {
 	image, pull string
+	noBytecode  bool
 	store       imageFlags
 	workdirSet  bool
 }
@@ -25,6 +26,7 @@ type runImageFlags struct {
 func (f *runImageFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.image, "image", "", "run from this OCI image (its layers are the read-only root; its Env, Entrypoint, Cmd, WorkingDir and User apply), pulled first unless --pull says otherwise")
 	cmd.Flags().StringVar(&f.pull, "pull", "missing", "with --image: missing (pull when not stored), never, or always")
+	cmd.Flags().BoolVar(&f.noBytecode, "no-bytecode", false, "with --image: no bytecode layer (by default a Python standard library without compiled files is compiled once per image, in a sandbox, into a layer stacked on it)")
 	f.store.register(cmd)
 }
 
@@ -61,6 +63,9 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 		return nil, fmt.Errorf("image %s is not stored and --pull is never: tine pull %s first", f.image, f.image)
 	case err != nil:
 		return nil, err
+	}
+	if !f.noBytecode {
+		img = withBytecode(st, img)
 	}
 	lease, err := st.Use(img)
 	if err != nil {
@@ -101,4 +106,21 @@ func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
 		}
 		return lease.Release, nil
 	}
+}
+
+// withBytecode stacks img's bytecode layer on it, compiling it first when
+// needed; a failure only warns (the image runs as it is).
+func withBytecode(st *image.Store, img *image.Image) *image.Image {
+	bc, err := st.Bytecode(img)
+	switch {
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "tine: warning: no bytecode layer for %s: %v\n", img.Ref, err)
+		return img
+	case bc.Built:
+		fmt.Fprintf(os.Stderr, "tine: compiled the Python standard library of %s into a bytecode layer (%.0f ms, once per image)\n", img.Ref, bc.Ms)
+	}
+	if bc.Path == "" {
+		return img
+	}
+	return img.WithLayer(bc.Path)
 }

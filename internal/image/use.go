@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/tine-run/tine/internal/store"
@@ -149,6 +150,14 @@ func (s *Store) removeImage(digest string) error {
 	ids := make([]store.Digest, len(rec.Layers))
 	for i, l := range rec.Layers {
 		ids[i] = l.DiffID
+	}
+	// Its bytecode layer goes with it.
+	if b, ok := s.readBytecode(s.path("bytecode", hexOf(digest)+".json")); ok && b.Path != "" {
+		ids = append(ids, store.Digest("sha256:"+filepath.Base(b.Path)))
+	}
+	os.Remove(s.path("bytecode", hexOf(digest)+".json"))
+	if err := s.Layers.Unpin("bytecode-" + hexOf(digest)); err != nil {
+		return err
 	}
 	return s.dropLayers(ids)
 }

@@ -70,3 +70,6 @@ func (p *Pending) release() {
 		p.lock = -1
 	}
 }
+
+// Digest is the digest the pending layer will be published under.
+func (p *Pending) Digest() Digest { return p.layer.Digest }

@@ -143,3 +143,33 @@ func TestRunPythonFromImage(t *testing.T) {
 		t.Fatalf("python3 from the image:\n%s", r)
 	}
 }
+
+// TestBytecodeLayer: an image whose standard library has no compiled
+// files gets them once, in a layer of its own (unchecked-hash .pyc), used
+// by every later run; --no-bytecode runs without (the negative control:
+// the compiled file is then absent).
+func TestBytecodeLayer(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "python:nobytecode", imagetest.PythonImage(t, false))
+	state := imageState(t)
+	// The flags word of json's compiled file: 1 is an unchecked hash-based .pyc.
+	probe := "import importlib.util, json, os; p = importlib.util.cache_from_source(json.__file__); print(int.from_bytes(open(p, 'rb').read()[4:8], 'little') if os.path.exists(p) else 'absent')"
+	r := h.run("run", "--state-dir", state, "--image", ref, "--no-bytecode", "--", "python3", "-B", "-c", probe)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "absent" {
+		t.Fatalf("without the bytecode layer:\n%s", r)
+	}
+	r = h.run("run", "--state-dir", state, "--image", ref, "--", "python3", "-B", "-c", probe)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "1" || !strings.Contains(r.Stderr, "compiled the Python standard library") {
+		t.Fatalf("first run with the bytecode layer:\n%s", r)
+	}
+	r = h.run("run", "--state-dir", state, "--image", ref, "--", "python3", "-B", "-c", probe)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "1" || strings.Contains(r.Stderr, "compiled") {
+		t.Fatalf("second run (the layer reused, not compiled again):\n%s", r)
+	}
+	// An image with compiled files gets no layer.
+	ref2 := reg.Push(t, "python:bytecode", imagetest.PythonImage(t, true))
+	if r := h.run("run", "--state-dir", state, "--image", ref2, "--", "python3", "-c", "pass"); r.Code != 0 || strings.Contains(r.Stderr, "compiled") {
+		t.Fatalf("an image with bytecode:\n%s", r)
+	}
+}
