@@ -96,6 +96,9 @@ func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
 		if err != nil {
 			return nil, err
 		}
+		if withBC, _, err := st.WithBytecode(img); err == nil {
+			img = withBC // a warm function imports faster; without, it still runs
+		}
 		lease, err := st.Use(img)
 		if err != nil {
 			return nil, err
@@ -111,16 +114,12 @@ func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
 // withBytecode stacks img's bytecode layer on it, compiling it first when
 // needed; a failure only warns (the image runs as it is).
 func withBytecode(st *image.Store, img *image.Image) *image.Image {
-	bc, err := st.Bytecode(img)
+	img, bc, err := st.WithBytecode(img)
 	switch {
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "tine: warning: no bytecode layer for %s: %v\n", img.Ref, err)
-		return img
 	case bc.Built:
 		fmt.Fprintf(os.Stderr, "tine: compiled the Python standard library of %s into a bytecode layer (%.0f ms, once per image)\n", img.Ref, bc.Ms)
 	}
-	if bc.Path == "" {
-		return img
-	}
-	return img.WithLayer(bc.Path)
+	return img
 }

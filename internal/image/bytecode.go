@@ -202,3 +202,14 @@ func (img *Image) WithLayer(layer string) *Image {
 	return &c
 }
 
+
+// WithBytecode returns img with its bytecode layer stacked on it (built
+// first when needed), or img itself when it needs none or the build
+// failed (err says why: the image still runs, only slower to import).
+func (s *Store) WithBytecode(img *Image) (*Image, Bytecode, error) {
+	bc, err := s.Bytecode(img)
+	if err != nil || bc.Path == "" {
+		return img, bc, err
+	}
+	return img.WithLayer(bc.Path), bc, nil
+}

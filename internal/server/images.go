@@ -52,7 +52,13 @@ func (s *Server) resolveImage(ctx context.Context, ref string) (*image.Store, *i
 	if err != nil {
 		return nil, nil, err
 	}
-	return st, img, nil
+	withBC, bc, err := st.WithBytecode(img)
+	if err != nil {
+		s.log.Warn("no bytecode layer", "image", ref, "err", err)
+	} else if bc.Built {
+		s.log.Info("bytecode layer compiled", "image", ref, "ms", bc.Ms)
+	}
+	return st, withBC, nil
 }
 
 // useImage makes ref the root of spec (pulled when missing) and leases it
