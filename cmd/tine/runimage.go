@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -17,16 +18,19 @@ import (
 
 // runImageFlags are tine run's image flags.
 type runImageFlags struct {
-	image, pull string
-	noBytecode  bool
-	store       imageFlags
-	workdirSet  bool
+	image, pull             string
+	noBytecode              bool
+	requirements, findLinks string
+	store                   imageFlags
+	workdirSet              bool
 }
 
 func (f *runImageFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.image, "image", "", "run from this OCI image (its layers are the read-only root; its Env, Entrypoint, Cmd, WorkingDir and User apply), pulled first unless --pull says otherwise")
 	cmd.Flags().StringVar(&f.pull, "pull", "missing", "with --image: missing (pull when not stored), never, or always")
 	cmd.Flags().BoolVar(&f.noBytecode, "no-bytecode", false, "with --image: no bytecode layer (by default a Python standard library without compiled files is compiled once per image, in a sandbox, into a layer stacked on it)")
+	cmd.Flags().StringVar(&f.requirements, "requirements", "", "with --image: a pip requirements file, installed into a virtual environment at "+image.VenvDir+" (first on PATH) built once per image and file, then reused")
+	cmd.Flags().StringVar(&f.findLinks, "find-links", "", "with --requirements: the directory of wheels and sdists pip installs from (sandboxes have no network for an index)")
 	f.store.register(cmd)
 }
 
@@ -66,6 +70,14 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 	}
 	if !f.noBytecode {
 		img = withBytecode(st, img)
+	}
+	if f.requirements != "" {
+		if img, err = withRequirements(st, img, f.requirements, f.findLinks); err != nil {
+			return nil, err
+		}
+		s.Env = append(img.VenvEnv(), s.Env...) // the image's, then the venv's, then -e
+	} else if f.findLinks != "" {
+		return nil, usageError{"--find-links is for --requirements"}
 	}
 	lease, err := st.Use(img)
 	if err != nil {
@@ -122,4 +134,28 @@ func withBytecode(st *image.Store, img *image.Image) *image.Image {
 		fmt.Fprintf(os.Stderr, "tine: compiled the Python standard library of %s into a bytecode layer (%.0f ms, once per image)\n", img.Ref, bc.Ms)
 	}
 	return img
+}
+
+// withRequirements stacks the dependency layer of requirements (built
+// first when this image and file have none) on img.
+func withRequirements(st *image.Store, img *image.Image, requirements, findLinks string) (*image.Image, error) {
+	b, err := os.ReadFile(requirements)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--requirements: %v", err)}
+	}
+	if findLinks == "" {
+		return nil, usageError{"--requirements needs --find-links DIR: the packages to install (sandboxes have no network to reach an index)"}
+	}
+	abs, err := filepath.Abs(findLinks)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--find-links: %v", err)}
+	}
+	v, err := st.Venv(img, image.Requirements{File: b, FindLinks: abs})
+	if err != nil {
+		return nil, err
+	}
+	if v.Built {
+		fmt.Fprintf(os.Stderr, "tine: built the environment of %s over %s (%.0f ms, once per image and file)\n", requirements, img.Ref, v.Ms)
+	}
+	return img.WithLayer(v.Path), nil
 }

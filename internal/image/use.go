@@ -1,6 +1,7 @@
 package image
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -158,6 +159,20 @@ func (s *Store) removeImage(digest string) error {
 	os.Remove(s.path("bytecode", hexOf(digest)+".json"))
 	if err := s.Layers.Unpin("bytecode-" + hexOf(digest)); err != nil {
 		return err
+	}
+	// And the dependency layers built over it.
+	venvs, _ := filepath.Glob(s.path("venvs", "*.json"))
+	for _, rec := range venvs {
+		var v venvRecord
+		if b, err := os.ReadFile(rec); err != nil || json.Unmarshal(b, &v) != nil || v.Image != digest {
+			continue
+		}
+		key := strings.TrimSuffix(filepath.Base(rec), ".json")
+		os.Remove(rec)
+		if err := s.Layers.Unpin("venv-" + key); err != nil {
+			return err
+		}
+		ids = append(ids, v.Layer)
 	}
 	return s.dropLayers(ids)
 }

@@ -173,3 +173,44 @@ func TestBytecodeLayer(t *testing.T) {
 		t.Fatalf("an image with bytecode:\n%s", r)
 	}
 }
+
+// TestRequirementsVenv: --requirements builds a virtual environment with
+// the image's pip from a local directory of wheels, once per (image, file
+// bytes); the next run reuses it; a different file builds another.
+func TestRequirementsVenv(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "python:venv", imagetest.PythonImage(t, true))
+	state := imageState(t)
+	wheels := t.TempDir()
+	imagetest.Wheel(t, wheels, "tinedemo", "1.0", "VALUE = 42\n")
+	imagetest.Wheel(t, wheels, "tineother", "2.0", "VALUE = 'other'\n")
+	req := filepath.Join(t.TempDir(), "requirements.txt")
+	if err := os.WriteFile(req, []byte("tinedemo==1.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probe := "import sys, tinedemo; print(tinedemo.VALUE, sys.prefix)"
+	// Negative control: the image alone has no such package.
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--", "python3", "-c", probe); r.Code == 0 || !strings.Contains(r.Stderr, "No module named 'tinedemo'") {
+		t.Fatalf("without requirements:\n%s", r)
+	}
+	args := []string{"run", "--state-dir", state, "--image", ref, "--requirements", req, "--find-links", wheels, "--", "python3", "-c", probe}
+	r := h.run(args...)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "42 /opt/tine/venv" || !strings.Contains(r.Stderr, "built the environment") {
+		t.Fatalf("first run with requirements:\n%s", r)
+	}
+	r = h.run(args...)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "42 /opt/tine/venv" || strings.Contains(r.Stderr, "built the environment") {
+		t.Fatalf("second run (reused):\n%s", r)
+	}
+	if err := os.WriteFile(req, []byte("tinedemo==1.0\ntineother\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = h.run("run", "--state-dir", state, "--image", ref, "--requirements", req, "--find-links", wheels, "--", "python3", "-c", "import tineother; print(tineother.VALUE)")
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "other" || !strings.Contains(r.Stderr, "built the environment") {
+		t.Fatalf("changed requirements:\n%s", r)
+	}
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--requirements", req, "--", "true"); r.Code != 2 || !strings.Contains(r.Stderr, "--find-links") {
+		t.Fatalf("requirements without --find-links:\n%s", r)
+	}
+}
