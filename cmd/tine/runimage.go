@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/zygote"
@@ -96,20 +97,32 @@ func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
 	var once sync.Once
 	var st *image.Store
 	var openErr error
-	return func(ref string, spec *sandbox.Spec) (func(), error) {
+	return func(fn *api.FunctionSpec, spec *sandbox.Spec) (func(), error) {
 		once.Do(func() { st, openErr = image.Open(stateDir, image.Options{Registries: regs}) })
 		if openErr != nil {
 			return nil, openErr
 		}
-		img, err := st.Lookup(ref)
+		img, err := st.Lookup(fn.Image)
 		if errors.Is(err, image.ErrNotFound) {
-			img, err = st.Pull(context.Background(), ref, nil)
+			img, err = st.Pull(context.Background(), fn.Image, nil)
 		}
 		if err != nil {
 			return nil, err
 		}
 		if withBC, _, err := st.WithBytecode(img); err == nil {
 			img = withBC // a warm function imports faster; without, it still runs
+		}
+		if fn.Requirements != "" {
+			b, err := os.ReadFile(fn.Requirements)
+			if err != nil {
+				return nil, fmt.Errorf("requirements: %w", err)
+			}
+			v, err := st.Venv(img, image.Requirements{File: b, FindLinks: fn.FindLinks})
+			if err != nil {
+				return nil, err
+			}
+			img = img.WithLayer(v.Path)
+			spec.Env = append(img.VenvEnv(), spec.Env...)
 		}
 		lease, err := st.Use(img)
 		if err != nil {

@@ -185,7 +185,7 @@ func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.San
 			}
 		}
 		if f.spec.Image != "" {
-			unuse, err := f.images(f.spec.Image, spec)
+			unuse, err := f.images(&f.spec, spec)
 			if err != nil {
 				release()
 				return nil, nil, nil, fmt.Errorf("%w: function %s: image %s: %v", ErrWarm, f.spec.Name, f.spec.Image, err)

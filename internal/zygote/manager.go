@@ -41,9 +41,10 @@ type Config struct {
 	Images ImageFunc
 }
 
-// ImageFunc makes image ref the root of spec (pulling it when missing)
-// and keeps it from removal until release is called.
-type ImageFunc func(ref string, spec *sandbox.Spec) (release func(), err error)
+// ImageFunc makes fn's image the root of spec (pulling it when missing),
+// with the environment of its requirements stacked on it, and keeps it
+// from removal until release is called.
+type ImageFunc func(fn *api.FunctionSpec, spec *sandbox.Spec) (release func(), err error)
 
 // PoolName is the runtime pool's function name.
 const PoolName = "pool.python"

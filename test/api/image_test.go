@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,6 +129,20 @@ func TestFunctionFromImage(t *testing.T) {
 	}
 	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
 		t.Fatalf("removing the image of a live function: %v", err)
+	}
+	// With requirements: the environment is built with the image's pip
+	// and is the zygote's.
+	wheels := t.TempDir()
+	imagetest.Wheel(t, wheels, "tinedemo", "1.0", "VALUE = 'from a wheel'\n")
+	req := filepath.Join(t.TempDir(), "requirements.txt")
+	if err := os.WriteFile(req, []byte("tinedemo\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	putFunction(t, d, api.FunctionSpec{Name: "venvfn", Image: ref, Requirements: req, FindLinks: wheels, Entry: writeHandler(t,
+		"import sys, tinedemo\ndef handler(event):\n    return {'exe': sys.prefix, 'where': tinedemo.VALUE}\n")})
+	venv := resultOf[struct{ Exe, Where string }](t, invoke(t, d, "venvfn", 1))
+	if venv.Exe != "/opt/tine/venv" || venv.Where != "from a wheel" {
+		t.Fatalf("function with requirements: %+v", venv)
 	}
 	// Negative control: the host's own Python has no such module.
 	putFunction(t, d, api.FunctionSpec{Name: "hostfn", Entry: writeHandler(t, "def handler(event):\n    import only_in_image\n")})
