@@ -202,7 +202,6 @@ func (img *Image) WithLayer(layer string) *Image {
 	return &c
 }
 
-
 // WithBytecode returns img with its bytecode layer stacked on it (built
 // first when needed), or img itself when it needs none or the build
 // failed (err says why: the image still runs, only slower to import).

@@ -55,4 +55,3 @@ func FuzzUnpack(f *testing.F) {
 		})
 	})
 }
-

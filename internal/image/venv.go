@@ -124,7 +124,7 @@ func (s *Store) buildVenv(img *Image, req Requirements, key string) (store.Diges
 	}
 	spec := &sandbox.Spec{Seccomp: seccomp.Default, DiskBytes: 1 << 30,
 		DefaultLimits: cgroup.Limits{MemoryBytes: sandbox.DefaultMemory, Pids: sandbox.DefaultPids},
-		Binds: []sandbox.Bind{{Source: reqDir, Target: "/tine/build"}}}
+		Binds:         []sandbox.Bind{{Source: reqDir, Target: "/tine/build"}}}
 	if err := img.Apply(spec, ApplyOptions{}); err != nil {
 		return "", err
 	}

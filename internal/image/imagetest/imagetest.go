@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,10 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/tine-run/tine/internal/image/hostimage"
 )
-
-// Busybox is Debian's busybox-static (apt busybox-static).
-const Busybox = "/bin/busybox"
 
 // File is one entry of a layer built by Layer.
 type File struct {
@@ -89,24 +86,15 @@ func TarBytes(t testing.TB, files ...File) []byte {
 }
 
 // BusyboxLayer is a base layer: busybox with its applets linked in /bin,
-// /etc/passwd and /etc/group with an "app" user (1000:1000), /tmp.
+// /etc/passwd and /etc/group with an "app" user (1000:1000), /tmp
+// (hostimage.BusyboxTar).
 func BusyboxLayer(t testing.TB) v1.Layer {
 	t.Helper()
-	bin, err := os.ReadFile(Busybox)
+	b, err := hostimage.BusyboxTar()
 	if err != nil {
-		t.Skipf("needs busybox-static: %v", err)
+		t.Skip(err.Error())
 	}
-	files := []File{
-		{Name: "bin/", Dir: true}, {Name: "etc/", Dir: true}, {Name: "tmp/", Dir: true, Mode: 0o1777},
-		{Name: "home/", Dir: true}, {Name: "home/app/", Dir: true, UID: 1000, GID: 1000},
-		{Name: "bin/busybox", Body: string(bin), Mode: 0o755},
-		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n"},
-		{Name: "etc/group", Body: "root:x:0:\napp:x:1000:\nextra:x:2000:app\n"},
-	}
-	for _, a := range []string{"sh", "cat", "echo", "env", "id", "ls", "pwd", "test", "true", "false", "sleep", "stat", "touch", "rm", "mkdir", "readlink", "sync"} {
-		files = append(files, File{Name: "bin/" + a, Link: "busybox"})
-	}
-	return Layer(t, files...)
+	return tarLayer(t, b)
 }
 
 // Image stacks layers (bottom first) under config cfg.
