@@ -31,6 +31,11 @@ type ApplyOptions struct {
 // set; User (a name or uid, with an optional ":group") is looked up in
 // the image's /etc/passwd and /etc/group.
 func (img *Image) Apply(s *sandbox.Spec, o ApplyOptions) error {
+	if s.UserNS {
+		// Its whiteouts and opaque directories are trusted.overlay.*
+		// xattrs, which an overlay mounted in a user namespace ignores.
+		return fmt.Errorf("%w: an image root needs root without --userns (a user namespace's overlay would not apply the layers' deletions)", sandbox.ErrInvalidSpec)
+	}
 	cfg := img.Record.Config
 	base, layers := img.Root()
 	s.RootFS = base
