@@ -132,6 +132,9 @@ func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
 			lease.Release()
 			return nil, err
 		}
+		// The zygote walls each request in with root's capabilities (its
+		// own namespaces, a private /tmp), so it runs as the sandbox's root.
+		spec.User = nil
 		return lease.Release, nil
 	}
 }

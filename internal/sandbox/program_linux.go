@@ -251,6 +251,14 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if in.launch >= 0 {
 		pg.launch = &launchState{}
 		pg.launch.prepare()
+		if u := p.Spec.User; u != nil {
+			if len(u.Groups) > launchMaxGroups {
+				return nil, fmt.Errorf("%w: user with %d supplementary groups, at most %d", ErrInvalidSpec, len(u.Groups), launchMaxGroups)
+			}
+			l := pg.launch
+			l.asUser, l.uid, l.gid, l.ngroups = true, u.UID, u.GID, uintptr(len(u.Groups))
+			copy(l.groups[:], u.Groups)
+		}
 	}
 	return pg, nil
 }

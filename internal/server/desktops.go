@@ -97,6 +97,7 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 	if digest != "" {
 		req.Image, sbReq.Image = digest, digest // its snapshots fork from this very image
 	}
+	spec.User = nil // the guest runs as root, as over the host's root
 	b, err := s.startBox(sbReq, spec)
 	if err != nil {
 		lease.Release()

@@ -21,7 +21,7 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 	t.Cleanup(func() { unix.Unmount(filepath.Join(d.dir, "state", "store"), unix.MNT_DETACH) })
 	ctx := context.Background()
 	reg := imagetest.NewRegistry(t)
-	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin", "APP=from-config"}, WorkingDir: "/home/app"},
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin", "APP=from-config"}, WorkingDir: "/home/app", User: "app"},
 		imagetest.BusyboxLayer(t), imagetest.Layer(t, imagetest.File{Name: "app/marker", Body: "image layer\n"}))
 	ref := reg.Push(t, "api/app:1", img)
 
@@ -52,11 +52,12 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/marker; echo $APP; pwd"}})
+	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/marker; echo $APP; pwd; id -u; id -G"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(res.Stdout); res.ExitCode != 0 || got != "image layer\nfrom-config\n/home/app\n" {
+	// The image's USER (app, 1000, in group extra 2000 too) runs every exec.
+	if got := string(res.Stdout); res.ExitCode != 0 || got != "image layer\nfrom-config\n/home/app\n1000\n1000 2000\n" {
 		t.Fatalf("exec in a sandbox from the image: %q (exit %d, stderr %q)", got, res.ExitCode, res.Stderr)
 	}
 	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
@@ -64,7 +65,7 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 	}
 
 	// A snapshot of it forks over the same image, and holds it.
-	if res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo captured > /app/extra; rm /app/marker"}}); err != nil || res.ExitCode != 0 {
+	if res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo captured > /home/app/extra"}}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("write in the golden sandbox: %v %+v", err, res)
 	}
 	sn, err := d.c.Snapshot(ctx, sb.ID, nil)
@@ -79,8 +80,8 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	fork := forks.Sandboxes[0]
-	res, err = d.c.Exec(ctx, fork.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/extra; test -e /app/marker && echo marker-back; echo $APP"}})
-	if err != nil || string(res.Stdout) != "captured\nfrom-config\n" {
+	res, err = d.c.Exec(ctx, fork.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /home/app/extra; echo $APP; id -u"}})
+	if err != nil || string(res.Stdout) != "captured\nfrom-config\n1000\n" {
 		t.Fatalf("exec in a fork of an image sandbox: %v %q %q", err, res.Stdout, res.Stderr)
 	}
 	if err := d.c.Delete(ctx, fork.ID); err != nil {
