@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,5 +213,52 @@ func TestRequirementsVenv(t *testing.T) {
 	}
 	if r := h.run("run", "--state-dir", state, "--image", ref, "--requirements", req, "--", "true"); r.Code != 2 || !strings.Contains(r.Stderr, "--find-links") {
 		t.Fatalf("requirements without --find-links:\n%s", r)
+	}
+}
+
+// TestPullCredentialsAndMirrors: credentials come from the Docker config
+// (DOCKER_CONFIG, as ~/.docker/config.json), and a registry's mirror from
+// the registries file is tried first.
+func TestPullCredentialsAndMirrors(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "private/app:1", appImage(t, appConfig))
+	reg.BasicAuth = "tine:s3cret"
+	state := imageState(t)
+	// Negative control: without credentials the registry refuses.
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	if r := h.run("pull", "--state-dir", state, "-q", ref); r.Code == 0 || !strings.Contains(r.Stderr, "401") && !strings.Contains(strings.ToLower(r.Stderr), "unauthorized") {
+		t.Fatalf("pull without credentials:\n%s", r)
+	}
+	cfg := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("tine:s3cret"))
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", cfg)
+	if r := h.run("pull", "--state-dir", state, "-q", ref); r.Code != 0 {
+		t.Fatalf("pull with credentials from the Docker config:\n%s", r)
+	}
+
+	// A registry that does not exist, mirrored by ours.
+	mirror := imagetest.NewRegistry(t)
+	mirror.Push(t, "team/tool:2", appImage(t, appConfig))
+	regs := filepath.Join(t.TempDir(), "registries.toml")
+	if err := os.WriteFile(regs, []byte("[[registry]]\nhost = \"registry.invalid:5000\"\nmirrors = [\""+mirror.Host+"\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("pull", "--state-dir", state, "-q", "registry.invalid:5000/team/tool:2"); r.Code == 0 {
+		t.Fatalf("a pull from a registry that does not exist succeeded without its mirror:\n%s", r)
+	}
+	if r := h.run("pull", "--state-dir", state, "-q", "--registries", regs, "registry.invalid:5000/team/tool:2"); r.Code != 0 {
+		t.Fatalf("pull through the mirror:\n%s", r)
+	}
+	if r := h.run("run", "--state-dir", state, "--image", "registry.invalid:5000/team/tool:2", "--pull", "never"); r.Code != 0 || !strings.Contains(r.Stdout, "cmd-ran") {
+		t.Fatalf("run of the mirrored image:\n%s", r)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	os.WriteFile(bad, []byte("[[registry]]\nhost = \"x\"\nmirror = [\"y\"]\n"), 0o644)
+	if r := h.run("pull", "--state-dir", state, "--registries", bad, ref); r.Code != 2 || !strings.Contains(r.Stderr, "unknown key") {
+		t.Fatalf("a registries file with an unknown key:\n%s", r)
 	}
 }

@@ -127,6 +127,8 @@ type Registry struct {
 	// FailBlobsAfter, when > 0, makes every blob GET after that many
 	// fail (an interrupted pull).
 	FailBlobsAfter atomic.Int64
+	// BasicAuth, when set ("user:password"), is required of every request.
+	BasicAuth string
 	srv            *httptest.Server
 	mu             sync.Mutex
 	fetched        map[string]int
@@ -145,6 +147,14 @@ func NewRegistry(t testing.TB) *Registry {
 	r := &Registry{fetched: map[string]int{}}
 	reg := registry.New(registry.Logger(nopLogger()))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.BasicAuth != "" {
+			user, pass, ok := req.BasicAuth()
+			if !ok || user+":"+pass != r.BasicAuth {
+				w.Header().Set("WWW-Authenticate", `Basic realm="tine-test"`)
+				http.Error(w, "authentication required", http.StatusUnauthorized)
+				return
+			}
+		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
 			n := r.Blobs.Add(1)
 			r.mu.Lock()
