@@ -13,6 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// maxLowerBytes bounds the lowerdir list: a page less room for the upper,
+// work and view directories and the other options.
+const maxLowerBytes = 4096 - 512
+
 // ApplyOptions say what the caller set itself, which the image's config
 // does not override.
 type ApplyOptions struct {
@@ -40,6 +44,15 @@ func (img *Image) Apply(s *sandbox.Spec, o ApplyOptions) error {
 	base, layers := img.Root()
 	s.RootFS = base
 	s.Layers = append(s.Layers, layers...)
+	// The overlay takes its lower directories in one mount option, which
+	// must fit a page; flattening layers to fit is not built yet.
+	n := len(base)
+	for _, l := range s.Layers {
+		n += len(l) + 1
+	}
+	if n > maxLowerBytes {
+		return fmt.Errorf("%w: image %s stacks %d layers (%d bytes of overlay options, at most %d): too many to mount; flatten the image (docker export | docker import) or use one with fewer layers", sandbox.ErrInvalidSpec, img.Ref, len(s.Layers)+1, n, maxLowerBytes)
+	}
 	s.Env = append(append([]string(nil), cfg.Env...), s.Env...)
 	if o.OneShot {
 		args := s.Args

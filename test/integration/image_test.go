@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -260,5 +261,34 @@ func TestPullCredentialsAndMirrors(t *testing.T) {
 	os.WriteFile(bad, []byte("[[registry]]\nhost = \"x\"\nmirror = [\"y\"]\n"), 0o644)
 	if r := h.run("pull", "--state-dir", state, "--registries", bad, ref); r.Code != 2 || !strings.Contains(r.Stderr, "unknown key") {
 		t.Fatalf("a registries file with an unknown key:\n%s", r)
+	}
+}
+
+func TestImageRefusals(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "refuse:1", appImage(t, appConfig))
+	state := imageState(t)
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--userns", "--", "/bin/true"); r.Code != 2 || !strings.Contains(r.Stderr, "--userns") {
+		t.Fatalf("--image with --userns:\n%s", r)
+	}
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--rootfs", "/", "--", "/bin/true"); r.Code != 2 || !strings.Contains(r.Stderr, "--rootfs") {
+		t.Fatalf("--image with --rootfs:\n%s", r)
+	}
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--pull", "sometimes", "--", "/bin/true"); r.Code != 2 {
+		t.Fatalf("a bad --pull:\n%s", r)
+	}
+	if r := h.run("run", "--state-dir", state, "--image", "UPPER:case", "--", "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "invalid image reference") {
+		t.Fatalf("a malformed reference:\n%s", r)
+	}
+	// Many layers: refused with a clear error instead of a failed mount.
+	var layers []v1.Layer
+	layers = append(layers, imagetest.BusyboxLayer(t))
+	for i := range 40 {
+		layers = append(layers, imagetest.Layer(t, imagetest.File{Name: "l/" + strconv.Itoa(i), Body: strconv.Itoa(i)}))
+	}
+	deep := reg.Push(t, "deep:1", imagetest.Image(t, v1.Config{}, layers...))
+	if r := h.run("run", "--state-dir", state, "--image", deep, "--", "/bin/true"); r.Code != 2 || !strings.Contains(r.Stderr, "too many to mount") {
+		t.Fatalf("an image of 41 layers:\n%s", r)
 	}
 }
