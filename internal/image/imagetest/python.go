@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/klauspost/compress/gzip"
 	"github.com/tine-run/tine/internal/image/hostimage"
+	"github.com/tine-run/tine/internal/require"
 )
 
 // HostPython is the interpreter PythonLayer copies.
@@ -22,6 +23,7 @@ var pythonLayers sync.Map // bool (with bytecode) → []byte, built once per tes
 // Stack it on BusyboxLayer.
 func PythonLayer(t testing.TB, bytecode bool) v1.Layer {
 	t.Helper()
+	require.Binary(t, "python3.11") // Debian's, HostPython (CI: strict)
 	if _, err := os.Stat(HostPython); err != nil {
 		t.Skipf("needs %s (apt python3): %v", HostPython, err)
 	}
