@@ -46,13 +46,31 @@ type Venv struct {
 	Ms    float64
 }
 
-// venvKey names the environment of req over img: the image's digest and
-// the file's bytes (and where packages come from).
-func venvKey(img *Image, req Requirements) string {
+// venvKey names the environment of req over img: the image's digest, the
+// file's bytes, and the packages it may come from (every file of the
+// find-links directory by name and content, so a directory that changed,
+// or one a tenant filled, never yields an environment built from other
+// packages).
+func venvKey(img *Image, req Requirements) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00", img.Record.Digest, req.FindLinks)
+	fmt.Fprintf(h, "%s\x00%d\x00", img.Record.Digest, len(req.File))
 	h.Write(req.File)
-	return hex.EncodeToString(h.Sum(nil))
+	entries, err := os.ReadDir(req.FindLinks)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(req.FindLinks, e.Name()))
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256(b)
+		fmt.Fprintf(h, "%q %x\n", e.Name(), sum)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Venv returns the dependency layer of req over img: a virtual
@@ -67,7 +85,10 @@ func (s *Store) Venv(img *Image, req Requirements) (Venv, error) {
 	if st, err := os.Stat(req.FindLinks); err != nil || !st.IsDir() {
 		return Venv{}, fmt.Errorf("--find-links %s: not a directory", req.FindLinks)
 	}
-	key := venvKey(img, req)
+	key, err := venvKey(img, req)
+	if err != nil {
+		return Venv{}, fmt.Errorf("--find-links %s: %w", req.FindLinks, err)
+	}
 	rec := s.path("venvs", key+".json")
 	if v, ok := s.readVenv(rec); ok {
 		return v, nil

@@ -212,6 +212,13 @@ func TestRequirementsVenv(t *testing.T) {
 	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "other" || !strings.Contains(r.Stderr, "built the environment") {
 		t.Fatalf("changed requirements:\n%s", r)
 	}
+	// The same file over other packages (the directory changed) is another
+	// environment, never the old one.
+	imagetest.Wheel(t, wheels, "tineother", "2.0", "VALUE = 'replaced'\n")
+	r = h.run("run", "--state-dir", state, "--image", ref, "--requirements", req, "--find-links", wheels, "--", "python3", "-c", "import tineother; print(tineother.VALUE)")
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "replaced" || !strings.Contains(r.Stderr, "built the environment") {
+		t.Fatalf("requirements over changed packages:\n%s", r)
+	}
 	if r := h.run("run", "--state-dir", state, "--image", ref, "--requirements", req, "--", "true"); r.Code != 2 || !strings.Contains(r.Stderr, "--find-links") {
 		t.Fatalf("requirements without --find-links:\n%s", r)
 	}
