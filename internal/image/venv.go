@@ -53,8 +53,23 @@ type Venv struct {
 // packages).
 func venvKey(img *Image, req Requirements) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00", img.Record.Digest, req.FindLinks)
+	fmt.Fprintf(h, "%s\x00%d\x00", img.Record.Digest, len(req.File))
 	h.Write(req.File)
+	entries, err := os.ReadDir(req.FindLinks)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(req.FindLinks, e.Name()))
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256(b)
+		fmt.Fprintf(h, "%q %x\n", e.Name(), sum)
+	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
