@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,8 +167,11 @@ func (s *Store) List() ([]Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
-	var out []Summary
-	var stored []time.Time
+	type listed struct {
+		sum    Summary
+		stored time.Time
+	}
+	var all []listed
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), ".") {
 			continue
@@ -178,20 +181,15 @@ func (s *Store) List() ([]Summary, error) {
 			continue // removed meanwhile
 		}
 		rs := byDigest[r.Digest]
-		sort.Strings(rs)
-		out = append(out, Summary{Refs: rs, Digest: r.Digest, Size: r.Size, Layers: len(r.Layers), Created: r.Created, InUse: s.inUse(r.Digest)})
-		stored = append(stored, r.Stored)
+		slices.Sort(rs)
+		all = append(all, listed{Summary{Refs: rs, Digest: r.Digest, Size: r.Size, Layers: len(r.Layers), Created: r.Created, InUse: s.inUse(r.Digest)}, r.Stored})
 	}
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
+	slices.SortStableFunc(all, func(a, b listed) int { return b.stored.Compare(a.stored) })
+	out := make([]Summary, len(all))
+	for i, l := range all {
+		out[i] = l.sum
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return stored[idx[a]].After(stored[idx[b]]) })
-	sorted := make([]Summary, len(out))
-	for i, j := range idx {
-		sorted[i] = out[j]
-	}
-	return sorted, nil
+	return out, nil
 }
 
 func (s *Store) readRecord(digest string) (*Record, error) {

@@ -131,9 +131,9 @@ type Registry struct {
 	FailBlobsAfter atomic.Int64
 	// BasicAuth, when set ("user:password"), is required of every request.
 	BasicAuth string
-	srv            *httptest.Server
-	mu             sync.Mutex
-	fetched        map[string]int
+	srv       *httptest.Server
+	mu        sync.Mutex
+	fetched   map[string]int
 }
 
 // Fetched counts the downloads of blob digest ("sha256:…").

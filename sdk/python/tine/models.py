@@ -82,6 +82,7 @@ class Bind:
 class SandboxSpec:
     """The body of a create; every field is optional (docs/api.md)."""
     rootfs: str | None = None
+    image: str | None = None  # an OCI image as the root (docs/images.md)
     disk_bytes: int | None = None
     env: list[str] | None = None
     workdir: str | None = None
@@ -194,6 +195,9 @@ class FunctionSpec:
     command: list[str] | None = None
     preload: list[str] | None = None
     python: str | None = None
+    image: str | None = None  # an OCI image as the root (docs/images.md)
+    requirements: str | None = None  # host path of a pip requirements file (with image)
+    find_links: str | None = None  # host directory of the packages it installs
     node: str | None = None
     network: str | None = None  # isolated (default) or shared
     concurrency: int | None = None
@@ -287,6 +291,7 @@ class DesktopSpec:
     width: int | None = None
     height: int | None = None
     apps: list[list[str]] | None = None
+    image: str | None = None  # an OCI image with Xvfb, a window manager and the apps
     limits: Limits | None = None
     ttl_seconds: int | None = None
     idle_timeout_seconds: int | None = None
