@@ -34,15 +34,16 @@ type runFlags struct {
 func newRunCommand() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [flags] -- CMD [ARGS...]",
+		Use:   "run [flags] -- CMD [ARGS...]   (with --image the command may be left out)",
 		Short: "Run a command once in a fresh sandbox",
 		Long: `Run a command once in a fresh sandbox and exit with its exit code.
 
 The sandbox has its own pid, mount, ipc, uts, net (only lo, up) and cgroup
-namespaces. Its root is the host's root filesystem (or --rootfs DIR) as the
-read-only base of an overlay whose writable layer is a tmpfs of --disk bytes
-(shared with /tmp and /run): the command can write anywhere and nothing
-reaches the host. Of the host's root it sees the operating system only
+namespaces. Its root is the host's root filesystem (or --rootfs DIR, or the
+layers of --image REF, whose Env, Entrypoint/Cmd, WorkingDir and User apply:
+see tine pull --help and docs/images.md) as the read-only base of an overlay
+whose writable layer is a tmpfs of --disk bytes (shared with /tmp and /run):
+the command can write anywhere and nothing reaches the host. Of the host's root it sees the operating system only
 (--host-view os): other top-level directories, most of /var and the files of
 /etc that others cannot read are empty. It gets a fresh /proc, a minimal /dev,
 a read-only /sys, Docker's default seccomp policy and capabilities,
@@ -57,7 +58,8 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 		Example: `  tine run -- /bin/true
   tine run --memory 512m --pids 128 --timeout 30s -- python3 -c 'print(1)'
   tine run -v $PWD:/work:ro --workdir /work -- ls -la
-  tine run -t -- /bin/bash`,
+  tine run -t -- /bin/bash
+  tine run --image python:3.12-slim -- python3 -c 'print(1)'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && f.img.image == "" {
 				return usageError{"run: no command given; usage: tine run [flags] -- CMD [ARGS...]"}
