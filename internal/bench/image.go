@@ -103,6 +103,9 @@ func SetUpImage(tine string) (*ImageBench, error) {
 			return
 		}
 		srv.Close()
+		// Both state directories' layer stores (the first-run group has
+		// its own), loop-mounted when /tmp shares the root's filesystem.
+		unix.Unmount(filepath.Join(state, "first", "store"), unix.MNT_DETACH)
 		unix.Unmount(filepath.Join(state, "store"), unix.MNT_DETACH)
 		os.RemoveAll(state)
 	}}
