@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,6 +63,28 @@ func TestImagesThroughTheDaemon(t *testing.T) {
 	}
 	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
 		t.Fatalf("removing an image a sandbox runs from: %v", err)
+	}
+	// The file API works on an image root: a file of the image reads, a
+	// written one lands in the sandbox (not in the shared layer).
+	rc, err := d.c.ReadFile(ctx, sb.ID, "/app/marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "image layer\n" {
+		t.Fatalf("read an image file through the file API: %q", b)
+	}
+	if _, err := d.c.WriteFile(ctx, sb.ID, "/app/marker", strings.NewReader("overwritten\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/cat", "/app/marker"}}); err != nil || string(res.Stdout) != "overwritten\n" {
+		t.Fatalf("a file written through the file API: %v %q", err, res.Stdout)
+	}
+	if layers, _ := filepath.Glob(filepath.Join(d.dir, "state", "store", "layers", "*", "app", "marker")); len(layers) != 1 {
+		t.Fatalf("layers holding app/marker: %v", layers)
+	} else if b, _ := os.ReadFile(layers[0]); string(b) != "image layer\n" {
+		t.Fatalf("the shared layer changed: %q", b)
 	}
 
 	// A snapshot of it forks over the same image, and holds it.
