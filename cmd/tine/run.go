@@ -216,8 +216,9 @@ func runOnce(f runFlags, args []string) error {
 	if socket == "" {
 		socket = daemonSocket()
 	}
-	// A run from an image stays in-process: the hand-off carries no image.
-	if !s.TTY && !f.inProcess && f.img.image == "" && os.Getenv("TINE_NO_DAEMON") == "" {
+	// A run from an image is handed over resolved (its layers, config and
+	// user); this process holds the image's lease until the run ends.
+	if !s.TTY && !f.inProcess && os.Getenv("TINE_NO_DAEMON") == "" {
 		o, handed, err = runThroughDaemon(socket, s, sigs, f.verbose)
 		if handed && err != nil {
 			return err
@@ -231,8 +232,6 @@ func runOnce(f runFlags, args []string) error {
 				why = "-t runs in-process"
 			case f.inProcess:
 				why = "--in-process"
-			case f.img.image != "":
-				why = "--image runs in-process"
 			case os.Getenv("TINE_NO_DAEMON") != "":
 				why = "TINE_NO_DAEMON is set"
 			}

@@ -5,7 +5,8 @@ package sandbox
 // in, just before execve, and so loses its capabilities (they are kept
 // only by a process whose ids are all 0).
 type User struct {
-	UID, GID uint32
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 	// Groups are the supplementary groups; none when empty.
-	Groups []uint32
+	Groups []uint32 `json:"groups,omitempty"`
 }

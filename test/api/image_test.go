@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -201,5 +203,27 @@ func TestDesktopFromImage(t *testing.T) {
 	}
 	if _, err := d.c.RemoveImage(ctx, ref); client.ErrorCode(err) != api.CodeConflict {
 		t.Fatalf("removing the image of a live desktop: %v", err)
+	}
+}
+
+// TestRunFromImageHandedToTheDaemon: `tine run --image` resolves the image
+// itself (pulling it into its --state-dir), hands the run over with the
+// image's layers, config and user, and holds the image while it runs.
+func TestRunFromImageHandedToTheDaemon(t *testing.T) {
+	d := startDaemon(t)
+	state := t.TempDir()
+	t.Cleanup(func() { unix.Unmount(filepath.Join(state, "store"), unix.MNT_DETACH) })
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "handed:1", imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin", "APP=handed"}, WorkingDir: "/home/app", User: "app"},
+		imagetest.BusyboxLayer(t), imagetest.Layer(t, imagetest.File{Name: "app/marker", Body: "handed layer\n"})))
+	cmd := exec.Command(tineBin, "run", "--socket", d.sock, "--verbose", "--state-dir", state, "--image", ref, "--",
+		"/bin/sh", "-c", "cat /app/marker; echo $APP; pwd; id -u")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("tine run --image through the daemon: %v\n%s", err, e.String())
+	}
+	if o.String() != "handed layer\nhanded\n/home/app\n1000\n" || !strings.Contains(e.String(), "handed to the daemon") {
+		t.Fatalf("stdout %q, stderr %q", o.String(), e.String())
 	}
 }
