@@ -228,6 +228,10 @@ type DesktopSpec struct {
 	// A11y starts a session bus so applications export their
 	// accessibility trees (the ACI's accessibility op); on with OSWorld.
 	A11y bool `json:"a11y,omitempty"`
+	// Image is an OCI image with Xvfb, a window manager and the apps, used
+	// as the desktop's root instead of the host's (pulled when missing);
+	// the guest binary is bound in as usual.
+	Image string `json:"image,omitempty"`
 	// Limits of the desktop's sandbox (memory default 1 GiB).
 	Limits Limits `json:"limits,omitzero"`
 	// TTLSeconds and IdleTimeoutSeconds as for sandboxes.

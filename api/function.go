@@ -28,6 +28,15 @@ type FunctionSpec struct {
 	// Node and exec functions need it too: their workers and commands
 	// start from a Python zygote.
 	Python string `json:"python,omitempty"`
+	// Image is an OCI image whose root the function's sandbox has instead
+	// of the host's (pulled when missing): the zygote runs its python3.
+	Image string `json:"image,omitempty"`
+	// Requirements is the host path of a pip requirements file installed
+	// into a virtual environment over Image (built once per image and
+	// file, shared), from the wheels and sdists in FindLinks (a host
+	// directory: sandboxes have no network to reach an index).
+	Requirements string `json:"requirements,omitempty"`
+	FindLinks    string `json:"find_links,omitempty"`
 	// Node is the node binary (default: node on the sandbox's PATH).
 	Node string `json:"node,omitempty"`
 	// Network is "isolated" (the default: each request has a network

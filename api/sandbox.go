@@ -8,6 +8,9 @@ type SandboxSpec struct {
 	// RootFS is a host directory used as the read-only base of the root;
 	// empty means the host's own root filesystem.
 	RootFS string `json:"rootfs,omitempty"`
+	// Image is an OCI image to use as the root instead (pulled into the
+	// daemon's layer store when missing); its Env and WorkingDir apply.
+	Image string `json:"image,omitempty"`
 	// HostView is what a sandbox over the host's root sees of it: "os"
 	// (the default: the operating system, not the host's data) or "full".
 	HostView string `json:"host_view,omitempty"`

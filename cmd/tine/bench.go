@@ -205,6 +205,23 @@ the same-run fork floor rate.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Load(ctx, d, 3*time.Second)
 			}),
+		newSuiteCommand("image", "Time runs from an OCI image: first run vs cached, image vs host root, the bytecode layer, the dependency environment",
+			`image builds busybox and the host's python3.11 without its compiled files
+into an image, serves it from a registry in this process, pulls it into a
+fresh state directory (compiling its bytecode layer) and times, in-process,
+interleaved within each group: the first run of the image (pull, unpack,
+run; the image removed after each) against a cached run; tine run --image
+of python3 -c pass against the host-root one-shot; the 16 stdlib imports of
+the warm suite with and without the bytecode layer; and a run whose
+--requirements environment is reused against one that builds a new one
+(a wheel from a local directory). Targets: `+bench.ImageTargets.Cached.Text+`; `+bench.ImageTargets.Bytecode.Text+`.`,
+			func(self string) ([]bench.Group, func(), error) {
+				b, err := bench.SetUpImage(self)
+				if err != nil {
+					return nil, nil, err
+				}
+				return bench.ImageGroups(self, b), b.Close, nil
+			}),
 		newDensityCommand(),
 		newSoakCommand(),
 		newBenchAllCommand(),

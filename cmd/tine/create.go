@@ -14,6 +14,7 @@ import (
 type createFlags struct {
 	memory, cpus, pids, disk  string
 	rootfs, workdir, hostname string
+	image                     string
 	seccompMode               string
 	net                       netFlags
 	hostView                  string
@@ -43,6 +44,7 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 	fl.StringVar(&f.pids, "pids", "", "maximum number of processes and threads (default: the daemon's --default-pids)")
 	fl.StringVar(&f.disk, "disk", "256m", "size of the sandbox's writable storage: the layer over the root, /tmp and /run together")
 	fl.StringVar(&f.rootfs, "rootfs", "", "directory to use as the read-only root instead of the host's root")
+	fl.StringVar(&f.image, "image", "", "an OCI image as the read-only root (the daemon pulls it when missing); its Env and WorkingDir apply to execs")
 	fl.StringVar(&f.hostView, "host-view", "os", hostViewUsage)
 	fl.BoolVar(&f.userns, "userns", false, usernsUsage)
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind HOST:GUEST[:ro] (repeatable; HOST may not be a symlink, GUEST is resolved inside the sandbox)")
@@ -74,7 +76,7 @@ tine exec ID -- CMD; destroy it with tine rm ID, or let --ttl or
 }
 
 func specFromCreateFlags(f createFlags) (*api.SandboxSpec, error) {
-	s := &api.SandboxSpec{RootFS: f.rootfs, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode}
+	s := &api.SandboxSpec{RootFS: f.rootfs, Image: f.image, Workdir: f.workdir, Hostname: f.hostname, Seccomp: f.seccompMode}
 	hv, err := parseHostView(f.hostView, f.rootfs)
 	if err != nil {
 		return nil, err

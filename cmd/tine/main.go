@@ -32,7 +32,8 @@ capabilities and Landlock.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
-	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newNetworkCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newSessionCommand(), newGuestCommand(), newEnvdCommand(), newMCPCommand(), newOCICommand())
+	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newNetworkCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newSessionCommand(), newGuestCommand(), newEnvdCommand(), newMCPCommand(), newOCICommand(),
+		newPullCommand(), newLoadCommand(), newImagesCommand(), newRmiCommand(), newImageCommand())
 	return root
 }
 

@@ -28,20 +28,22 @@ type runFlags struct {
 	outcome                           string
 	verbose, inProcess, userns        bool
 	socket                            string
+	img                               runImageFlags
 }
 
 func newRunCommand() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [flags] -- CMD [ARGS...]",
+		Use:   "run [flags] -- CMD [ARGS...]   (with --image the command may be left out)",
 		Short: "Run a command once in a fresh sandbox",
 		Long: `Run a command once in a fresh sandbox and exit with its exit code.
 
 The sandbox has its own pid, mount, ipc, uts, net (only lo, up) and cgroup
-namespaces. Its root is the host's root filesystem (or --rootfs DIR) as the
-read-only base of an overlay whose writable layer is a tmpfs of --disk bytes
-(shared with /tmp and /run): the command can write anywhere and nothing
-reaches the host. Of the host's root it sees the operating system only
+namespaces. Its root is the host's root filesystem (or --rootfs DIR, or the
+layers of --image REF, whose Env, Entrypoint/Cmd, WorkingDir and User apply:
+see tine pull --help and docs/images.md) as the read-only base of an overlay
+whose writable layer is a tmpfs of --disk bytes (shared with /tmp and /run):
+the command can write anywhere and nothing reaches the host. Of the host's root it sees the operating system only
 (--host-view os): other top-level directories, most of /var and the files of
 /etc that others cannot read are empty. It gets a fresh /proc, a minimal /dev,
 a read-only /sys, Docker's default seccomp policy and capabilities,
@@ -56,14 +58,18 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 		Example: `  tine run -- /bin/true
   tine run --memory 512m --pids 128 --timeout 30s -- python3 -c 'print(1)'
   tine run -v $PWD:/work:ro --workdir /work -- ls -la
-  tine run -t -- /bin/bash`,
+  tine run -t -- /bin/bash
+  tine run --image python:3.12-slim -- python3 -c 'print(1)'`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
+			if len(args) == 0 && f.img.image == "" {
 				return usageError{"run: no command given; usage: tine run [flags] -- CMD [ARGS...]"}
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runOnce(f, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.img.workdirSet = cmd.Flags().Changed("workdir")
+			return runOnce(f, args)
+		},
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
@@ -85,6 +91,7 @@ cannot be executed; 2 for invalid flags; 1 when the sandbox could not be set up.
 	fl.BoolVar(&f.verbose, "verbose", false, "say whether the run was handed to the daemon or ran in-process")
 	fl.BoolVar(&f.inProcess, "in-process", false, "never hand the run to a daemon")
 	fl.StringVar(&f.socket, "socket", "", "the daemon's socket (default $TINE_SOCKET, else /run/tine/tine.sock)")
+	f.img.register(cmd)
 	return cmd
 }
 
@@ -192,6 +199,11 @@ func runOnce(f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	lease, err := f.img.apply(s, true)
+	if err != nil {
+		return err
+	}
+	defer lease.Release()
 	// Catch signals before the sandbox exists, so none is lost in between.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
@@ -204,6 +216,8 @@ func runOnce(f runFlags, args []string) error {
 	if socket == "" {
 		socket = daemonSocket()
 	}
+	// A run from an image is handed over resolved (its layers, config and
+	// user); this process holds the image's lease until the run ends.
 	if !s.TTY && !f.inProcess && os.Getenv("TINE_NO_DAEMON") == "" {
 		o, handed, err = runThroughDaemon(socket, s, sigs, f.verbose)
 		if handed && err != nil {
@@ -231,7 +245,7 @@ func runOnce(f runFlags, args []string) error {
 		}
 	}
 	if o.Reason == "not-found" {
-		fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", args[0])
+		fmt.Fprintf(os.Stderr, "tine: %s: not found in sandbox\n", s.Args[0])
 	}
 	if f.outcome != "" {
 		b, _ := json.MarshalIndent(o, "", "  ")
@@ -243,13 +257,13 @@ func runOnce(f runFlags, args []string) error {
 	case "not-found":
 		return exitError{o.ExitCode}
 	case "timeout":
-		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", args[0], s.Timeout)
+		fmt.Fprintf(os.Stderr, "tine: %s: timed out after %s; the sandbox was killed\n", s.Args[0], s.Timeout)
 	case "oom":
 		limit := f.memory
 		if limit == "" {
 			limit = "the default; raise it with --memory"
 		}
-		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", args[0], limit)
+		fmt.Fprintf(os.Stderr, "tine: %s: killed: out of memory (limit %s)\n", s.Args[0], limit)
 	}
 	if o.ExitCode != 0 {
 		return exitError{o.ExitCode}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
@@ -22,7 +23,7 @@ import (
 
 type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
-	stateDir, osworldHost              string
+	stateDir, osworldHost, registries  string
 	maxSandboxes, pool                 int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
@@ -111,6 +112,7 @@ them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringSliceVar(&f.poolPreload, "pool-preload", nil, "modules the runtime pool's Python zygote imports once, e.g. json,re,decimal (scripts registered with tine script put run on it)")
 	fl.StringVar(&f.dataDir, "data-dir", "/run/tine", "directory for the daemon's token and registered scripts; keep it off the parts of the host's root that sandboxes see (read-only): sandboxes mount their own /run")
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/tine", "directory for what outlives the daemon: snapshots and their layers (one daemon per directory)")
+	fl.StringVar(&f.registries, "registries", "", "registries file for image pulls: mirrors and plain-HTTP registries (default "+image.DefaultRegistriesFile+" when it exists)")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
@@ -151,6 +153,9 @@ func runServe(f serveFlags) error {
 	}
 	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost}
 	var err error
+	if cfg.Registries, err = image.LoadRegistries(f.registries); err != nil {
+		return usageError{err.Error()}
+	}
 	if f.maxMemory != "" {
 		if cfg.MaxMemoryBytes, err = parseSize("max-memory", f.maxMemory); err != nil {
 			return err
@@ -188,7 +193,7 @@ func runServe(f serveFlags) error {
 	if f.e2b.addr == "" && (f.e2b.key != "" || f.e2b.domain != "") {
 		return usageError{"--e2b-key and --e2b-domain are for --e2b ADDR"}
 	}
-	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network})
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network, Images: functionImages(f.stateDir, cfg.Registries)})
 	if err != nil {
 		return err
 	}

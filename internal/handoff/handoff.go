@@ -46,18 +46,23 @@ const (
 
 // Request is a one-shot run: tine run's flags.
 type Request struct {
-	Args      []string   `json:"args"`
-	Env       []string   `json:"env,omitempty"`
-	Workdir   string     `json:"workdir,omitempty"`
-	Hostname  string     `json:"hostname,omitempty"`
-	RootFS    string     `json:"rootfs,omitempty"`
-	HostView  string     `json:"host_view,omitempty"`
-	UserNS    bool       `json:"userns,omitempty"`
-	DiskBytes int64      `json:"disk_bytes,omitempty"`
-	Binds     []api.Bind `json:"binds,omitempty"`
-	Limits    api.Limits `json:"limits,omitzero"`
-	TimeoutMs int64      `json:"timeout_ms,omitempty"`
-	Seccomp   string     `json:"seccomp,omitempty"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env,omitempty"`
+	Workdir  string   `json:"workdir,omitempty"`
+	Hostname string   `json:"hostname,omitempty"`
+	RootFS   string   `json:"rootfs,omitempty"`
+	// Layers are stacked over RootFS, topmost first (an image's, resolved
+	// by tine run, which holds the image's lease while the run lasts);
+	// User runs the command as the image's USER.
+	Layers    []string      `json:"layers,omitempty"`
+	User      *sandbox.User `json:"user,omitempty"`
+	HostView  string        `json:"host_view,omitempty"`
+	UserNS    bool          `json:"userns,omitempty"`
+	DiskBytes int64         `json:"disk_bytes,omitempty"`
+	Binds     []api.Bind    `json:"binds,omitempty"`
+	Limits    api.Limits    `json:"limits,omitzero"`
+	TimeoutMs int64         `json:"timeout_ms,omitempty"`
+	Seccomp   string        `json:"seccomp,omitempty"`
 }
 
 // Frame is one JSON line after the upgrade.
@@ -76,7 +81,7 @@ type Started struct {
 
 // FromSpec turns a sandbox spec into a request.
 func FromSpec(s *sandbox.Spec) Request {
-	r := Request{Args: s.Args, Env: s.Env, Workdir: s.Workdir, Hostname: s.Hostname, RootFS: s.RootFS, HostView: string(s.HostView), UserNS: s.UserNS,
+	r := Request{Args: s.Args, Env: s.Env, Workdir: s.Workdir, Hostname: s.Hostname, RootFS: s.RootFS, Layers: s.Layers, User: s.User, HostView: string(s.HostView), UserNS: s.UserNS,
 		DiskBytes: s.DiskBytes, TimeoutMs: s.Timeout.Milliseconds(), Seccomp: string(s.Seccomp),
 		Limits: api.Limits{MemoryBytes: s.Limits.MemoryBytes, CPUs: s.Limits.CPUs, Pids: s.Limits.Pids}}
 	for _, b := range s.Binds {

@@ -289,7 +289,16 @@ type launchState struct {
 	empty   uint64
 	oomPath [32]byte // "/proc/self/oom_score_adj", NUL-terminated
 	zero    [1]byte  // "0"
+	// asUser: launched commands drop to uid, gid and groups[:ngroups]
+	// before execve (Spec.User); set by the parent before the clone.
+	asUser   bool
+	uid, gid uint32
+	ngroups  uintptr
+	groups   [launchMaxGroups]uint32
 }
+
+// launchMaxGroups bounds Spec.User's supplementary groups.
+const launchMaxGroups = 64
 
 // prepare points the launch buffers at each other. It runs in the parent,
 // before the clone: the child must not store pointers (that would run the
@@ -534,6 +543,22 @@ func launchedMain(l *launchState, fds *[launchFDs + launchMaxCgroups]int32, ncgr
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
 	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&l.empty)), 0, 8, 0, 0)
+	if l.asUser {
+		// Groups first: setgroups and setresgid need the capabilities
+		// that setresuid to a non-zero uid drops.
+		_, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, l.ngroups, uintptr(unsafe.Pointer(&l.groups[0])), 0)
+		if e == 0 {
+			_, _, e = syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(l.gid), uintptr(l.gid), uintptr(l.gid))
+		}
+		if e == 0 {
+			_, _, e = syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(l.uid), uintptr(l.uid), uintptr(l.uid))
+		}
+		if e != 0 {
+			l.report = launchReport{tag: launchExecFailed, value: int32(e)}
+			syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&l.report)), 8)
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 126, 0, 0)
+		}
+	}
 	worst := syscall.ENOENT
 	if _, _, e := syscall.RawSyscall(syscall.SYS_CHDIR, workdir, 0, 0); e != 0 {
 		worst = e

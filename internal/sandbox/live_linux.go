@@ -209,7 +209,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	p, h := sb.plan, sb.h
 	env := buildEnv(&Spec{Env: append(append([]string(nil), p.Spec.Env...), e.Env...), TTY: e.TTY}, p.Hostname)
 	cmd := &command{argv: e.Args, env: env, candidates: candidates(e.Args[0], env), workdir: e.Workdir, tty: e.TTY,
-		size: unix.Winsize{Col: e.Cols, Row: e.Rows}, detach: e.Detach, filter: p.Spec.CommandFilter}
+		size: unix.Winsize{Col: e.Cols, Row: e.Rows}, detach: e.Detach, filter: p.Spec.CommandFilter, user: p.Spec.User}
 	if cmd.workdir == "" {
 		cmd.workdir = p.Workdir
 	}

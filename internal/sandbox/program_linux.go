@@ -163,6 +163,7 @@ type command struct {
 	argv, env, candidates []string
 	workdir               string
 	tty                   bool
+	user                  *User // nil: the sandbox's root
 	// size is the terminal's size, set before the command starts (zero:
 	// the kernel's 0x0, for the caller to set).
 	size unix.Winsize
@@ -176,7 +177,7 @@ func (p *Plan) command() *command {
 	if len(p.Argv) == 0 {
 		return nil // a live sandbox: PID 1 only reaps
 	}
-	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY, filter: p.Spec.CommandFilter}
+	return &command{argv: p.Argv, env: p.Env, candidates: p.Candidates, workdir: p.Workdir, tty: p.Spec.TTY, filter: p.Spec.CommandFilter, user: p.Spec.User}
 }
 
 // compileBoot turns plan p into the program of a new sandbox's PID 1.
@@ -267,6 +268,15 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 		var err error
 		if pg.resident, pg.residentMem, err = newResident(); err != nil {
 			return nil, err
+		}
+		if u := p.Spec.User; u != nil {
+			if len(u.Groups) > launchMaxGroups {
+				pg.residentMem.release()
+				return nil, fmt.Errorf("%w: user with %d supplementary groups, at most %d", ErrInvalidSpec, len(u.Groups), launchMaxGroups)
+			}
+			l := &pg.resident.launch
+			l.asUser, l.uid, l.gid, l.ngroups = true, u.UID, u.GID, uintptr(len(u.Groups))
+			copy(l.groups[:], u.Groups)
 		}
 	}
 	return pg, nil
@@ -468,6 +478,17 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
 	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	if u := c.user; u != nil {
+		// Groups first: setgroups and setresgid need the capabilities that
+		// setresuid to a non-zero uid drops.
+		groups := append([]uint32(nil), u.Groups...)
+		if len(groups) == 0 {
+			groups = []uint32{0} // something to point at; the count says none
+		}
+		pg.addCommand("set supplementary groups", sys(unix.SYS_SETGROUPS, uintptr(len(u.Groups)), pg.ptr(groups, unsafe.Pointer(&groups[0]))))
+		pg.addCommand("set group id", sys(unix.SYS_SETRESGID, uintptr(u.GID), uintptr(u.GID), uintptr(u.GID)))
+		pg.addCommand("set user id", sys(unix.SYS_SETRESUID, uintptr(u.UID), uintptr(u.UID), uintptr(u.UID)))
+	}
 	pg.addCommand("enter working directory "+c.workdir, sys(unix.SYS_CHDIR, pg.cstr(c.workdir)))
 	if len(c.filter) > 0 {
 		// Last, so that it judges only the command (runc's order).

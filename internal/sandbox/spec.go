@@ -108,6 +108,9 @@ type Spec struct {
 	// hierarchy's root, such as /default/c1) instead of one of tine's
 	// own; tine's reaper never touches it.
 	CgroupPath string
+	// User, when set, runs the command as that user (an image's USER);
+	// otherwise it runs as the sandbox's root.
+	User *User
 	// Zygote makes a live sandbox for a warm function: what PID 1 launches
 	// may fork requests that wall themselves in (RequestWalls) before user
 	// code runs. PID 1 therefore has no Landlock domain (a domain forbids

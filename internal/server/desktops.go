@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -93,10 +94,22 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	t0 := time.Now()
-	b, err := s.startBox(sbReq, spec)
+	lease, digest, err := s.useImage(r.Context(), req.Image, spec, image.ApplyOptions{})
 	if err != nil {
 		return err
 	}
+	if digest != "" {
+		req.Image, sbReq.Image = digest, digest // its snapshots fork from this very image
+	}
+	spec.User = nil // the guest runs as root, as over the host's root
+	b, err := s.startBox(sbReq, spec)
+	if err != nil {
+		lease.Release()
+		return err
+	}
+	b.mu.Lock()
+	b.lease = lease
+	b.mu.Unlock()
 	if err := s.bootDesktop(b, &req, t0); err != nil {
 		s.destroy(b, "its desktop did not start")
 		return err

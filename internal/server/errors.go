@@ -12,6 +12,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/checkpoint"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/inroot"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/network"
@@ -93,6 +94,16 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState), errors.Is(err, checkpoint.ErrCRIU):
 		return http.StatusConflict, api.CodeConflict
+	case errors.Is(err, image.ErrInvalid), errors.Is(err, image.ErrUnsafeLayer):
+		return http.StatusBadRequest, api.CodeInvalidArgument
+	case errors.Is(err, image.ErrNotFound):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, image.ErrInUse):
+		return http.StatusConflict, api.CodeConflict
+	case errors.Is(err, image.ErrPull):
+		return http.StatusBadGateway, api.CodeUnavailable
+	case errors.Is(err, ErrNoImages):
+		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, store.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, ErrUnauthorized):

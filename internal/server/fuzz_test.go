@@ -226,6 +226,7 @@ func FuzzRunRequest(f *testing.F) {
 		`{"args": ["true"], "binds": [{"source": "/tmp", "target": "/data", "read_only": true}], "seccomp": "default", "disk_bytes": 268435456}`,
 		`{"args": []}`, `{"args": [""]}`, `{"args": ["true"], "timeout_ms": -1}`, `{"args": ["true"], "timeout_ms": 9300000000000}`,
 		`{"args": ["true"], "rootfs": "some/dir"}`, `{"args": ["true"], "network": "none"}`, `{}`,
+		`{"args": ["true"], "rootfs": "/", "layers": ["/tmp"], "user": {"uid": 1000, "gid": 1000, "groups": [2000]}}`, `{"args": ["true"], "layers": ["tmp"]}`,
 	} {
 		f.Add([]byte(s))
 	}

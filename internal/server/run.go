@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -103,7 +104,18 @@ func specFromRun(req *handoff.Request) (*sandbox.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Args, spec.Timeout = req.Args, timeout
+	for _, l := range req.Layers {
+		if !path.IsAbs(l) || strings.IndexByte(l, 0) >= 0 {
+			return nil, fmt.Errorf("%w: layer %q: want an absolute host path", ErrInvalidArgument, l)
+		}
+	}
+	if len(req.Layers) > 0 && req.RootFS == "" {
+		return nil, fmt.Errorf("%w: layers stack over a rootfs (an image's bottom layer); give one", ErrInvalidArgument)
+	}
+	if req.User != nil && len(req.User.Groups) > 64 {
+		return nil, fmt.Errorf("%w: user with %d supplementary groups, at most 64", ErrInvalidArgument, len(req.User.Groups))
+	}
+	spec.Args, spec.Timeout, spec.Layers, spec.User = req.Args, timeout, req.Layers, req.User
 	return spec, nil
 }
 

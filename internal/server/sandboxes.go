@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"github.com/tine-run/tine/internal/sandbox"
@@ -37,7 +38,8 @@ type box struct {
 	desktop    *desktop     // set once a desktop's guest is ready
 	sessions   *session.Set // its code-interpreter sessions, made on first use
 
-	forkedFrom string // the snapshot it was forked from
+	forkedFrom string       // the snapshot it was forked from
+	lease      *image.Lease // the image it runs from, kept from removal
 
 	net *boxNet // its network (nil: loopback without published ports)
 }
@@ -175,10 +177,21 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, err := s.startBox(req, spec)
+	lease, digest, err := s.useImage(r.Context(), req.Image, spec, image.ApplyOptions{WorkdirSet: req.Workdir != ""})
 	if err != nil {
 		return err
 	}
+	if digest != "" {
+		req.Image = digest
+	}
+	b, err := s.startBox(req, spec)
+	if err != nil {
+		lease.Release()
+		return err
+	}
+	b.mu.Lock()
+	b.lease = lease
+	b.mu.Unlock()
 	if err := s.abandoned(r, b); err != nil {
 		return err
 	}
@@ -297,6 +310,9 @@ func (s *Server) destroy(b *box, why string) {
 			s.log.Error("remove sandbox's network", "id", b.id, "err", err)
 		}
 		b.release()
+		b.mu.Lock()
+		b.lease.Release()
+		b.mu.Unlock()
 		s.mu.Lock()
 		delete(s.boxes, b.id)
 		s.mu.Unlock()

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
@@ -96,6 +97,8 @@ type Config struct {
 	// the same manager) their egress networks; nil: one with the default
 	// name and pool. The server closes it.
 	Network *network.Manager
+	// Registries: mirrors and plain-HTTP registries for image pulls.
+	Registries image.Registries
 }
 
 func (c *Config) setDefaults() error {
@@ -159,6 +162,7 @@ type Server struct {
 	// catalog holds the snapshots, opened on first use (snapshots()).
 	catalogMu sync.Mutex
 	catalog   *snapshot.Catalog
+	imgs      imageStore // opened on first use (images())
 
 	net *network.Manager
 
@@ -309,6 +313,9 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/interrupt", s.interruptSession},
 		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/restart", s.restartSession},
 		{"POST", "/v1/sandboxes/{id}/sessions/{sid}/fork", s.forkSession},
+		{"POST", "/v1/images/pull", s.pullImage},
+		{"GET", "/v1/images", s.listImages},
+		{"DELETE", "/v1/images/{ref}", s.deleteImage},
 	}
 }
 

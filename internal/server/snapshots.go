@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/checkpoint"
+	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/snapshot"
 	"github.com/tine-run/tine/internal/store"
 )
@@ -199,6 +201,10 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 		return nil, nil, err
 	}
 	committed = true
+	if err := s.holdImage(rec.Sandbox.Image, sn.ID); err != nil {
+		c.Delete(sn.ID)
+		return nil, nil, fmt.Errorf("snapshot sandbox %s: keep its image: %w", b.id, err)
+	}
 	s.log.Info("snapshot taken", "id", sn.ID, "sandbox", b.id, "tier", sn.Tier, "bytes", sn.Bytes, "paused_ms", sn.PausedMs)
 	return c, sn, nil
 }
@@ -246,6 +252,10 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := c.Delete(sn.ID); err != nil {
 		return err
+	}
+	var rec recipe
+	if json.Unmarshal(sn.Spec, &rec) == nil {
+		s.unholdImage(rec.Sandbox.Image, sn.ID)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -350,6 +360,17 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 	for _, d := range sn.Layers {
 		spec.Layers = append(spec.Layers, c.Layers.Path(d))
 	}
+	// The source's image (by digest) is the base under the layers.
+	var imgs *image.Store
+	var img *image.Image
+	if sbReq.Image != "" {
+		if imgs, img, err = s.resolveImage(context.Background(), sbReq.Image); err != nil {
+			return nil, err
+		}
+		if err := img.Apply(spec, image.ApplyOptions{WorkdirSet: sbReq.Workdir != ""}); err != nil {
+			return nil, err
+		}
+	}
 	if s.isClosing() {
 		return nil, ErrShuttingDown
 	}
@@ -369,13 +390,26 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 				errs[i] = err
 				return
 			}
+			var lease *image.Lease
+			if img != nil {
+				if lease, err = imgs.Use(img); err != nil {
+					shares[i]()
+					use()
+					errs[i] = err
+					return
+				}
+			}
 			release := func() { shares[i](); use() }
 			one := *spec
 			b, err := s.startAdmitted(sbReq, &one, release, sn.ID)
 			if err != nil {
+				lease.Release()
 				errs[i] = err
 				return
 			}
+			b.mu.Lock()
+			b.lease = lease
+			b.mu.Unlock()
 			boxes[i] = b
 			if sn.Tier == snapshot.TierMemory {
 				if errs[i] = s.restoreMemory(c, sn, b); errs[i] != nil {

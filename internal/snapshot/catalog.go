@@ -394,18 +394,29 @@ func (c *Catalog) Delete(id string) error {
 	return c.collect()
 }
 
-// collect removes the layers no snapshot names and no draft holds. c.gc
-// and c.mu are held (or c is not shared yet).
+// collect removes the layers no snapshot names, no draft holds and no
+// other holder pins (images share the store). c.gc and c.mu are held (or
+// c is not shared yet).
 func (c *Catalog) collect() error {
+	// List before reading the pins: a pull pins a layer before it
+	// publishes it, so every layer listed that a pull wants is pinned by
+	// the time the pins are read.
+	all, err := c.Layers.List()
+	if err != nil {
+		return err
+	}
+	pinned, err := c.Layers.Pinned()
+	if err != nil {
+		return err
+	}
 	named := map[store.Digest]bool{}
+	for d := range pinned {
+		named[d] = true
+	}
 	for _, s := range c.snaps {
 		for _, d := range s.Layers {
 			named[d] = true
 		}
-	}
-	all, err := c.Layers.List()
-	if err != nil {
-		return err
 	}
 	for _, d := range all {
 		if !named[d] && c.held[d] == 0 {

@@ -171,3 +171,31 @@ func TestVersionAndIDChecked(t *testing.T) {
 		t.Error("NewID not valid")
 	}
 }
+
+// TestCollectionKeepsPinnedLayers: the store is shared with images, whose
+// layers no snapshot names but a pin keeps: neither the collection at Open
+// nor the one after a delete removes them; an unpinned stranger goes.
+func TestCollectionKeepsPinnedLayers(t *testing.T) {
+	require.Root(t)
+	state := t.TempDir()
+	c := open(t, state)
+	sn := take(t, c, "snap", nil)
+	imageLayer, err := c.Layers.Commit(upper(t, "image layer"), 0)
+	must(t, err)
+	stranger, err := c.Layers.Commit(upper(t, "nobody's"), 0)
+	must(t, err)
+	must(t, c.Layers.Pin("image-test", []store.Digest{imageLayer.Digest}))
+	must(t, c.Delete(sn.ID))
+	if !c.Layers.Has(imageLayer.Digest) {
+		t.Fatal("a delete's collection removed a pinned layer")
+	}
+	if c.Layers.Has(stranger.Digest) {
+		t.Error("an unpinned layer no snapshot names survived the collection")
+	}
+	c.Close()
+	c = open(t, state)
+	if !c.Layers.Has(imageLayer.Digest) {
+		t.Fatal("Open's collection removed a pinned layer")
+	}
+	must(t, c.Layers.Unpin("image-test"))
+}

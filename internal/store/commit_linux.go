@@ -8,7 +8,6 @@ import (
 	"hash"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,20 +48,22 @@ func (s *Store) Commit(src *os.File, maxBytes int64) (Layer, error) {
 type Pending struct {
 	s     *Store
 	tmp   string
+	lock  int // the draft's flock (newDraft)
 	layer Layer
 }
 
 // Copy copies the tree open at src into the store's tmp/, as Commit
 // describes, and returns it pending.
 func (s *Store) Copy(src *os.File, maxBytes int64) (*Pending, error) {
-	tmp := filepath.Join(s.tmpDir(), randomName())
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	tmp, lock, err := s.newDraft()
+	if err != nil {
 		return nil, fmt.Errorf("commit layer: %w", err)
 	}
 	copied := false
 	defer func() {
 		if !copied {
 			os.RemoveAll(tmp)
+			unix.Close(lock)
 		}
 	}()
 	dst, err := unix.Open(tmp, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -89,7 +90,7 @@ func (s *Store) Copy(src *os.File, maxBytes int64) (*Pending, error) {
 	}
 	d := Digest("sha256:" + hex.EncodeToString(c.sum.Sum(nil)))
 	copied = true
-	return &Pending{s: s, tmp: tmp, layer: Layer{Digest: d, Path: s.Path(d), Bytes: c.bytes, Entries: c.entries}}, nil
+	return &Pending{s: s, tmp: tmp, lock: lock, layer: Layer{Digest: d, Path: s.Path(d), Bytes: c.bytes, Entries: c.entries}}, nil
 }
 
 // Publish syncs the copy and renames it under its digest; when the store
@@ -100,6 +101,7 @@ func (p *Pending) Publish() (Layer, error) {
 		if !published {
 			os.RemoveAll(p.tmp)
 		}
+		p.release()
 	}()
 	// One syncfs for the whole tree, before the rename publishes it: a
 	// crash can then never leave a layer whose files are not on disk.
@@ -124,7 +126,10 @@ func (p *Pending) Publish() (Layer, error) {
 }
 
 // Discard removes the copy.
-func (p *Pending) Discard() { os.RemoveAll(p.tmp) }
+func (p *Pending) Discard() {
+	os.RemoveAll(p.tmp)
+	p.release()
+}
 
 type fileID struct{ dev, ino uint64 }
 

@@ -36,6 +36,17 @@ func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return false, fmt.Errorf("layer store: %w", err)
 	}
+	// Several processes may open one store (the daemon, tine pull, tine
+	// run --image): one at a time checks and mounts, or two could mount
+	// one ext4 image through two loop devices and corrupt it.
+	lock, err := os.OpenFile(dir+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("layer store: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return false, fmt.Errorf("layer store: lock %s: %w", lock.Name(), err)
+	}
 	var st, root unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return false, fmt.Errorf("layer store: %w", err)

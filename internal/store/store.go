@@ -1,16 +1,23 @@
 // Package store owns tine's content-addressed layers: read-only directory
-// trees, each named by the digest of its contents, usable as an overlay
-// lower directory. Snapshot layers (a sandbox's captured upper) are stored
-// here now; image layers will be the same kind of thing.
+// trees, each named by a digest of their contents, usable as an overlay
+// lower directory. Snapshot layers (a sandbox's captured upper, named by
+// the digest of its canonical description) and image layers (unpacked by
+// internal/image, named by their diff ID: the sha256 of the uncompressed
+// tar) are the same kind of thing and live side by side.
 //
-// Layout under the store's root (the daemon's data directory + "/store"):
+// Layout under the store's root (the state directory + "/store"):
 //
-//	layers/<hex>   a committed layer (sha256 of its canonical description)
-//	tmp/<random>   a layer being written; removed by the next Open
+//	layers/<hex>   a committed layer
+//	tmp/<random>   a layer being written (flock'ed by its writer); removed
+//	               by the next Open once no writer holds it
+//	pins/<name>    the digests a holder other than the snapshot catalog
+//	               (an image, a pull under way) keeps from collection
 //
 // A layer is written in tmp/ and renamed into layers/ only when complete
 // and synced, so a crash leaves debris in tmp/ (cleaned on Open), never a
 // half layer under a digest. Two commits of the same tree share one layer.
+// Several processes may use one store (the daemon, tine pull, tine run
+// --image): a writer's lock keeps its draft from being taken for debris.
 package store
 
 import (
@@ -46,6 +53,9 @@ func ParseDigest(s string) (Digest, error) {
 
 func (d Digest) hex() string { return strings.TrimPrefix(string(d), "sha256:") }
 
+// Hex is the digest without its "sha256:" prefix.
+func (d Digest) Hex() string { return d.hex() }
+
 // Layer describes a committed layer.
 type Layer struct {
 	Digest Digest
@@ -66,7 +76,7 @@ type Store struct {
 // crashed commit left in tmp/.
 func Open(root string) (*Store, error) {
 	s := &Store{root: root}
-	for _, d := range []string{root, s.layersDir(), s.tmpDir()} {
+	for _, d := range []string{root, s.layersDir(), s.tmpDir(), s.pinsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open layer store: %w", err)
 		}
@@ -76,7 +86,7 @@ func Open(root string) (*Store, error) {
 		return nil, fmt.Errorf("open layer store: %w", err)
 	}
 	for _, e := range debris {
-		if err := os.RemoveAll(filepath.Join(s.tmpDir(), e.Name())); err != nil {
+		if err := removeUnlocked(filepath.Join(s.tmpDir(), e.Name())); err != nil {
 			return nil, fmt.Errorf("open layer store: remove debris: %w", err)
 		}
 	}
@@ -88,6 +98,7 @@ func (s *Store) Root() string { return s.root }
 
 func (s *Store) layersDir() string { return filepath.Join(s.root, "layers") }
 func (s *Store) tmpDir() string    { return filepath.Join(s.root, "tmp") }
+func (s *Store) pinsDir() string   { return filepath.Join(s.root, "pins") }
 
 // Path is where layer d lives (whether or not it exists).
 func (s *Store) Path(d Digest) string { return filepath.Join(s.layersDir(), d.hex()) }

@@ -52,6 +52,7 @@ type function struct {
 	scripts string    // host directory of registered scripts (the pool only)
 	admit   AdmitFunc // counts its sandbox against the host budget (nil: nowhere)
 	net     *network.Manager
+	images  ImageFunc // makes spec.Image its root
 	slots   chan struct{}
 	calls   atomic.Int64
 	seq     atomic.Uint64
@@ -191,6 +192,15 @@ func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.San
 			if release, err = f.admit(spec.Limits.MemoryBytes); err != nil {
 				return nil, nil, nil, fmt.Errorf("function %s: %w", f.spec.Name, err)
 			}
+		}
+		if f.spec.Image != "" {
+			unuse, err := f.images(&f.spec, spec)
+			if err != nil {
+				release()
+				return nil, nil, nil, fmt.Errorf("%w: function %s: image %s: %v", ErrWarm, f.spec.Name, f.spec.Image, err)
+			}
+			budgetOnly := release
+			release = func() { budgetOnly(); unuse() }
 		}
 		att, err := f.attach(spec)
 		if err != nil {

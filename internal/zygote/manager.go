@@ -24,6 +24,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/network"
+	"github.com/tine-run/tine/internal/sandbox"
 )
 
 // Config is how a Manager behaves.
@@ -39,7 +40,15 @@ type Config struct {
 	// Network gives egress functions their network (nil: they are
 	// refused).
 	Network *network.Manager
+	// Images makes a function's image the root of its sandbox (nil: a
+	// function with an image is refused).
+	Images ImageFunc
 }
+
+// ImageFunc makes fn's image the root of spec (pulling it when missing),
+// with the environment of its requirements stacked on it, and keeps it
+// from removal until release is called.
+type ImageFunc func(fn *api.FunctionSpec, spec *sandbox.Spec) (release func(), err error)
 
 // PoolName is the runtime pool's function name.
 const PoolName = "pool.python"
@@ -102,8 +111,12 @@ func (m *Manager) Up(spec api.FunctionSpec) (*api.Function, error) {
 		}
 	}
 	m.mu.Lock()
+	if spec.Image != "" && m.cfg.Images == nil {
+		return nil, fmt.Errorf("%w: image %s: this daemon keeps no images (give it a --state-dir)", ErrInvalidSpec, spec.Image)
+	}
 	f := newFunction(spec, "", m.admit)
 	f.net = m.cfg.Network
+	f.images = m.cfg.Images
 	m.mu.Unlock()
 	if _, _, _, err := f.ensureWarm(); err != nil {
 		f.cool()

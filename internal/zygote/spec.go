@@ -74,20 +74,23 @@ const (
 
 // tomlSpec is a spec file as written: sizes and durations as text.
 type tomlSpec struct {
-	Name        string   `toml:"name"`
-	Runtime     string   `toml:"runtime"`
-	Entry       string   `toml:"entry"`
-	Handler     string   `toml:"handler"`
-	Command     []string `toml:"command"`
-	Preload     []string `toml:"preload"`
-	Python      string   `toml:"python"`
-	Node        string   `toml:"node"`
-	Network     string   `toml:"network"`
-	Allow       []string `toml:"allow"`
-	Deny        []string `toml:"deny"`
-	Concurrency int      `toml:"concurrency"`
-	ColdAfter   string   `toml:"cold_after"`
-	Limits      struct {
+	Name         string   `toml:"name"`
+	Runtime      string   `toml:"runtime"`
+	Entry        string   `toml:"entry"`
+	Handler      string   `toml:"handler"`
+	Command      []string `toml:"command"`
+	Preload      []string `toml:"preload"`
+	Python       string   `toml:"python"`
+	Image        string   `toml:"image"`
+	Requirements string   `toml:"requirements"`
+	FindLinks    string   `toml:"find_links"`
+	Node         string   `toml:"node"`
+	Network      string   `toml:"network"`
+	Allow        []string `toml:"allow"`
+	Deny         []string `toml:"deny"`
+	Concurrency  int      `toml:"concurrency"`
+	ColdAfter    string   `toml:"cold_after"`
+	Limits       struct {
 		Memory  string  `toml:"memory"`
 		CPUs    float64 `toml:"cpus"`
 		Pids    int64   `toml:"pids"`
@@ -114,15 +117,17 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, node, network, allow, deny, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, image, requirements, find_links, node, network, allow, deny, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
 	}
 	s := &api.FunctionSpec{
 		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
-		Preload: t.Preload, Python: t.Python, Node: t.Node, Network: t.Network, Allow: t.Allow, Deny: t.Deny, Concurrency: t.Concurrency,
+		Preload: t.Preload, Python: t.Python, Image: t.Image, Requirements: t.Requirements, FindLinks: t.FindLinks, Node: t.Node, Network: t.Network, Allow: t.Allow, Deny: t.Deny, Concurrency: t.Concurrency,
 		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
 	}
-	if s.Entry != "" && !filepath.IsAbs(s.Entry) {
-		s.Entry = filepath.Join(dir, s.Entry)
+	for _, p := range []*string{&s.Entry, &s.Requirements, &s.FindLinks} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
 	}
 	if err := validNetwork(s.Network); err != nil {
 		return nil, fmt.Errorf("%w (line %d)", err, lineOf(src, toml.Key{"network"}))
@@ -213,6 +218,14 @@ func Validate(s *api.FunctionSpec) error {
 		// No system call takes one: the kernel would read the path or
 		// argument as cut short there.
 		return bad("%q holds a NUL byte", v)
+	}
+	switch {
+	case s.Requirements != "" && s.Image == "":
+		return bad("requirements %q need an image: the environment is built with the image's pip", s.Requirements)
+	case s.Requirements != "" && (s.FindLinks == "" || !filepath.IsAbs(s.Requirements) || !filepath.IsAbs(s.FindLinks)):
+		return bad("requirements need find_links, the directory of packages to install (both absolute paths on the daemon's host; a sandbox has no network to reach an index)")
+	case s.FindLinks != "" && s.Requirements == "":
+		return bad("find_links %q is for requirements", s.FindLinks)
 	}
 	switch s.Runtime {
 	case "":

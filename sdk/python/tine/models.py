@@ -121,6 +121,7 @@ class Network:
 class SandboxSpec:
     """The body of a create; every field is optional (docs/api.md)."""
     rootfs: str | None = None
+    image: str | None = None  # an OCI image as the root (docs/images.md)
     disk_bytes: int | None = None
     env: list[str] | None = None
     workdir: str | None = None
@@ -238,6 +239,9 @@ class FunctionSpec:
     command: list[str] | None = None
     preload: list[str] | None = None
     python: str | None = None
+    image: str | None = None  # an OCI image as the root (docs/images.md)
+    requirements: str | None = None  # host path of a pip requirements file (with image)
+    find_links: str | None = None  # host directory of the packages it installs
     node: str | None = None
     network: str | None = None  # isolated (default), shared or egress
     allow: list[str] | None = None  # egress: as a sandbox's
@@ -339,6 +343,7 @@ class DesktopSpec:
     osworld: bool | None = None
     a11y: bool | None = None
     cdp: bool | None = None
+    image: str | None = None  # an OCI image with Xvfb, a window manager and the apps
     limits: Limits | None = None
     ttl_seconds: int | None = None
     idle_timeout_seconds: int | None = None

@@ -1,0 +1,5 @@
+package image_test
+
+import "runtime"
+
+func hostArch() string { return runtime.GOARCH }
