@@ -121,7 +121,7 @@ func Open(stateDir string) (_ *Catalog, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := lockStateDir(lock); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("open snapshots: state directory %s is in use by another tine daemon (%w); give this one its own --state-dir", stateDir, err)
 	}
@@ -451,4 +451,49 @@ func syncDir(dir string) error {
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// lockWait bounds the wait for a state directory whose daemon is gone but
+// whose lock is still held: the copies of its descriptors in its children
+// (clones of it, dying of its death) close a moment later.
+const lockWait = 10 * time.Second
+
+// lockStateDir takes the state directory's lock and writes its holder (pid
+// and start time) into it. When another holds it: at once an error if that
+// daemon lives, else it waits up to lockWait for the dead one's children.
+func lockStateDir(lock *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			lock.Truncate(0)
+			lock.WriteAt([]byte(holder(os.Getpid())), 0)
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		b := make([]byte, 64)
+		n, _ := lock.ReadAt(b, 0)
+		var pid int
+		fmt.Sscanf(string(b[:n]), "%d", &pid)
+		if pid <= 0 || holder(pid) == string(b[:n]) || time.Now().After(deadline) {
+			return err // a live holder, one that did not say, or too long
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holder identifies a live process: its pid and its start time ("" once
+// it is gone), which tells it from a later one with the same pid.
+func holder(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return fmt.Sprintf("%d %s\n", pid, f[19])
 }

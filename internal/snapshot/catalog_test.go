@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tine-run/tine/internal/require"
 	"github.com/tine-run/tine/internal/store"
+	"golang.org/x/sys/unix"
 )
 
 // open opens the catalog under state and closes it (unmounting its
@@ -198,4 +200,32 @@ func TestCollectionKeepsPinnedLayers(t *testing.T) {
 		t.Fatal("Open's collection removed a pinned layer")
 	}
 	must(t, c.Layers.Unpin("image-test"))
+}
+
+// TestOpenWaitsForADeadDaemonsChildren: a daemon killed with children that
+// still hold its lock's descriptor (clones of it, dying) does not keep the
+// next daemon out; a live holder does (TestSnapshotsSurviveReopen).
+func TestOpenWaitsForADeadDaemonsChildren(t *testing.T) {
+	require.Root(t)
+	state := t.TempDir()
+	lock, err := os.OpenFile(filepath.Join(state, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	must(t, err)
+	must(t, unix.Flock(int(lock.Fd()), unix.LOCK_EX))
+	lock.WriteString("999999999 1\n") // a holder that is gone
+	child := exec.Command("sleep", "0.5")
+	child.ExtraFiles = []*os.File{lock} // the dying child's copy
+	must(t, child.Start())
+	lock.Close()
+	// The negative control: the lock is still held.
+	probe, _ := os.Open(filepath.Join(state, "lock"))
+	if err := unix.Flock(int(probe.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+		t.Fatal("the child's copy does not hold the lock: the test proves nothing")
+	}
+	probe.Close()
+	c, err := Open(state)
+	child.Wait()
+	if err != nil {
+		t.Fatalf("Open while a dead holder's child held the lock: %v", err)
+	}
+	c.Close()
 }
