@@ -20,9 +20,3 @@ func forkCommand(a *vforkArgs) (pid, errno uintptr) {
 	return pid, 0
 }
 
-// serveResident serves from the resident buffers on the stack it has
-// (without a stack switch, nothing can be unmapped).
-//
-//go:nosplit
-//go:norace
-func serveResident(r *resident) { serve(&r.launch, &r.vfork) }

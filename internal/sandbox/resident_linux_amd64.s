@@ -1,3 +1,5 @@
+//go:build !cgo
+
 #include "textflag.h"
 
 // func enterResident(stackTop, tls uintptr, r *resident)
