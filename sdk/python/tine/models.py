@@ -282,11 +282,14 @@ class DesktopSpec:
     """The body of a desktop's create (every field optional): the screen's
     ``width`` and ``height`` (default 1280x800), ``apps`` (argvs started
     once the window manager is up; the create answers when each has mapped
-    a window), the sandbox's ``limits`` (memory default 1 GiB), and
-    ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes."""
+    a window), the sandbox's ``limits`` (memory default 1 GiB),
+    ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes, and
+    ``memory_tier`` (a desktop memory snapshots can capture: its X server
+    uses no System V shared memory, so screenshots are slower)."""
     width: int | None = None
     height: int | None = None
     apps: list[list[str]] | None = None
+    memory_tier: bool | None = None
     limits: Limits | None = None
     ttl_seconds: int | None = None
     idle_timeout_seconds: int | None = None
