@@ -39,6 +39,7 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&apps, "app", nil, `an app to start: a command name, or a JSON argv like '["xterm","-bg","black"]'`)
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit of the desktop's sandbox (default 1g)")
 	cmd.Flags().BoolVar(&spec.GLX, "glx", false, "give the X server software OpenGL (about 54 MiB more per desktop)")
+	cmd.Flags().BoolVar(&spec.MemoryTier, "memory-tier", false, "a desktop memory snapshots can capture (no System V shared memory: slower screenshots)")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error
