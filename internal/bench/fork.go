@@ -202,9 +202,6 @@ func Fork(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, erro
 	if err := forkMemory(ctx, c, r, n, want); err != nil {
 		r.Series = append(r.Series, Series{Name: "memory tier (code sandbox)", Errors: 1, FirstError: err.Error()})
 	}
-	if err := forkScreen(ctx, c, r, n); err != nil {
-		r.Series = append(r.Series, Series{Name: "memory tier (X server + xterm)", Errors: 1, FirstError: err.Error()})
-	}
 
 	// A desktop: fork → usable (ACI answers, a window, a screenshot)
 	// against a fresh desktop's create→ready.
@@ -253,7 +250,9 @@ func Fork(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, erro
 		}
 	}
 	r.Series = append(r.Series, summarize("fresh desktop create→usable (xterm, screenshot)", freshDesk), summarize("desktop fs fork → usable (xterm, screenshot, marker)", forkDesk))
-	r.Figures["desktop memory tier (tine desktops: guest, ACI)"] = "not built yet (ADR 0013): the desktop figures above are the file tier's; the X server + xterm figures are its pixel identity"
+	if err := forkDesktopMemory(ctx, c, r, max(n/2, 5)); err != nil {
+		r.Series = append(r.Series, Series{Name: "memory tier (desktop)", Errors: 1, FirstError: err.Error()})
+	}
 
 	r.Checks = append(r.Checks, check("fs fork → usable p50 / fresh create→ready p50 (at most)", ratioOf(fork.Latency.P50Ns, fresh.Latency.P50Ns), ForkTargets.FSForkOverCreate, true))
 	r.finish(g, before, false)

@@ -11,9 +11,8 @@ import (
 	"github.com/tine-run/tine/client"
 )
 
-// MemoryForkTargets are the issue's bars for the memory tier that a code
-// sandbox can be held to here (the issue sets them for desktops, whose
-// memory tier is not built: ADR 0013).
+// MemoryForkTargets are the issue's bars for the memory tier of a desktop
+// (the code sandbox is held to them too).
 var MemoryForkTargets = struct {
 	ForkP50Ms, FanOut16Ms, PauseMs float64
 }{300, 3000, 300}

@@ -67,6 +67,9 @@ func TestChaos(t *testing.T) {
 		ops = strings.Split(os.Getenv("TINE_CHAOS_OPS"), ",")
 	} else if probe.Get("criu").OK {
 		ops = append(ops, "memory")
+		if haveX {
+			ops = append(ops, "desktop memory")
+		}
 	}
 	for i := range rounds {
 		victim := []string{"daemon", "daemon", "run", "zygote", "guest"}[rng.IntN(5)]
@@ -189,6 +192,22 @@ func (c *chaos) load(ctx context.Context, op string, wg *sync.WaitGroup) {
 						d.c.DeleteSnapshot(ctx, sn.ID)
 					}
 					d.c.Delete(ctx, sb.ID)
+				case "desktop memory":
+					// The same for a desktop: its guest, X server and window
+					// manager dumped and restored.
+					dt, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480, MemoryTier: true})
+					if err != nil {
+						continue
+					}
+					if sn, err := d.c.Snapshot(ctx, dt.ID, &api.SnapshotRequest{Tier: api.TierMemory}); err == nil {
+						if res, err := d.c.Fork(ctx, sn.ID, &api.ForkRequest{Count: 2}); err == nil {
+							for _, r := range res.Desktops {
+								d.c.DeleteDesktop(ctx, r.ID)
+							}
+						}
+						d.c.DeleteSnapshot(ctx, sn.ID)
+					}
+					d.c.DeleteDesktop(ctx, dt.ID)
 				case "desktop":
 					if dt, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480}); err == nil {
 						d.c.DeleteDesktop(ctx, dt.ID)

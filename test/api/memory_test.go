@@ -317,10 +317,11 @@ func TestMemoryForkDesktop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Type(ctx, "echo golden-state\n"); err != nil {
+	if err := a.Type(ctx, "echo golden-state; touch /tmp/typed\n"); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
+	sh(t, d.c, golden.ID, "i=0; while [ ! -e /tmp/typed ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; test -e /tmp/typed")
 	want := frameHash(t, d.c, golden.ID)
 	sn, err := d.c.Snapshot(ctx, golden.ID, &api.SnapshotRequest{Tier: api.TierMemory})
 	if err != nil {
@@ -346,10 +347,11 @@ func TestMemoryForkDesktop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ra.Type(ctx, "echo only-here\n"); err != nil {
+	if err := ra.Type(ctx, "echo only-here; touch /tmp/typed-here\n"); err != nil {
 		t.Fatal(err)
 	}
 	ra.Close()
+	sh(t, d.c, one, "i=0; while [ ! -e /tmp/typed-here ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; test -e /tmp/typed-here")
 	if got := frameHash(t, d.c, one); got == want {
 		t.Errorf("typing into replica %s did not change its screen: the check below proves nothing", one)
 	}

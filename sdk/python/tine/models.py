@@ -336,7 +336,9 @@ class DesktopSpec:
     ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes;
     ``osworld`` serves OSWorld's guest API (docs/osworld.md; implies
     ``a11y`` and ``cdp``), ``a11y`` starts the accessibility bus, ``cdp``
-    publishes Chromium's DevTools port."""
+    publishes Chromium's DevTools port; ``memory_tier`` makes a desktop memory
+    snapshots can capture (its X server uses no System V shared memory, so
+    screenshots are slower)."""
     width: int | None = None
     height: int | None = None
     apps: list[list[str]] | None = None
@@ -344,6 +346,7 @@ class DesktopSpec:
     a11y: bool | None = None
     cdp: bool | None = None
     image: str | None = None  # an OCI image with Xvfb, a window manager and the apps
+    memory_tier: bool | None = None
     limits: Limits | None = None
     ttl_seconds: int | None = None
     idle_timeout_seconds: int | None = None
