@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,14 @@ func (f *imageFlags) register(cmd *cobra.Command) {
 	}
 	cmd.Flags().StringVar(&f.stateDir, "state-dir", def, "directory of the images and their layer store (shared with the daemon's snapshots; default $TINE_STATE_DIR, else /var/lib/tine)")
 	cmd.Flags().StringVar(&f.registries, "registries", "", "registries file: mirrors and plain-HTTP registries (default "+image.DefaultRegistriesFile+" when it exists)")
+}
+
+// none reports that the state directory has no images yet: the commands
+// that only read or remove then answer at once instead of making (and
+// mounting) a layer store to look in.
+func (f *imageFlags) none() bool {
+	_, err := os.Stat(filepath.Join(f.stateDir, "images"))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 func (f *imageFlags) open() (*image.Store, error) {
@@ -129,13 +138,15 @@ func newImagesCommand() *cobra.Command {
 		Short: "List the images in the layer store",
 		Args:  exactArgs(0, "images: takes no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := f.open()
-			if err != nil {
-				return err
-			}
-			list, err := s.List()
-			if err != nil {
-				return err
+			var list []image.Summary
+			if !f.none() {
+				s, err := f.open()
+				if err != nil {
+					return err
+				}
+				if list, err = s.List(); err != nil {
+					return err
+				}
 			}
 			if jsonOut {
 				return printJSON(list)
@@ -167,6 +178,9 @@ image goes, with the layers no other image holds. An image a sandbox,
 function or desktop runs from is not removed.`,
 		Args: minArgs(1, "rmi: give the images to remove"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.none() {
+				return fmt.Errorf("image %s: %w (%s holds none)", args[0], image.ErrNotFound, f.stateDir)
+			}
 			s, err := f.open()
 			if err != nil {
 				return err
@@ -200,6 +214,9 @@ func newImageCommand() *cobra.Command {
 		Short: "Remove every image nothing runs from, and what interrupted pulls left",
 		Args:  exactArgs(0, "prune: takes no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.none() {
+				return nil
+			}
 			s, err := f.open()
 			if err != nil {
 				return err

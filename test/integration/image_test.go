@@ -299,3 +299,23 @@ func TestImageRefusals(t *testing.T) {
 		t.Fatalf("an image of 41 layers:\n%s", r)
 	}
 }
+
+// TestImagesOfAnEmptyStateDir: listing, removing and pruning in a state
+// directory without images make nothing there (no layer store is made and
+// mounted to look in).
+func TestImagesOfAnEmptyStateDir(t *testing.T) {
+	h := setup(t)
+	state := filepath.Join(t.TempDir(), "state")
+	if r := h.run("images", "--state-dir", state); r.Code != 0 || strings.Count(r.Stdout, "\n") != 1 {
+		t.Fatalf("images:\n%s", r)
+	}
+	if r := h.run("rmi", "--state-dir", state, "nothing:1"); r.Code == 0 || !strings.Contains(r.Stderr, "no such image") {
+		t.Fatalf("rmi:\n%s", r)
+	}
+	if r := h.run("image", "prune", "--state-dir", state); r.Code != 0 {
+		t.Fatalf("prune:\n%s", r)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("the commands made %s: %v", state, err)
+	}
+}
