@@ -113,12 +113,24 @@ func (r *Recorder) loop() error {
 	var last *frame.Frame
 	t := time.NewTicker(period)
 	defer t.Stop()
+	var version uint64
+	var pointer x11.Point
 	for i := 0; ; i++ {
-		f, err := r.d.CaptureInto(bufs[i%2], image.Rectangle{}, r.o.Cursor)
-		if err != nil {
-			return fmt.Errorf("capture: %w", err)
+		// An unchanged screen (DAMAGE reports nothing drawn, the pointer
+		// where it was) is the last frame again: no capture.
+		v := r.d.ScreenVersion()
+		var p x11.Point
+		if r.o.Cursor {
+			p, _ = r.d.CursorPosition()
 		}
-		bufs[i%2], last = f, f
+		if last == nil || !r.d.Damage() || v != version || p != pointer {
+			f, err := r.d.CaptureInto(bufs[i%2], image.Rectangle{}, r.o.Cursor)
+			if err != nil {
+				return fmt.Errorf("capture: %w", err)
+			}
+			bufs[i%2], last = f, f
+			version, pointer = v, p
+		}
 		due := int(time.Since(r.Started)/period) + 1
 		for r.Frames < due {
 			if err := writeFrame(r.stdin, last); err != nil {

@@ -5,6 +5,7 @@ recording, and an OSWorld desktop's published API."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import unittest
@@ -49,6 +50,25 @@ class ComputerUseTest(unittest.TestCase):
                         self.assertEqual(mp4[4:8], b"ftyp")
             finally:
                 c.delete_desktop(desk.id)
+
+    def test_async_session(self) -> None:
+        d = desktop_daemon()
+
+        async def run() -> None:
+            async with tine.AsyncClient(d.socket) as c:
+                desk = await c.create_desktop(width=800, height=600, ttl_seconds=300)
+                try:
+                    s = await c.aci(desk.id)
+                    ans = await s.openai([{"type": "move", "x": 7, "y": 9}, {"type": "screenshot"}])
+                    self.assertEqual(await s.cursor(), (7, 9))
+                    self.assertEqual(png_size(ans.screenshot.data), (800, 600))
+                    pos = await s.anthropic({"action": "cursor_position"})
+                    self.assertEqual(pos.output, "X=7,Y=9")
+                    await s.close()
+                finally:
+                    await c.delete_desktop(desk.id)
+
+        asyncio.run(run())
 
     def test_osworld_desktop(self) -> None:
         d = desktop_daemon()

@@ -286,23 +286,6 @@ class ExecStream:
                     pass
         return self._pending.popleft()
 
-    async def anthropic(self, tool_input: Mapping[str, Any], scale: Sequence[int] | None = None,
-                        screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:
-        return await self._run(_aci.anthropic(tool_input, scale, screenshot))
-
-    async def openai(self, action: Any, scale: Sequence[int] | None = None,
-                     screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:
-        return await self._run(_aci.openai(action, scale, screenshot))
-
-    async def record_start(self, fps: int | None = None, cursor: bool = False) -> None:
-        await self._run(_aci.record_start(fps, cursor))
-
-    async def record_stop(self) -> bytes:
-        return await self._run(_aci.record_stop())
-
-    async def accessibility(self, filter: str | None = None, format: str | None = None) -> Any:
-        return await self._run(_aci.accessibility(filter, format))
-
     def _close_conn(self) -> None:
         if not self._closed:
             self._closed = True
@@ -523,6 +506,23 @@ class DesktopSession:
     async def step(self, actions: Sequence[Mapping[str, Any]],
                    observe: Mapping[str, Any] | None = None) -> m.StepResult:
         return await self._run(_aci.step(actions, observe))
+
+    async def anthropic(self, tool_input: Mapping[str, Any], scale: Sequence[int] | None = None,
+                        screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:
+        return await self._run(_aci.anthropic(tool_input, scale, screenshot))
+
+    async def openai(self, action: Any, scale: Sequence[int] | None = None,
+                     screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:
+        return await self._run(_aci.openai(action, scale, screenshot))
+
+    async def record_start(self, fps: int | None = None, cursor: bool = False) -> None:
+        await self._run(_aci.record_start(fps, cursor))
+
+    async def record_stop(self) -> bytes:
+        return await self._run(_aci.record_stop())
+
+    async def accessibility(self, filter: str | None = None, format: str | None = None) -> Any:
+        return await self._run(_aci.accessibility(filter, format))
 
     def _close_conn(self) -> None:
         if not self._closed:
