@@ -10,8 +10,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -241,4 +243,46 @@ func TestFilesUploadAndDownload(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Errorf("download of a directory: %d, want 400", resp.StatusCode)
 	}
+}
+
+// TestLeavingStreamUnblocksThePublisher: a stream that stops reading holds
+// the process's output back (as a pipe's reader does), but once it goes
+// away the output must flow to the others again: a publish blocked on it
+// moves on when it unsubscribes.
+func TestLeavingStreamUnblocksThePublisher(t *testing.T) {
+	p := &process{subs: map[*subscriber]struct{}{}}
+	reader, idle := p.subscribe(), p.subscribe()
+	go func() {
+		for range reader.ch {
+		}
+	}()
+	published := make(chan struct{})
+	go func() {
+		for range cap(idle.ch) + 1 { // one more than idle's buffer holds
+			p.publish(&ProcessEvent{Data: &DataEvent{Stdout: []byte("x")}}, false)
+		}
+		close(published)
+	}()
+	for !blockedIn("(*process).publish(") {
+		runtime.Gosched()
+	}
+	p.unsubscribe(idle) // the idle stream's client went away
+	select {
+	case <-published:
+	case <-time.After(time.Minute): // not a speed bound: a publish that never returns
+		t.Fatal("the publish blocked on a stream that had left never returned: the process's output is stalled for every stream")
+	}
+}
+
+// blockedIn reports whether a goroutine in fn is blocked (on a channel or
+// a select).
+func blockedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) && (strings.Contains(g, "[chan send") || strings.Contains(g, "[select")) {
+			return true
+		}
+	}
+	return false
 }
