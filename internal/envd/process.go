@@ -99,10 +99,7 @@ func (p *process) publish(ev *ProcessEvent, last bool) {
 	}
 	p.mu.Unlock()
 	for _, sub := range subs {
-		select {
-		case sub.ch <- ev:
-		case <-sub.gone:
-		}
+		sub.ch <- ev
 		if last {
 			close(sub.ch)
 		}
