@@ -99,7 +99,10 @@ func (p *process) publish(ev *ProcessEvent, last bool) {
 	}
 	p.mu.Unlock()
 	for _, sub := range subs {
-		sub.ch <- ev
+		select {
+		case sub.ch <- ev:
+		case <-sub.gone:
+		}
 		if last {
 			close(sub.ch)
 		}
