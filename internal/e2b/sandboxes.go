@@ -303,6 +303,9 @@ func (s *Server) kill(ctx context.Context, b *box) error {
 	b.gone = true
 	s.mu.Lock()
 	delete(s.boxes, b.id)
+	if b.rt != nil {
+		b.rt.CloseIdleConnections() // to a sandbox that is gone
+	}
 	s.mu.Unlock()
 	return nil
 }
