@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 )
 
 // These tests run envd's handler on the host as a plain user would see
@@ -285,4 +287,36 @@ func blockedIn(fn string) bool {
 		}
 	}
 	return false
+}
+
+func TestUploadMetadata(t *testing.T) {
+	base := serve(t)
+	dir := t.TempDir()
+	if err := unix.Setxattr(dir, "user.e2b.probe", []byte("x"), 0); err != nil {
+		t.Skipf("no user xattrs on %s: %v", dir, err)
+	}
+	req, _ := http.NewRequest("POST", base+"/files?path="+dir+"/m.txt", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("X-Metadata-Owner-Team", "data")
+	req.Header.Set("x-metadata-stage", "raw")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uploaded
+	json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	want := map[string]string{"owner-team": "data", "stage": "raw"}
+	if len(out) != 1 || fmt.Sprint(out[0].Metadata) != fmt.Sprint(want) {
+		t.Fatalf("upload answered %+v, want metadata %v", out, want)
+	}
+	st, err := unary[PathRequest, EntryResponse](t, base, "filesystem.Filesystem/Stat", &PathRequest{Path: dir + "/m.txt"})
+	if err != nil || fmt.Sprint(st.Entry.Metadata) != fmt.Sprint(want) {
+		t.Errorf("Stat: %v %+v, want metadata %v", err, st, want)
+	}
+	// Kept as the file's own attributes.
+	buf := make([]byte, 64)
+	if n, err := unix.Getxattr(dir+"/m.txt", "user.e2b.stage", buf); err != nil || string(buf[:n]) != "raw" {
+		t.Errorf("user.e2b.stage = %q %v", buf[:n], err)
+	}
 }
