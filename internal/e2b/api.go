@@ -102,7 +102,7 @@ func (s *Server) handleCreate(v2 bool) handler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
+		writeJSON(w, http.StatusCreated, s.answer(b))
 		return nil
 	}
 }
@@ -313,7 +313,7 @@ func (s *Server) handleConnect(strictResume bool) handler {
 		if resumed {
 			status = http.StatusCreated
 		}
-		writeJSON(w, status, s.sandboxJSON(b))
+		writeJSON(w, status, s.answer(b))
 		return nil
 	}
 }
@@ -405,7 +405,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) error {
 		s.mu.Lock()
 		s.boxes[b.id] = b
 		s.mu.Unlock()
-		out = append(out, forkResult{Sandbox: s.sandboxJSON(b)})
+		out = append(out, forkResult{Sandbox: s.answer(b)})
 	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil

@@ -303,6 +303,9 @@ func (s *Server) kill(ctx context.Context, b *box) error {
 	b.gone = true
 	s.mu.Lock()
 	delete(s.boxes, b.id)
+	if b.rt != nil {
+		b.rt.CloseIdleConnections() // to a sandbox that is gone
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -419,8 +422,8 @@ func (s *Server) expire(ctx context.Context, now time.Time) {
 	}
 }
 
-// sandboxJSON is b's answer to create, connect and fork.
-func (s *Server) sandboxJSON(b *box) *sandboxJSON {
+// answer is b's Sandbox: the answer to create, connect and fork.
+func (s *Server) answer(b *box) *sandboxJSON {
 	return &sandboxJSON{
 		SandboxID: b.id, TemplateID: b.template, ClientID: clientID,
 		EnvdVersion: envd.Version, EnvdAccessToken: b.token, Domain: s.domain(),
@@ -479,19 +482,9 @@ func (s *Server) sorted() []*box {
 		if c := a.started.Compare(b.started); c != 0 {
 			return c
 		}
-		return compareStrings(a.id, b.id)
+		return strings.Compare(a.id, b.id)
 	})
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // pageToken is the position after the last sandbox of a page.

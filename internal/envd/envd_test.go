@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 )
 
 // These tests run envd's handler on the host as a plain user would see
@@ -240,5 +244,79 @@ func TestFilesUploadAndDownload(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 {
 		t.Errorf("download of a directory: %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestLeavingStreamUnblocksThePublisher: a stream that stops reading holds
+// the process's output back (as a pipe's reader does), but once it goes
+// away the output must flow to the others again: a publish blocked on it
+// moves on when it unsubscribes.
+func TestLeavingStreamUnblocksThePublisher(t *testing.T) {
+	p := &process{subs: map[*subscriber]struct{}{}}
+	reader, idle := p.subscribe(), p.subscribe()
+	go func() {
+		for range reader.ch {
+		}
+	}()
+	published := make(chan struct{})
+	go func() {
+		for range cap(idle.ch) + 1 { // one more than idle's buffer holds
+			p.publish(&ProcessEvent{Data: &DataEvent{Stdout: []byte("x")}}, false)
+		}
+		close(published)
+	}()
+	for !blockedIn("(*process).publish(") {
+		runtime.Gosched()
+	}
+	p.unsubscribe(idle) // the idle stream's client went away
+	select {
+	case <-published:
+	case <-time.After(time.Minute): // not a speed bound: a publish that never returns
+		t.Fatal("the publish blocked on a stream that had left never returned: the process's output is stalled for every stream")
+	}
+}
+
+// blockedIn reports whether a goroutine in fn is blocked (on a channel or
+// a select).
+func blockedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) && (strings.Contains(g, "[chan send") || strings.Contains(g, "[select")) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUploadMetadata(t *testing.T) {
+	base := serve(t)
+	dir := t.TempDir()
+	if err := unix.Setxattr(dir, "user.e2b.probe", []byte("x"), 0); err != nil {
+		t.Skipf("no user xattrs on %s: %v", dir, err)
+	}
+	req, _ := http.NewRequest("POST", base+"/files?path="+dir+"/m.txt", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("X-Metadata-Owner-Team", "data")
+	req.Header.Set("x-metadata-stage", "raw")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uploaded
+	json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	want := map[string]string{"owner-team": "data", "stage": "raw"}
+	if len(out) != 1 || fmt.Sprint(out[0].Metadata) != fmt.Sprint(want) {
+		t.Fatalf("upload answered %+v, want metadata %v", out, want)
+	}
+	st, err := unary[PathRequest, EntryResponse](t, base, "filesystem.Filesystem/Stat", &PathRequest{Path: dir + "/m.txt"})
+	if err != nil || fmt.Sprint(st.Entry.Metadata) != fmt.Sprint(want) {
+		t.Errorf("Stat: %v %+v, want metadata %v", err, st, want)
+	}
+	// Kept as the file's own attributes.
+	buf := make([]byte, 64)
+	if n, err := unix.Getxattr(dir+"/m.txt", "user.e2b.stage", buf); err != nil || string(buf[:n]) != "raw" {
+		t.Errorf("user.e2b.stage = %q %v", buf[:n], err)
 	}
 }

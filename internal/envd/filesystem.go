@@ -112,6 +112,7 @@ func entryFromInfo(path string, st fs.FileInfo) *EntryInfo {
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		e.Owner, e.Group = nameOf("u", sys.Uid), nameOf("g", sys.Gid)
 	}
+	e.Metadata = readMetadata(path)
 	return e
 }
 

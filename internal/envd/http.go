@@ -144,15 +144,17 @@ func acceptsGzip(r *http.Request) bool {
 }
 
 type uploaded struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // upload writes files: a raw body to ?path=, or each multipart "file" part
 // to ?path= or, without it, to the part's file name. Parents are created.
 func (e *environment) upload(w http.ResponseWriter, r *http.Request) {
 	query := r.URL.Query().Get("path")
+	md := metadataOf(r.Header)
 	var out []uploaded
 	write := func(target string, body io.Reader) bool {
 		if target == "" {
@@ -164,7 +166,11 @@ func (e *environment) upload(w http.ResponseWriter, r *http.Request) {
 			httpError(w, fileStatus(err), "write %s: %v", p, errCause(err))
 			return false
 		}
-		out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file"})
+		if err := setMetadata(p, md); err != nil {
+			httpError(w, http.StatusBadRequest, "%v", err)
+			return false
+		}
+		out = append(out, uploaded{Path: p, Name: filepath.Base(p), Type: "file", Metadata: readMetadata(p)})
 		return true
 	}
 	var body io.Reader = r.Body

@@ -29,8 +29,15 @@ type process struct {
 	pty   *os.File       // the terminal's controlling end, nil without one
 
 	mu   sync.Mutex
-	subs map[chan *ProcessEvent]struct{}
+	subs map[*subscriber]struct{}
 	done chan struct{} // closed after the end event went to every stream
+}
+
+// subscriber is one stream's share of a process's events; gone closes
+// when the stream ends, so a publish blocked on a client that left moves on.
+type subscriber struct {
+	ch   chan *ProcessEvent
+	gone chan struct{}
 }
 
 // processes is envd's table of the commands it started and that still run.
@@ -61,23 +68,24 @@ func (t *processes) find(sel *ProcessSelector) (*process, error) {
 }
 
 // subscribe adds a stream; nil once the process ended.
-func (p *process) subscribe() chan *ProcessEvent {
+func (p *process) subscribe() *subscriber {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.subs == nil {
 		return nil
 	}
-	ch := make(chan *ProcessEvent, 64)
-	p.subs[ch] = struct{}{}
-	return ch
+	sub := &subscriber{ch: make(chan *ProcessEvent, 64), gone: make(chan struct{})}
+	p.subs[sub] = struct{}{}
+	return sub
 }
 
-func (p *process) unsubscribe(ch chan *ProcessEvent) {
+func (p *process) unsubscribe(sub *subscriber) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.subs != nil {
-		delete(p.subs, ch)
+		delete(p.subs, sub)
 	}
+	p.mu.Unlock()
+	close(sub.gone)
 }
 
 // publish hands ev to every stream. A stream that does not keep up holds
@@ -90,10 +98,13 @@ func (p *process) publish(ev *ProcessEvent, last bool) {
 		p.subs = nil
 	}
 	p.mu.Unlock()
-	for _, ch := range subs {
-		ch <- ev
+	for _, sub := range subs {
+		select {
+		case sub.ch <- ev:
+		case <-sub.gone:
+		}
 		if last {
-			close(ch)
+			close(sub.ch)
 		}
 	}
 }
@@ -101,7 +112,7 @@ func (p *process) publish(ev *ProcessEvent, last bool) {
 // start runs req's command: /bin/bash -l -c for commands.run, a login
 // shell on a terminal for pty.create. The caller's stream is subscribed
 // before any output can be read, so it misses nothing.
-func (t *processes) start(req *StartRequest) (*process, chan *ProcessEvent, error) {
+func (t *processes) start(req *StartRequest) (*process, *subscriber, error) {
 	if req.Process == nil || req.Process.Cmd == "" {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty: say what to run"))
 	}
@@ -117,7 +128,7 @@ func (t *processes) start(req *StartRequest) (*process, chan *ProcessEvent, erro
 	}
 	// Its own session: signals and kills reach what it starts too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	p := &process{tag: req.Tag, config: cfg, cmd: cmd, subs: map[chan *ProcessEvent]struct{}{}, done: make(chan struct{})}
+	p := &process{tag: req.Tag, config: cfg, cmd: cmd, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
 	var readers []io.Reader
 	var kinds []string
 	var closeAfterStart []io.Closer
@@ -168,7 +179,7 @@ func (t *processes) start(req *StartRequest) (*process, chan *ProcessEvent, erro
 	t.mu.Lock()
 	t.byPid[p.pid] = p
 	t.mu.Unlock()
-	sub <- &ProcessEvent{Start: &StartEvent{Pid: p.pid}}
+	sub.ch <- &ProcessEvent{Start: &StartEvent{Pid: p.pid}}
 
 	var output sync.WaitGroup
 	for i, r := range readers {
@@ -270,12 +281,12 @@ func keepaliveInterval(h interface{ Get(string) string }) time.Duration {
 }
 
 func (t *processes) Start(ctx context.Context, req *connect.Request[StartRequest], s *connect.ServerStream[StreamResponse]) error {
-	p, ch, err := t.start(req.Msg)
+	p, sub, err := t.start(req.Msg)
 	if err != nil {
 		return err
 	}
-	defer p.unsubscribe(ch)
-	return stream(ctx, s, ch, wrapEvent, keepaliveInterval(req.Header()))
+	defer p.unsubscribe(sub)
+	return stream(ctx, s, sub.ch, wrapEvent, keepaliveInterval(req.Header()))
 }
 
 func (t *processes) Connect(ctx context.Context, req *connect.Request[ConnectRequest], s *connect.ServerStream[StreamResponse]) error {
@@ -283,15 +294,15 @@ func (t *processes) Connect(ctx context.Context, req *connect.Request[ConnectReq
 	if err != nil {
 		return err
 	}
-	ch := p.subscribe()
-	if ch == nil {
+	sub := p.subscribe()
+	if sub == nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("process %d has ended", p.pid))
 	}
-	defer p.unsubscribe(ch)
+	defer p.unsubscribe(sub)
 	if err := s.Send(&StreamResponse{Event: &ProcessEvent{Start: &StartEvent{Pid: p.pid}}}); err != nil {
 		return err
 	}
-	return stream(ctx, s, ch, wrapEvent, keepaliveInterval(req.Header()))
+	return stream(ctx, s, sub.ch, wrapEvent, keepaliveInterval(req.Header()))
 }
 
 func (t *processes) List(context.Context, *connect.Request[ListRequest]) (*connect.Response[ListResponse], error) {

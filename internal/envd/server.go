@@ -19,10 +19,11 @@ import (
 )
 
 // Version is the envd version tine reports to the SDKs, which gate
-// features on it: 0.5.7 has everything this package implements (recursive
+// features on it: 0.6.4 has everything this package implements (recursive
 // watch, stdin on request, the server's default user, CloseStdin,
-// octet-stream upload) and nothing it does not (file metadata is 0.6.2).
-const Version = "0.5.7"
+// octet-stream upload, file metadata, entries in watch events, watches on
+// network mounts, of which a sandbox has none) and nothing it does not.
+const Version = "0.6.4"
 
 // Socket is where envd listens inside the sandbox (/run is the sandbox's
 // own tmpfs).

@@ -187,6 +187,9 @@ type EntryInfo struct {
 	Group         string    `json:"group,omitempty"`
 	ModifiedTime  time.Time `json:"modifiedTime,omitzero"`
 	SymlinkTarget *string   `json:"symlinkTarget,omitempty"`
+	// Metadata is what uploads set with X-Metadata-* headers, kept as
+	// the file's user.e2b.* extended attributes.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 type PathRequest struct {
@@ -215,6 +218,9 @@ type WatchDirRequest struct {
 	Path         string `json:"path"`
 	Recursive    bool   `json:"recursive,omitempty"`
 	IncludeEntry bool   `json:"includeEntry,omitempty"`
+	// AllowNetworkMounts lets a watch cover network filesystems; a tine
+	// sandbox has none, so every watch already may.
+	AllowNetworkMounts bool `json:"allowNetworkMounts,omitempty"`
 }
 
 type FilesystemEvent struct {

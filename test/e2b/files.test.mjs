@@ -59,6 +59,21 @@ test('watchDir reports creates and writes', async () => {
   await h.stop()
 })
 
+test('file metadata (envd 0.6.2) and entries in watch events (0.6.3)', async () => {
+  const info = await sbx.files.write('/home/user/meta.txt', 'x', { metadata: { stage: 'raw' } })
+  assert.deepEqual(info.metadata, { stage: 'raw' })
+  assert.deepEqual((await sbx.files.getInfo('/home/user/meta.txt')).metadata, { stage: 'raw' })
+  // Kept as the file's own extended attribute, which the sandbox sees.
+  assert.equal((await sbx.commands.run('getfattr --only-values -n user.e2b.stage /home/user/meta.txt 2>/dev/null || python3 -c "import os; print(os.getxattr(\'/home/user/meta.txt\', \'user.e2b.stage\').decode(), end=\'\')"')).stdout, 'raw')
+
+  await sbx.files.makeDir('/home/user/we')
+  const events = []
+  const h = await sbx.files.watchDir('/home/user/we', (e) => events.push(e), { includeEntry: true })
+  await sbx.files.write('/home/user/we/e.txt', 'four')
+  await eventually('a write event with its entry', () => events.some((e) => e.name === 'e.txt' && e.entry?.size === 4))
+  await h.stop()
+})
+
 test('signed URLs work without the SDK headers', async () => {
   const up = await sbx.uploadUrl('/tmp/signed.txt')
   const form = new FormData()

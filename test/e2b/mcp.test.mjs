@@ -51,3 +51,48 @@ test('MCP over stdio (tine mcp)', async () => {
   await session(client)
   await client.close()
 })
+
+// The desktop part needs Xvfb, openbox and xterm; the harness says so.
+const desktops = process.env.TINE_TEST_DESKTOPS === '1'
+
+test('MCP: snapshot, fork, and a desktop screenshot and action (streamable HTTP)', async () => {
+  const client = new Client({ name: 'tine-test', version: '1' })
+  await client.connect(new StreamableHTTPClientTransport(new URL('/v1/mcp', process.env.E2B_API_URL), { requestInit: { headers: { 'X-API-KEY': process.env.E2B_API_KEY } } }))
+  const call = async (name, args) => {
+    const r = await client.callTool({ name, arguments: args })
+    assert.ok(!r.isError, `${name}: ${JSON.stringify(r.content)}`)
+    return r
+  }
+  const id = (await call('create_sandbox', {})).structuredContent.id
+  await call('write_file', { id, path: '/home/mcp/state.txt', content: 'golden' })
+  const snap = (await call('snapshot', { id, name: 'mcp-golden' })).structuredContent.id
+  const forks = (await call('fork', { snapshot_id: snap, count: 2 })).structuredContent.ids
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    inTine(f)
+    assert.equal((await call('read_file', { id: f, path: '/home/mcp/state.txt' })).content[0].text, 'golden')
+    await call('destroy_sandbox', { id: f })
+  }
+  await call('destroy_sandbox', { id })
+  if (!desktops) {
+    await client.close()
+    return
+  }
+
+  const desk = (await call('create_desktop', { width: 640, height: 480, apps: [['xterm']] })).structuredContent.id
+  inTine(desk)
+  try {
+    const shot = await call('screenshot', { id: desk })
+    const img = shot.content.find((c) => c.type === 'image')
+    assert.equal(img.mimeType, 'image/png')
+    assert.deepEqual([...Buffer.from(img.data, 'base64').subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47])
+    await call('desktop_action', { id: desk, action: 'click', x: 100, y: 100 })
+    await call('desktop_action', { id: desk, action: 'type', text: 'echo hi' })
+    const bad = await client.callTool({ name: 'desktop_action', arguments: { id: desk, action: 'dance' } })
+    assert.equal(bad.isError, true)
+  } finally {
+    await call('destroy_sandbox', { id: desk })
+  }
+  notInTine(desk)
+  await client.close()
+})

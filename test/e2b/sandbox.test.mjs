@@ -61,7 +61,7 @@ test('setTimeout moves the end; an expired sandbox is killed', async () => {
 test('pause keeps the files, connect resumes under the same id', async () => {
   const sbx = await Sandbox.create()
   inTine(sbx.sandboxId)
-  await sbx.files.write('/home/user/kept.txt', 'before pause')
+  await sbx.files.write('/home/user/kept.txt', 'before pause', { metadata: { kept: 'yes' } })
   assert.equal(await sbx.pause(), true)
   notInTine(sbx.sandboxId) // no processes, no budget while paused
   assert.equal((await sbx.getInfo()).state, 'paused')
@@ -72,6 +72,7 @@ test('pause keeps the files, connect resumes under the same id', async () => {
   assert.equal(tineIds().filter((id) => !before.has(id)).length, 1, 'resume made one new tine sandbox')
   assert.equal((await again.getInfo()).state, 'running')
   assert.equal(await again.files.read('/home/user/kept.txt'), 'before pause')
+  assert.deepEqual((await again.files.getInfo('/home/user/kept.txt')).metadata, { kept: 'yes' })
   await again.kill()
 })
 
