@@ -17,4 +17,3 @@ func forkCommand(a *vforkArgs) (pid, errno uintptr) {
 	top := uintptr(unsafe.Pointer(&a.stack[len(a.stack)-64])) &^ 15
 	return cloneVM(top, a)
 }
-

@@ -19,4 +19,3 @@ func forkCommand(a *vforkArgs) (pid, errno uintptr) {
 	}
 	return pid, 0
 }
-
