@@ -96,9 +96,9 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 
 // session is one connection's state: the buffers it reuses.
 type session struct {
-	s   *Server
-	c   *websocket.Conn
-	ctx context.Context
+	s      *Server
+	c      *websocket.Conn
+	ctx    context.Context
 	buf    *frame.Frame // the last full-size capture, reused
 	scaled *frame.Frame // the last scaled one, reused (screenshot_scaled.go)
 
