@@ -159,6 +159,7 @@ const (
 	ACITooLarge   = "too_large"
 	ACITimeout    = "timeout"
 	ACIInternal   = "internal"
+	ACIForbidden  = "forbidden" // a view-only session's input
 )
 
 // DesktopSpec is the body of POST /v1/desktops.
