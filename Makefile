@@ -10,7 +10,7 @@
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
-APT_PKGS := bubblewrap util-linux iproute2 python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs
+APT_PKGS := bubblewrap util-linux iproute2 python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs chromium
 
 .PHONY: build demo test deps criu clean bench fuzz fuzz-ci
 
