@@ -57,7 +57,7 @@ func TestDesktopViewer(t *testing.T) {
 		// Negative controls: no token, a forged one, another route.
 		forged := v.Token[:len(v.Token)-2] + "AA"
 		for path, want := range map[string]int{
-			"/v1/desktops/" + dt.ID + "/view":                  401,
+			"/v1/desktops/" + dt.ID + "/view":                 401,
 			"/v1/desktops/" + dt.ID + "/view?token=" + forged: 401,
 			"/v1/desktops/" + dt.ID + "?token=" + v.Token:     401,
 			"/v1/sandboxes?token=" + v.Token:                  401,
