@@ -200,6 +200,7 @@ const (
 	// ACIUnknownAction: an anthropic or openai action type the guest does
 	// not know; the message names it.
 	ACIUnknownAction = "unknown_action"
+	ACIForbidden     = "forbidden" // a view-only session's input
 )
 
 // DesktopSpec is the body of POST /v1/desktops.

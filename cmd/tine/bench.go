@@ -173,6 +173,7 @@ tine's pyautogui module; and the ACI step (click + PNG screenshot). Targets:
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.OSWorld(ctx, d, o)
 			}),
+		newStreamCommand(),
 		newWarmSuiteCommand("fork", "Time snapshots and forks: pause, fork → usable, fan-out, memory per replica, against fresh sandboxes and replaying",
 			`fork starts a tine serve for the run. A golden sandbox builds a 20 MiB
 workspace of 400 files (and holds a 50 MiB Python process); the suite times

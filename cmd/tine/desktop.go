@@ -22,7 +22,7 @@ the files API).`,
 	exec := newExecCommand()
 	exec.Use = "exec [flags] ID -- CMD [ARGS...]"
 	exec.Short = "Run a command in a desktop's sandbox, on its display (as tine exec)"
-	cmd.AddCommand(newDesktopCreateCommand(), newDesktopLsCommand(), newDesktopRmCommand(), newDesktopScreenshotCommand(), exec)
+	cmd.AddCommand(newDesktopCreateCommand(), newDesktopLsCommand(), newDesktopRmCommand(), newDesktopScreenshotCommand(), newDesktopViewCommand(), exec)
 	return cmd
 }
 

@@ -63,11 +63,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer c.CloseNow()
-	s.Serve(r.Context(), c)
+	s.serve(r.Context(), c, r.URL.Query().Get("view_only") == "1")
 }
 
 // Serve runs one session until the client goes away.
-func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
+func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error { return s.serve(ctx, c, false) }
+
+// serve runs a session; a view-only one refuses input (view.go).
+func (s *Server) serve(ctx context.Context, c *websocket.Conn, viewOnly bool) error {
 	c.SetReadLimit(readLimit)
 	w, h := s.D.Size()
 	welcome, _ := json.Marshal(api.ACIWelcome{Type: "welcome", Version: api.ACIVersion, Capabilities: Capabilities, Width: w, Height: h,
@@ -75,7 +78,7 @@ func (s *Server) Serve(ctx context.Context, c *websocket.Conn) error {
 	if err := c.Write(ctx, websocket.MessageText, welcome); err != nil {
 		return err
 	}
-	sess := &session{s: s, c: c, ctx: ctx}
+	sess := &session{s: s, c: c, ctx: ctx, viewOnly: viewOnly}
 	defer sess.stopScreencast()
 	for {
 		typ, data, err := c.Read(ctx)
@@ -107,6 +110,7 @@ type session struct {
 	buf    *frame.Frame // the last full-size capture, reused
 	scaled *frame.Frame // the last scaled one, reused (screenshot_scaled.go)
 
+	viewOnly   bool        // observe only (a view-only viewer's session)
 	cast       *screencast // the running screencast (screencast.go)
 	afterReply func()      // run once the current reply is written
 }
@@ -166,6 +170,9 @@ func (ss *session) handle(ctx context.Context, data, content []byte) (*api.ACIRe
 		return fail(id, api.ACIBadRequest, "malformed request: "+err.Error()), nil
 	}
 	rep := &api.ACIReply{ID: req.ID, OK: true}
+	if ss.viewOnly && !observeOnly[req.Op] {
+		return fail(req.ID, api.ACIForbidden, req.Op+" is refused: this session is view-only"), nil
+	}
 	if (content != nil) != (req.Op == "write_file") {
 		if content != nil {
 			return fail(req.ID, api.ACIBadRequest, req.Op+" carries no content: send it as a text message"), nil

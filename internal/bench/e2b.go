@@ -302,13 +302,3 @@ func p50p95p99(ss []sample) string {
 	return fmt.Sprintf("%.1f / %.1f / %.1f (n=%d)", at(0.50), at(0.95), at(0.99), len(lat))
 }
 
-func mean(xs []int64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	var s int64
-	for _, x := range xs {
-		s += x
-	}
-	return float64(s) / float64(len(xs))
-}

@@ -58,3 +58,15 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	rank = max(1, min(rank, n))
 	return sorted[rank-1]
 }
+
+// mean is the arithmetic mean of xs, 0 for none.
+func mean[T int64 | float64](xs []T) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += float64(x)
+	}
+	return sum / float64(len(xs))
+}

@@ -312,6 +312,16 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.lookupDesktop(r); err != nil {
 		return err
 	}
+	query := ""
+	if r.URL.Query().Has("token") { // a viewer's session (view.go)
+		c, ok := s.viewToken(r)
+		if !ok {
+			return fmt.Errorf("%w: the view token is not valid for this desktop (expired?): ask for a new one", ErrUnauthorized)
+		}
+		if c.viewOnly {
+			query = "view_only=1"
+		}
+	}
 	b, done, err := s.use(r)
 	if err != nil {
 		return err
@@ -323,6 +333,7 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: "guest"})
 			pr.Out.URL.Path = "/aci"
+			pr.Out.URL.RawQuery = query
 			pr.Out.Header.Del("Authorization") // the guest needs none
 		},
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -168,6 +168,8 @@ type Server struct {
 
 	stop    chan struct{}
 	stopped sync.WaitGroup
+
+	view viewKeys // signs the desktop viewer's tokens (view.go)
 }
 
 // New makes a server and starts its expiry loop; Close stops it.
@@ -297,6 +299,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/desktops/{id}", s.getDesktop},
 		{"DELETE", "/v1/desktops/{id}", s.deleteDesktop},
 		{"GET", "/v1/desktops/{id}/aci", s.aci},
+		{"POST", "/v1/desktops/{id}/view", s.createView},
+		{"GET", "/v1/desktops/{id}/view", s.viewDesktop},
 		{"POST", "/v1/scripts/{digest}/invoke", s.invokeScript},
 		{"POST", "/v1/sandboxes/{id}/snapshots", s.createSnapshot},
 		{"POST", "/v1/sandboxes/{id}/fork", s.forkSandbox},
