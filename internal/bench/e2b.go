@@ -301,4 +301,3 @@ func p50p95p99(ss []sample) string {
 	}
 	return fmt.Sprintf("%.1f / %.1f / %.1f (n=%d)", at(0.50), at(0.95), at(0.99), len(lat))
 }
-

@@ -338,7 +338,6 @@ func desktopProcesses(pid int) (guest, xvfb int, err error) {
 	return guest, xvfb, nil
 }
 
-
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
