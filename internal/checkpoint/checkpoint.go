@@ -3,7 +3,7 @@
 // their descendants, left stopped until the caller has the files too),
 // with its tmpfs directories, and restores them into another live sandbox
 // made from the same snapshot's files, so a replica's processes continue
-// from the golden's memory with the same pids (ADR 0013).
+// from the golden's memory with the same pids (ADR 0016).
 //
 // criu runs inside the sandbox's pid, mount, network, IPC, UTS and cgroup
 // namespaces, so to criu the sandbox is the whole world: it dumps

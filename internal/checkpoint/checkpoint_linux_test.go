@@ -108,7 +108,7 @@ cat /tmp/state || { grep -E "State|SigBlk|SigCgt" /proc/%d/status; ls -l /proc/%
 
 // holds reports whether the process under sb's PID 1 has path open, as
 // the host sees it (a replica's own commands may not read the fds of a
-// restored process: ADR 0013).
+// restored process: ADR 0016).
 func holds(t *testing.T, sb *sandbox.Sandbox, path string) bool {
 	t.Helper()
 	kids, err := children(sb.Pid())

@@ -52,7 +52,7 @@ type session struct {
 // sandbox's, so criu dumps and restores processes only. (Outside the IPC
 // namespace criu would capture System V IPC too, but restoring it writes
 // IPC sysctls, which the sandbox's read-only /proc/sys and the restoring
-// criu's Landlock domain refuse: ADR 0013.)
+// criu's Landlock domain refuse: ADR 0016.)
 var namespaces = []struct{ file, option string }{
 	{"pid", "--pid"}, {"mnt", "--mount"}, {"net", "--net"}, {"ipc", "--ipc"}, {"uts", "--uts"}, {"cgroup", "--cgroup"},
 }

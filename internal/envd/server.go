@@ -2,7 +2,7 @@
 // envd: the Connect-RPC process and filesystem services and the plain
 // HTTP routes (/files, /health, /envs, /init, /metrics) the E2B SDKs
 // speak, JSON-encoded as they send it. It runs inside the sandbox as
-// `tine envd` (ADR 0013), serving on a unix socket that tine's daemon
+// `tine envd` (ADR 0017), serving on a unix socket that tine's daemon
 // reaches through the sandbox's root; the daemon checks the SDK's access
 // token in front of it, so envd itself trusts every request.
 package envd

@@ -2,7 +2,7 @@
 // loopback, egress), an egress sandbox's veth pair, address and NAT, the
 // resolver tine runs for its sandboxes, the per-sandbox nftables rules
 // that enforce its egress policy, published ports, and the reaping of all
-// of it after a daemon died (ADR 0013, docs/network.md).
+// of it after a daemon died (ADR 0018, docs/network.md).
 package network
 
 import (

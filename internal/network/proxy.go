@@ -23,7 +23,7 @@ const ProxyPort = 3128
 // through tine's proxy, so a secret (an API key) never enters the
 // sandbox. With TLS the proxy sends the request on over HTTPS (port 443,
 // the host's trust store): the sandbox asks for http://HOST/... and the
-// secret still travels encrypted beyond the host (ADR 0013).
+// secret still travels encrypted beyond the host (ADR 0018).
 type Injection struct {
 	Host    string
 	Headers map[string]string

@@ -13,7 +13,7 @@ import (
 // the sandbox's write rules, opened in its root through its PID 1: what
 // the thread starts then writes only where the sandbox's own processes
 // may. A restoring criu runs so, because criu restores no Landlock
-// domain: the processes it restores inherit its own (ADR 0013). The caller
+// domain: the processes it restores inherit its own (ADR 0016). The caller
 // has locked the thread and never unlocks it (a domain cannot be left, so
 // the thread must end with its goroutine). Without Landlock, or for a
 // zygote sandbox (whose PID 1 has no domain either), it does nothing.

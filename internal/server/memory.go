@@ -2,7 +2,7 @@ package server
 
 // The memory tier of snapshots: the source's process trees dumped by criu
 // next to its file layer, and restored into each replica
-// (internal/checkpoint, ADR 0013).
+// (internal/checkpoint, ADR 0016).
 
 import (
 	"fmt"

@@ -45,7 +45,7 @@ type Options struct {
 	GLX bool
 	// NoSHM uses no System V shared memory at all (an X server keeping its
 	// screen in its own memory, captures with GetImage): slower
-	// screenshots, but the desktop can be checkpointed (ADR 0013).
+	// screenshots, but the desktop can be checkpointed (ADR 0016).
 	NoSHM bool
 	// Listen is the unix socket the ACI is served on.
 	Listen string

@@ -28,7 +28,7 @@ type Config struct {
 	Wrap []string
 	// NoSHM keeps the screen in Xvfb's own memory instead of System V
 	// shared memory, which criu cannot carry out of a sandbox (the memory
-	// tier of snapshots, ADR 0013); captures then go through the X server.
+	// tier of snapshots, ADR 0016); captures then go through the X server.
 	NoSHM bool
 }
 

@@ -151,7 +151,7 @@ const RuleTypePathBeneath = 1
 // fd, close-on-exec. The caller adds rules and restricts itself. It scopes
 // nothing: a live sandbox's processes are one tenant, kept from other
 // sandboxes by their pid and network namespaces, and criu's parasite must
-// reach criu's abstract socket from inside the domain (ADR 0013). Warm
+// reach criu's abstract socket from inside the domain (ADR 0016). Warm
 // function requests, which share one sandbox, scope (RulesetAttr).
 func NewRuleset(abi int) (int, error) {
 	attr := attrBytes(abi, false)
