@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -170,10 +171,17 @@ func openChromium(ctx context.Context, t *testing.T, u string) *tab {
 	prof := t.TempDir()
 	cmd := exec.Command("chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
 		"--user-data-dir="+prof, "--remote-debugging-port=0", "--window-size=1100,900", u)
+	// A group of its own: Chromium's renderer and GPU processes write to
+	// the profile until they die too, and the profile is removed after.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		eventually(patience, func() bool { return syscall.Kill(-cmd.Process.Pid, 0) != nil })
+	})
 	var port string
 	if !eventually(patience, func() bool {
 		b, err := os.ReadFile(filepath.Join(prof, "DevToolsActivePort"))
