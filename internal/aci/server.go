@@ -95,8 +95,11 @@ func (s *Server) serve(ctx context.Context, c *websocket.Conn, viewOnly bool) er
 			return err
 		}
 		r.after, sess.afterReply = sess.afterReply, nil
-		if err := out.send(r); err != nil {
+		if err := c.Write(ctx, r.typ, r.msg); err != nil { // TEMPORARY: the old synchronous write
 			return err
+		}
+		if r.after != nil {
+			r.after()
 		}
 	}
 }
