@@ -95,11 +95,8 @@ func (s *Server) serve(ctx context.Context, c *websocket.Conn, viewOnly bool) er
 			return err
 		}
 		r.after, sess.afterReply = sess.afterReply, nil
-		if err := c.Write(ctx, r.typ, r.msg); err != nil { // TEMPORARY: the old synchronous write
+		if err := out.send(r); err != nil {
 			return err
-		}
-		if r.after != nil {
-			r.after()
 		}
 	}
 }
