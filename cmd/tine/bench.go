@@ -116,6 +116,7 @@ PSS per desktop.`,
 				return bench.Desktop(ctx, d, o)
 			}),
 		newStreamCommand(),
+		newCodecCommand(),
 		newWarmSuiteCommand("fork", "Time snapshots and forks: pause, fork → usable, fan-out, memory per replica, against fresh sandboxes and replaying",
 			`fork starts a tine serve for the run. A golden sandbox builds a 20 MiB
 workspace of 400 files (and holds a 50 MiB Python process); the suite times
