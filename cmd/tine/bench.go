@@ -174,6 +174,7 @@ tine's pyautogui module; and the ACI step (click + PNG screenshot). Targets:
 				return bench.OSWorld(ctx, d, o)
 			}),
 		newStreamCommand(),
+		newCodecCommand(),
 		newWarmSuiteCommand("fork", "Time snapshots and forks: pause, fork → usable, fan-out, memory per replica, against fresh sandboxes and replaying",
 			`fork starts a tine serve for the run. A golden sandbox builds a 20 MiB
 workspace of 400 files (and holds a 50 MiB Python process); the suite times

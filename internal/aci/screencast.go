@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"image"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -48,7 +49,8 @@ type screencast struct {
 	cursor *x11.Cursor  // as last drawn
 
 	keyReq chan struct{}
-	start  chan struct{} // closed once the start's reply is written
+	start  chan struct{} // closed (begin) once the start's reply is written
+	begun  sync.Once
 	stop   chan struct{}
 	done   chan struct{}
 	t0     time.Time
@@ -67,7 +69,7 @@ func (ss *session) screencastOp(req *api.ACIRequest, rep *api.ACIReply) error {
 			return err
 		}
 		ss.cast = sc
-		ss.afterReply = func() { close(sc.start) }
+		ss.afterReply = sc.begin
 		go sc.run(ss.ctx)
 		rep.Width, rep.Height, rep.Format = sc.out.Width, sc.out.Height, string(sc.format)
 		return nil
@@ -98,16 +100,15 @@ func (ss *session) stopScreencast() {
 	sc := ss.cast
 	ss.cast = nil
 	close(sc.stop)
-	select {
-	case <-sc.start:
-	default:
-		close(sc.start)
-	}
+	sc.begin() // if its reply never went out
 	<-sc.done
 	if sc.region != nil {
 		sc.region.Close()
 	}
 }
+
+// begin lets the stream send its first frame (after its start's reply).
+func (sc *screencast) begin() { sc.begun.Do(func() { close(sc.start) }) }
 
 func newScreencast(d *x11.Display, c *websocket.Conn, o *api.ACIScreencast) (*screencast, error) {
 	if o == nil {

@@ -4,10 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image"
 	"image/png"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -183,6 +191,58 @@ func TestScreencast(t *testing.T) {
 				t.Fatalf("JPEG composite is off by %.1f levels on average", diff/n)
 			}
 		})
+	}
+}
+
+// A client that stops reading its stream holds up neither its own
+// requests nor another session: the guest goes on reading and running
+// them while frames wait for the socket. (Run last: it leaves a window
+// that never stops drawing.)
+func TestScreencastStalledClient(t *testing.T) {
+	a := startGuest(t, []string{"xterm", "-geometry", "40x5+0+0"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", guestSocket)
+	}}}
+	raw, _, err := websocket.Dial(ctx, "ws://guest/aci", &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.CloseNow()
+	raw.SetReadLimit(64 << 20)
+	raw.Read(ctx) // the welcome
+	raw.Write(ctx, websocket.MessageText, []byte(`{"id":1,"op":"screencast_start","screencast":{"fps":30}}`))
+	if _, b, err := raw.Read(ctx); err != nil || !strings.Contains(string(b), `"ok":true`) {
+		t.Fatalf("start: %s %v", b, err)
+	}
+	// A window that draws all the time fills the stalled socket with frames.
+	if _, _, err := a.Do(ctx, &api.ACIRequest{Op: "launch", Cmd: []string{"xterm", "-geometry", "80x20+100+100", "-e", "sh", "-c", "while :; do date +%N; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // not an assertion: time for the frames to fill the socket
+	dir := t.TempDir()
+	for i, name := range []string{"first", "second", "third"} {
+		req := fmt.Sprintf(`{"id":%d,"op":"exec","cmd":["touch",%q]}`, 10+i, filepath.Join(dir, name))
+		if err := raw.Write(ctx, websocket.MessageText, []byte(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"first", "second", "third"} {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the stalled session never ran its %s request", name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Another session is not held up either.
+	if _, err := a.Windows(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -78,8 +78,11 @@ func (s *Server) serve(ctx context.Context, c *websocket.Conn, viewOnly bool) er
 	if err := c.Write(ctx, websocket.MessageText, welcome); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := startReplies(ctx, c, cancel)
 	sess := &session{s: s, c: c, ctx: ctx, viewOnly: viewOnly}
-	defer sess.stopScreencast()
+	defer func() { sess.stopScreencast(); out.close() }()
 	for {
 		typ, data, err := c.Read(ctx)
 		if err != nil {
@@ -92,12 +95,13 @@ func (s *Server) serve(ctx context.Context, c *websocket.Conn, viewOnly bool) er
 		} else {
 			rep, img = sess.handle(ctx, data, nil)
 		}
-		if err := sess.write(ctx, rep, img); err != nil {
+		r, err := encodeReply(rep, img)
+		if err != nil {
 			return err
 		}
-		if sess.afterReply != nil {
-			sess.afterReply()
-			sess.afterReply = nil
+		r.after, sess.afterReply = sess.afterReply, nil
+		if err := out.send(r); err != nil {
+			return err
 		}
 	}
 }
@@ -115,15 +119,16 @@ type session struct {
 	afterReply func()      // run once the current reply is written
 }
 
-func (ss *session) write(ctx context.Context, rep *api.ACIReply, img []byte) error {
+// encodeReply lays out a reply: text, or binary with its image.
+func encodeReply(rep *api.ACIReply, img []byte) (reply, error) {
 	head, err := json.Marshal(rep)
 	if err != nil {
-		return err
+		return reply{}, err
 	}
 	if img == nil {
-		return ss.c.Write(ctx, websocket.MessageText, head)
+		return reply{typ: websocket.MessageText, msg: head}, nil
 	}
-	return ss.c.Write(ctx, websocket.MessageBinary, api.ACIJoin(head, img))
+	return reply{typ: websocket.MessageBinary, msg: api.ACIJoin(head, img)}, nil
 }
 
 // handleBinary splits a binary request — a 4-byte big-endian header

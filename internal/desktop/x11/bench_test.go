@@ -148,3 +148,30 @@ func BenchmarkScreenshotJPEG80(b *testing.B) {
 func BenchmarkScreenshotPNG1024(b *testing.B) {
 	benchScreenshot(b, encode.Options{Format: encode.FormatPNG, MaxLongEdge: 1024})
 }
+
+// A 1024-edge capture scaled straight from the framebuffer, against a
+// full-size capture and then the scale.
+func BenchmarkCaptureScaledFramebuffer(b *testing.B) {
+	d, display := newFramebufferDisplay(b)
+	showFixture(b, display)
+	s := frame.NewScaler(1280, 800, 1024)
+	dst := frame.New(s.W, s.H)
+	var buf *frame.Frame
+	b.Run("fused", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := d.CaptureScaled(dst, buf, image.Rectangle{}, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("copy-then-scale", func(b *testing.B) {
+		for b.Loop() {
+			f, err := d.CaptureInto(buf, image.Rectangle{}, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf = f
+			s.ScaleParallel(dst, f, dst.Bounds())
+		}
+	})
+}

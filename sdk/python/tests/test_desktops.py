@@ -213,6 +213,26 @@ class AsyncDesktopTest(unittest.IsolatedAsyncioTestCase):
     def setUpClass(cls) -> None:
         cls.d = desktop_daemon()
 
+    async def test_screencast(self) -> None:
+        async with tine.AsyncClient(self.d.socket) as c:
+            d = await c.create_desktop(tine.DesktopSpec(width=W, height=H, apps=[["xterm"]]))
+            try:
+                async with await c.aci(d.id) as s:
+                    comp = await s.screencast_start(fps=30, delta=True)
+                    head, _ = await asyncio.wait_for(s.next_frame(), 10)
+                    self.assertEqual((head["kind"], comp.width), ("key", W))
+                    await s.type("echo async\n")
+                    shot = (await s.step([], {"screenshot": {}, "settle_ms": 300})).screenshot
+                    assert shot is not None
+                    while comp.frame_hash != shot.frame_hash:
+                        head, _ = await asyncio.wait_for(s.next_frame(), 10)
+                        self.assertEqual(head["seq"], comp.seq)
+                    from tine.screencast import decode_png
+                    self.assertEqual(decode_png(shot.data), (W, H, bytes(comp.rgb or b"")))
+                    await s.screencast_stop()
+            finally:
+                await c.delete_desktop(d.id)
+
     async def test_pipelined_requests(self) -> None:
         # Over TCP with the token, as the other routes.
         async with tine.AsyncClient(host=self.d.tcp, token=self.d.token) as c:

@@ -16,7 +16,7 @@ import ssl
 from collections import deque
 from typing import IO, Any, AsyncIterator, Mapping, Sequence, TypeVar
 
-from . import _aci
+from . import _aci, screencast
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
@@ -354,6 +354,8 @@ class DesktopSession:
         self._pending: _aci.Pending[asyncio.Future[tuple[_aci.Reply, _aci.Image]]] = _aci.Pending()
         self._reader: asyncio.Task[None] | None = None
         self._closed = False
+        self._frame_ready = asyncio.Event()
+        self._compositor = screencast.Compositor()
 
     @classmethod
     async def _open(cls, conn: _Conn) -> "DesktopSession":
@@ -401,7 +403,10 @@ class DesktopSession:
                     fut = self._pending.pop(rid)
                     if fut is not None and not fut.done():
                         fut.set_result((rep, img))
+                if self._p.frames:
+                    self._frame_ready.set()
         finally:
+            self._frame_ready.set()  # a waiting next_frame sees the end
             if not self._p.done:  # the reader itself failed: no later request may wait forever
                 self._p.abort("the ACI session's reader stopped")
             err = self._p.ended()
@@ -428,6 +433,35 @@ class DesktopSession:
 
     # Each verb is built and parsed in tine._aci; see tine.client.DesktopSession
     # for the docstrings.
+
+    async def screencast_start(self, *, fps: int | None = None, format: str | None = None,
+                               quality: int | None = None, max_long_edge: int | None = None,
+                               delta: bool = False, keyframe_interval_ms: int | None = None,
+                               cursor: bool = False, poll: bool = False) -> "screencast.Compositor":
+        """Stream the screen; read it with :meth:`next_frame`."""
+        await self._run(_aci.screencast_start(fps, format, quality, max_long_edge, delta,
+                                              keyframe_interval_ms, cursor, poll))
+        self._compositor = screencast.Compositor()
+        return self._compositor
+
+    async def next_frame(self) -> tuple[dict[str, Any], "screencast.Compositor"]:
+        """The next screencast message drawn onto the compositor (wrap in
+        ``asyncio.wait_for`` for a timeout)."""
+        while not self._p.frames:
+            if self._p.done:
+                raise self._p.ended()
+            self._frame_ready.clear()
+            await self._frame_ready.wait()
+        header, payload = self._p.frames.popleft()
+        self._compositor.apply(header, payload)
+        return header, self._compositor
+
+    async def screencast_keyframe(self) -> None:
+        await self._run(_aci.screencast_keyframe())
+
+    async def screencast_stop(self) -> None:
+        await self._run(_aci.screencast_stop())
+        self._p.frames.clear()
 
     async def do(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
         """Send any request; its reply and image."""
