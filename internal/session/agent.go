@@ -192,8 +192,19 @@ func (a *agent) next(deadline time.Time, output func(fd int, p []byte)) (*frame,
 			a.release(f.Out, f.Err, output)
 			return f, nil
 		}
-		// Nothing the agent sends later can precede what was read so far.
+		// Output read now may follow a frame already in the socket (the
+		// agent sends a frame, then writes more): read the pipes, then the
+		// socket, and release all output only when no frame came before it.
 		a.readPipes(buf)
+		if a.readCtl(buf) {
+			exited = true
+		}
+		if f, err := a.parse(); err != nil {
+			return nil, err
+		} else if f != nil {
+			a.release(f.Out, f.Err, output)
+			return f, nil
+		}
 		a.release(-1, -1, output)
 		if exited {
 			return nil, errExited
@@ -219,21 +230,26 @@ func (a *agent) next(deadline time.Time, output func(fd int, p []byte)) (*frame,
 		if fds[0].Revents != 0 || fds[3].Revents != 0 {
 			// After its exit (wake), what it sent before it went is still
 			// in the socket.
-			for {
-				n, err := unix.Read(a.ctl, buf)
-				if n > 0 {
-					a.inbuf = append(a.inbuf, buf[:n]...)
-					continue
-				}
-				if n == 0 && err == nil {
-					exited = true // EOF: no process holds its end
-				}
-				break
+			if a.readCtl(buf) {
+				exited = true
 			}
 		}
 		if fds[3].Revents != 0 {
 			exited = true
 		}
+	}
+}
+
+// readCtl reads what the control socket holds now into inbuf; true at EOF
+// (no process holds the agent's end).
+func (a *agent) readCtl(buf []byte) (eof bool) {
+	for {
+		n, err := unix.Read(a.ctl, buf)
+		if n > 0 {
+			a.inbuf = append(a.inbuf, buf[:n]...)
+			continue
+		}
+		return n == 0 && err == nil
 	}
 }
 
