@@ -112,6 +112,7 @@ func (c *Containerd) Stop() {
 		}
 	}
 	os.RemoveAll(filepath.Join("/run/containerd/runc", c.Namespace))
+	RemoveEmptyCgroup("/" + c.Namespace)
 }
 
 // BusyboxTools are the applets linked in a busybox root.
@@ -210,4 +211,14 @@ func (c *Containerd) ImportBusybox(ref string) error {
 		return fmt.Errorf("ctr image import: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// RemoveEmptyCgroup removes the cgroup directory at path (below each
+// hierarchy's root) where it is empty: the parents containerd's
+// cgroupsPath made (/NAMESPACE), which runtimes leave, as runc does.
+func RemoveEmptyCgroup(path string) {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + path)
+	for _, d := range append(dirs, "/sys/fs/cgroup"+path) {
+		syscall.Rmdir(d)
+	}
 }

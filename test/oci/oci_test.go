@@ -100,6 +100,10 @@ type runtime struct {
 func newRuntime(t *testing.T) *runtime {
 	require.Root(t)
 	require.Feature(t, "cgroup")
+	// The tests' containers live below /tine-test; tine-runc (like runc)
+	// leaves a cgroupsPath's parents, and a config without one gets
+	// /tine-oci/ID.
+	t.Cleanup(func() { ctrd.RemoveEmptyCgroup("/tine-test"); ctrd.RemoveEmptyCgroup("/tine-oci") })
 	return &runtime{t: t, link: runcLink(t), root: t.TempDir()}
 }
 
