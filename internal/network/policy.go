@@ -108,6 +108,10 @@ func ParseRule(s string) (Rule, error) {
 		return r, nil
 	}
 	name := strings.ToLower(strings.TrimSuffix(body, "."))
+	if _, err := netip.ParseAddr(name); err == nil {
+		// "1.2.3.4." is no name: it would print back as an address rule.
+		return bad("an address with a trailing dot; give the address without it")
+	}
 	if rest, ok := strings.CutPrefix(name, "*."); ok {
 		r.Subdomains, name = true, rest
 	}
