@@ -135,55 +135,11 @@ func (img *Image) hasCompiled(rel string) bool {
 func (s *Store) compile(img *Image, stdlib string) (store.Digest, error) {
 	spec := &sandbox.Spec{Seccomp: seccomp.Default, DiskBytes: 512 << 20,
 		DefaultLimits: cgroup.Limits{MemoryBytes: sandbox.DefaultMemory, Pids: sandbox.DefaultPids}}
-	if err := img.Apply(spec, ApplyOptions{}); err != nil {
-		return "", err
-	}
-	spec.User = nil // root writes the layer; its files stay root's, as the sources are
-	sb, err := sandbox.Create(spec)
-	if err != nil {
-		return "", err
-	}
-	defer sb.Destroy()
-	out, err := os.CreateTemp("", "tine-compileall-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(out.Name())
-	defer out.Close()
-	l, err := sb.Launch(&sandbox.ExecSpec{
-		Args:  []string{"python3", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", "-x", `/(test|tests|idlelib|tkinter|turtledemo|lib2to3)/`, stdlib},
-		Stdio: [3]*os.File{nil, out, out},
+	return s.buildLayer(img, spec, layerBuild{
+		what: "python3 -m compileall",
+		args: []string{"python3", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", "-x", `/(test|tests|idlelib|tkinter|turtledemo|lib2to3)/`, stdlib},
+		pin:  "bytecode-" + hexOf(img.Record.Digest), tail: 400,
 	})
-	if err != nil {
-		return "", fmt.Errorf("start python3 -m compileall: %w", err)
-	}
-	o, err := l.Wait()
-	if err != nil {
-		return "", err
-	}
-	if o.ExitCode != 0 {
-		msg, _ := os.ReadFile(out.Name())
-		return "", fmt.Errorf("python3 -m compileall exited %d: %s", o.ExitCode, tail(string(msg), 400))
-	}
-	upper, err := sb.OpenUpper()
-	if err != nil {
-		return "", err
-	}
-	defer upper.Close()
-	p, err := s.Layers.Copy(upper, 0)
-	if err != nil {
-		return "", err
-	}
-	// Pinned before it is published, as a pull's layers are.
-	d := p.Digest()
-	if err := s.Layers.Pin("bytecode-"+hexOf(img.Record.Digest), []store.Digest{d}); err != nil {
-		p.Discard()
-		return "", err
-	}
-	if _, err := p.Publish(); err != nil {
-		return "", err
-	}
-	return d, nil
 }
 
 func tail(s string, n int) string {

@@ -146,53 +146,12 @@ func (s *Store) buildVenv(img *Image, req Requirements, key string) (store.Diges
 	spec := &sandbox.Spec{Seccomp: seccomp.Default, DiskBytes: 1 << 30,
 		DefaultLimits: cgroup.Limits{MemoryBytes: sandbox.DefaultMemory, Pids: sandbox.DefaultPids},
 		Binds:         []sandbox.Bind{{Source: reqDir, Target: "/tine/build"}}}
-	if err := img.Apply(spec, ApplyOptions{}); err != nil {
-		return "", err
-	}
-	spec.User = nil
-	sb, err := sandbox.Create(spec)
-	if err != nil {
-		return "", err
-	}
-	defer sb.Destroy()
-	out, err := os.CreateTemp("", "tine-pip-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(out.Name())
-	defer out.Close()
 	script := "set -e; mkdir -p " + filepath.Dir(VenvDir) + "; python3 -m venv --without-pip " + VenvDir +
 		"; python3 -m pip --python " + VenvDir + "/bin/python install --no-input --disable-pip-version-check --no-index --find-links /tine/build/find-links -r /tine/build/requirements.txt"
-	l, err := sb.Launch(&sandbox.ExecSpec{Args: []string{"/bin/sh", "-c", script}, Env: []string{"PIP_NO_CACHE_DIR=1"}, Stdio: [3]*os.File{nil, out, out}})
-	if err != nil {
-		return "", fmt.Errorf("start pip: %w", err)
-	}
-	o, err := l.Wait()
-	if err != nil {
-		return "", err
-	}
-	if o.ExitCode != 0 {
-		msg, _ := os.ReadFile(out.Name())
-		return "", fmt.Errorf("pip exited %d: %s", o.ExitCode, tail(string(msg), 600))
-	}
-	upper, err := sb.OpenUpper()
-	if err != nil {
-		return "", err
-	}
-	defer upper.Close()
-	p, err := s.Layers.Copy(upper, 0)
-	if err != nil {
-		return "", err
-	}
-	d := p.Digest()
-	if err := s.Layers.Pin("venv-"+key, []store.Digest{d}); err != nil {
-		p.Discard()
-		return "", err
-	}
-	if _, err := p.Publish(); err != nil {
-		return "", err
-	}
-	return d, nil
+	return s.buildLayer(img, spec, layerBuild{
+		what: "pip", args: []string{"/bin/sh", "-c", script}, env: []string{"PIP_NO_CACHE_DIR=1"},
+		pin: "venv-" + key, tail: 600,
+	})
 }
 
 // VenvEnv is what a sandbox with a dependency layer adds to the image's
