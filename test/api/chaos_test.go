@@ -538,21 +538,8 @@ func descendants(root int) map[int]uint64 {
 	return out
 }
 
-// statFields returns /proc/pid/stat's fields after the command name.
-func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
 func ppidOf(pid int) int {
-	f := statFields(pid)
+	f := testbin.StatFields(pid)
 	if len(f) < 2 {
 		return 0
 	}
@@ -561,7 +548,7 @@ func ppidOf(pid int) int {
 }
 
 func startTimeOf(pid int) uint64 {
-	f := statFields(pid)
+	f := testbin.StatFields(pid)
 	if len(f) < 20 {
 		return 0
 	}
@@ -574,7 +561,7 @@ func startTimeOf(pid int) uint64 {
 func alive(snap map[int]uint64) []int {
 	var out []int
 	for pid, start := range snap {
-		f := statFields(pid)
+		f := testbin.StatFields(pid)
 		if len(f) >= 20 && f[0] != "Z" && startTimeOf(pid) == start {
 			out = append(out, pid)
 		}

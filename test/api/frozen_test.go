@@ -114,7 +114,7 @@ func readTrim(file string) string {
 
 // procState is the one-letter state of pid ("" once it is gone).
 func procState(pid int) string {
-	f := statFields(pid)
+	f := testbin.StatFields(pid)
 	if len(f) < 1 {
 		return ""
 	}

@@ -1,7 +1,6 @@
 package oci_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 func startContainerd(t *testing.T) *ctrd.Containerd {
@@ -60,7 +60,7 @@ func TestContainerd(t *testing.T) {
 	if json.Unmarshal(b, &st); err != nil || st.Status != "running" {
 		t.Fatalf("tine-runc state bg: %v %s", err, b)
 	}
-	if ppid := statFields(st.Pid); len(ppid) < 2 || !strings.Contains(comm(ppid[1]), "containerd-shim") {
+	if ppid := testbin.StatFields(st.Pid); len(ppid) < 2 || !strings.Contains(comm(ppid[1]), "containerd-shim") {
 		t.Errorf("the container's PID 1 (%d) is not a child of containerd's shim: parent %v", st.Pid, ppid)
 	}
 	if out, _ := c.Ctr("task", "ls"); !strings.Contains(out, "RUNNING") {
@@ -93,24 +93,12 @@ func TestContainerd(t *testing.T) {
 	}
 }
 
-func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
 func comm(pid string) string {
 	b, _ := os.ReadFile("/proc/" + pid + "/comm")
 	return strings.TrimSpace(string(b))
 }
 
 func startTimeAlive(pid int) bool {
-	f := statFields(pid)
+	f := testbin.StatFields(pid)
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
