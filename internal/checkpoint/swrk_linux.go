@@ -219,7 +219,7 @@ func criuReason(resp *rpc.CriuResp, log string) string {
 
 // hints explain criu failures seen here in the user's terms.
 var hints = []struct{ seen, means string }{
-	{"Can't get 1:16 opt", "criu 4.1 cannot dump internet sockets (a listening or connected TCP socket) on Linux 6.16 and later, which refuse SO_PASSCRED on them: close them before the snapshot, or take an fs snapshot"},
+	{"Can't get 1:16 opt", "criu 4.1 cannot dump internet sockets (a listening or connected TCP socket) on Linux 6.16 and later, which refuse SO_PASSCRED on them: close them before the snapshot, take an fs snapshot, or install criu >= 4.2 (SUITE=sid scripts/install-criu)"},
 	{"Can't lookup mount", "a process holds a file from outside the sandbox (descriptors the daemon passed in): start it with in-sandbox stdio, e.g. </dev/null >/dev/null 2>&1"},
 	{"External socket is used", "a process is connected to a process of another tree under PID 1: processes that talk must be started from one parent"},
 	{"not found; Dump files", "a unix socket is connected to something outside the sandbox, such as an open ACI session of a desktop: close it before the memory snapshot"},
