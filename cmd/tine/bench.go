@@ -168,8 +168,13 @@ osworld (two xterms of text). Interleaved, -n/20 rounds (at least 30): an
 OSWorld step as OSWorld's client takes it — POST /execute with a pyautogui
 click, then GET /screenshot, a fresh TCP connection each — through the
 facade's fast path; every fifth round the same click run by python3 with
-tine's pyautogui module; and the ACI step (click + PNG screenshot). Targets:
-/execute click p50 at most 2 ms, /screenshot p50 at most 10 ms.`,
+tine's pyautogui module; and the ACI step (click + PNG screenshot). With
+--osworld-server DIR, every fifth round also takes the step through OSWorld's
+own guest server, run from that checkout on the same desktop (its commands
+import the desktop's own pyautogui if its python3 has one, else tine's
+module; the report says which). Targets: /execute click p50 at most 2 ms,
+/screenshot p50 at most 10 ms, the step at least 30x faster than OSWorld's
+server's.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.OSWorld(ctx, d, o)
 			}),
@@ -266,6 +271,9 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 	cmd.Flags().Float64Var(&opts.Rate, "rate", 250, "requests per second (open loop)")
 	if name == "warm" {
 		cmd.Flags().IntVar(&opts.Sparse, "sparse", 50, "sparse calls after the stream, one every 200 ms (0: none)")
+	}
+	if name == "osworld" {
+		cmd.Flags().StringVar(&opts.OSWorldServer, "osworld-server", "", "a checkout of OSWorld (`DIR`): also run its guest server (DIR/desktop_env/server/main.py) on the same desktop as the peer; needs python3-flask, -lxml, -xlib, -pil, -requests, -numpy and -pyatspi in the desktop's root")
 	}
 	cmd.Flags().IntVar(&opts.Scripts, "scripts", 1000, "distinct scripts registered (pool)")
 	cmd.Flags().StringVar(&plotDir, "plot", "", "also write a latency CDF chart (SVG) of every series into `DIR`")

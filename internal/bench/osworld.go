@@ -34,7 +34,11 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 	n := max(opts.Requests/20, 30)
 	slowEvery := 5 // the interpreter path costs ~100× more: every 5th round
 
-	dt, err := c.CreateDesktop(ctx, &api.DesktopSpec{Width: 1280, Height: 800, OSWorld: true, Apps: textApps})
+	spec := &api.DesktopSpec{Width: 1280, Height: 800, OSWorld: true, Apps: textApps}
+	if opts.OSWorldServer != "" {
+		osworldServerSpec(spec)
+	}
+	dt, err := c.CreateDesktop(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create the measured desktop: %w", err)
 	}
@@ -48,8 +52,16 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 
 	// OSWorld's client opens a connection per request.
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Minute}
-	base := "http://" + dt.OSWorld
-	execute := func(argv []string, wantPath string) error {
+	var peer *osworldPeer
+	if opts.OSWorldServer != "" {
+		if peer, err = startOSWorldServer(ctx, c, hc, dt, opts.OSWorldServer); err != nil {
+			return nil, err
+		}
+	}
+	facade := "http://" + dt.OSWorld
+	// execute posts argv to base's /execute; wantPath is the facade's
+	// X-Tine-Path ("" for OSWorld's own server, which sends none).
+	execute := func(base string, argv []string, wantPath string) error {
 		body, _ := json.Marshal(map[string]any{"command": argv, "shell": false})
 		resp, err := hc.Post(base+"/execute", "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -57,7 +69,7 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		}
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !bytes.Contains(out, []byte(`"returncode":0`)) {
+		if resp.StatusCode != 200 || !succeeded(out) {
 			return fmt.Errorf("execute: %d %s", resp.StatusCode, out)
 		}
 		if got := resp.Header.Get("X-Tine-Path"); got != wantPath {
@@ -65,7 +77,7 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		}
 		return nil
 	}
-	screenshot := func() error {
+	screenshot := func(base string) error {
 		resp, err := hc.Get(base + "/screenshot")
 		if err != nil {
 			return err
@@ -82,13 +94,13 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		err := fn()
 		return sample{latency: time.Since(t0), err: err}
 	}
-	var fastExec, shots, fastStep, slowExec, slowStep, aciStep []sample
+	var fastExec, shots, fastStep, slowExec, slowStep, aciStep, peerStep []sample
 	for i := range n {
 		x, y := 900+i%50, 600
 		click := fmt.Sprintf("pyautogui.click(%d, %d)", x, y)
 		// fast: the facade's own path, then the screenshot.
-		e := timeOne(func() error { return execute([]string{"python", "-c", osworldPrefix + click}, "fast") })
-		s := timeOne(screenshot)
+		e := timeOne(func() error { return execute(facade, []string{"python", "-c", osworldPrefix + click}, "fast") })
+		s := timeOne(func() error { return screenshot(facade) })
 		fastExec, shots = append(fastExec, e), append(shots, s)
 		fastStep = append(fastStep, sample{latency: e.latency + s.latency, err: firstErr(e.err, s.err)})
 		// The ACI step: click, then a PNG screenshot, one round trip.
@@ -100,10 +112,16 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		if i%slowEvery == 0 {
 			// python -B -c is not the shape the fast path takes: the
 			// interpreter runs it, with tine's pyautogui module.
-			e := timeOne(func() error { return execute([]string{"python", "-B", "-c", osworldPrefix + click}, "process") })
-			s := timeOne(screenshot)
+			e := timeOne(func() error { return execute(facade, []string{"python", "-B", "-c", osworldPrefix + click}, "process") })
+			s := timeOne(func() error { return screenshot(facade) })
 			slowExec = append(slowExec, e)
 			slowStep = append(slowStep, sample{latency: e.latency + s.latency, err: firstErr(e.err, s.err)})
+			if peer != nil {
+				// OSWorld's server runs the command as it comes.
+				e := timeOne(func() error { return execute(peer.base, []string{"python", "-c", osworldPrefix + click}, "") })
+				s := timeOne(func() error { return screenshot(peer.base) })
+				peerStep = append(peerStep, sample{latency: e.latency + s.latency, err: firstErr(e.err, s.err)})
+			}
 		}
 	}
 	fe, sh, fs := summarize("/execute pyautogui.click, fast path (fresh TCP connection)", fastExec),
@@ -115,10 +133,17 @@ func OSWorld(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 	r.Series = append(r.Series, fe, sh, fs, se, ss, as)
 	r.Figures["python3 path step p50 / fast path step p50"] = fmt.Sprintf("%.1f", ratioOf(ss.Latency.P50Ns, fs.Latency.P50Ns))
 	r.Figures["facade step p50 / ACI step p50"] = fmt.Sprintf("%.2f", ratioOf(fs.Latency.P50Ns, as.Latency.P50Ns))
-	r.Figures["OSWorld's own server on the same guest"] = "not measured: run against a checkout of OSWorld's server is not built yet (docs/benchmarks.md)"
 	r.Checks = append(r.Checks,
 		check("/execute click through the fast path p50, ms (at most)", float64(fe.Latency.P50Ns)/1e6, OSWorldTargets.ExecuteMs, true),
 		check("/screenshot p50, ms (at most)", float64(sh.Latency.P50Ns)/1e6, OSWorldTargets.ScreenshotMs, true))
+	if peer == nil {
+		r.Figures["OSWorld's own server on the same guest"] = "not measured: give --osworld-server DIR (a checkout of OSWorld) to run its server on the same display"
+	} else {
+		ps := summarize("OSWorld step through OSWorld's own server: /execute click + /screenshot", peerStep)
+		r.Series = append(r.Series, ps)
+		r.Figures["OSWorld's own server: the pyautogui its commands import"] = peer.pyautogui
+		r.Checks = append(r.Checks, check("OSWorld's own server step p50 / facade step p50 (at least)", ratioOf(ps.Latency.P50Ns, fs.Latency.P50Ns), OSWorldTargets.StepSpeedup, false))
+	}
 	r.finish(g, before, false)
 	return r, nil
 }

@@ -374,7 +374,11 @@ type WarmOptions struct {
 	// PythonSDK is the directory of the Python SDK (sdk/python), for the
 	// desktop suite's Python round trips; empty skips them.
 	PythonSDK string
-	Progress  io.Writer
+	// OSWorldServer is a checkout of OSWorld whose guest server the
+	// osworld suite runs on the measured desktop as the same-guest peer;
+	// empty leaves the peer out.
+	OSWorldServer string
+	Progress      io.Writer
 }
 
 // putWarmFunction registers the 16-import function on d. Its entry lives
