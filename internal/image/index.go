@@ -90,8 +90,8 @@ func dropResolvConf(upper *os.File) error {
 }
 
 // pipReason picks what says why pip failed from its output: its ERROR
-// lines and the last retry warning (where a connection failure is told);
-// the output's tail when it has neither.
+// lines and its last warning (where a connection failure is told); the
+// output's tail when it has neither.
 func pipReason(out string, n int) string {
 	var errs []string
 	var retry string
@@ -99,7 +99,7 @@ func pipReason(out string, n int) string {
 		switch l = strings.TrimSpace(l); {
 		case strings.HasPrefix(l, "ERROR:"):
 			errs = append(errs, l)
-		case strings.HasPrefix(l, "WARNING: Retrying"):
+		case strings.HasPrefix(l, "WARNING:"):
 			retry = l
 		}
 	}
@@ -114,10 +114,15 @@ func pipReason(out string, n int) string {
 
 // indexArgs are pip's arguments for the packages' sources: the index, or
 // none (find-links only); the retries are few, since a build waits on them.
+// A plain-HTTP index was asked for as such, so pip is told to trust it
+// (it ignores one otherwise).
 func indexArgs(req Requirements) string {
 	var b strings.Builder
 	if req.IndexURL != "" {
 		b.WriteString(" --retries 2 --timeout 30 --index-url " + shellQuote(req.IndexURL))
+		if u, err := url.Parse(req.IndexURL); err == nil && u.Scheme == "http" {
+			b.WriteString(" --trusted-host " + shellQuote(u.Host))
+		}
 	} else {
 		b.WriteString(" --no-index")
 	}
