@@ -173,7 +173,6 @@ func (s *Store) buildVenv(img *Image, req Requirements, key string) (store.Diges
 		// The build's network allows the index's host and port, nothing
 		// else (a requirements file's own --extra-index-url included).
 		rule, _ := indexRule(req.IndexURL) // checked in Venv
-		rule.Port = 0 // TEMPORARY: the index's whole host
 		att, err := s.opts.Network.Attach(network.Policy{Allow: []network.Rule{rule}}, nil)
 		if err != nil {
 			return "", fmt.Errorf("egress network for the index: %w", err)
