@@ -272,7 +272,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, lr *Layer, blobs *bl
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", lr.DiffID, err)
 	}
-	if part.have >= lr.Size || true { // TEMPORARY: never resume within the layer
+	if part.have >= lr.Size {
 		part.restart() // more than the blob: not a prefix of it
 	}
 	body, from, err := blobs.open(ctx, lr.Digest, part.have, lr.Size)
