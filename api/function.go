@@ -32,11 +32,13 @@ type FunctionSpec struct {
 	// of the host's (pulled when missing): the zygote runs its python3.
 	Image string `json:"image,omitempty"`
 	// Requirements is the host path of a pip requirements file installed
-	// into a virtual environment over Image (built once per image and
-	// file, shared), from the wheels and sdists in FindLinks (a host
-	// directory: sandboxes have no network to reach an index).
+	// into a virtual environment over Image (built once per image, file
+	// and package sources, shared), from the wheels and sdists in
+	// FindLinks (a host directory) and/or the PEP 503 index at IndexURL
+	// (reached over the daemon's egress network, only its host and port).
 	Requirements string `json:"requirements,omitempty"`
 	FindLinks    string `json:"find_links,omitempty"`
+	IndexURL     string `json:"index_url,omitempty"`
 	// Node is the node binary (default: node on the sandbox's PATH).
 	Node string `json:"node,omitempty"`
 	// Network is "isolated" (the default: each request has a network

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/internal/image"
+	"github.com/tine-run/tine/internal/network"
 	"golang.org/x/term"
 )
 
@@ -42,12 +43,15 @@ func (f *imageFlags) none() bool {
 	return errors.Is(err, os.ErrNotExist)
 }
 
-func (f *imageFlags) open() (*image.Store, error) {
+func (f *imageFlags) open() (*image.Store, error) { return f.openWith(nil) }
+
+// openWith opens the store with net for dependency builds from an index.
+func (f *imageFlags) openWith(net *network.Manager) (*image.Store, error) {
 	regs, err := image.LoadRegistries(f.registries)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
-	return image.Open(f.stateDir, image.Options{Registries: regs})
+	return image.Open(f.stateDir, image.Options{Registries: regs, Network: net})
 }
 
 func newPullCommand() *cobra.Command {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/image"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/zygote"
 )
@@ -22,6 +23,7 @@ type runImageFlags struct {
 	image, pull             string
 	noBytecode              bool
 	requirements, findLinks string
+	indexURL                string
 	store                   imageFlags
 	workdirSet              bool
 }
@@ -31,7 +33,8 @@ func (f *runImageFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.pull, "pull", "missing", "with --image: missing (pull when not stored), never, or always")
 	cmd.Flags().BoolVar(&f.noBytecode, "no-bytecode", false, "with --image: no bytecode layer (by default a Python standard library without compiled files is compiled once per image, in a sandbox, into a layer stacked on it)")
 	cmd.Flags().StringVar(&f.requirements, "requirements", "", "with --image: a pip requirements file, installed into a virtual environment at "+image.VenvDir+" (first on PATH) built once per image and file, then reused")
-	cmd.Flags().StringVar(&f.findLinks, "find-links", "", "with --requirements: the directory of wheels and sdists pip installs from (sandboxes have no network for an index)")
+	cmd.Flags().StringVar(&f.findLinks, "find-links", "", "with --requirements: a directory of wheels and sdists pip installs from")
+	cmd.Flags().StringVar(&f.indexURL, "index-url", "", "with --requirements: a PEP 503 simple index pip installs from, reached over an egress network that allows only its host and port (needs root and nftables)")
 	f.store.register(cmd)
 }
 
@@ -49,7 +52,21 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 	default:
 		return nil, usageError{fmt.Sprintf("invalid --pull %q: want missing, never or always", f.pull)}
 	}
-	st, err := f.store.open()
+	var buildNet *network.Manager
+	if f.indexURL != "" {
+		if f.requirements == "" {
+			return nil, usageError{"--index-url is for --requirements"}
+		}
+		if err := image.CheckIndexURL(f.indexURL); err != nil {
+			return nil, usageError{err.Error()}
+		}
+		var err error
+		if buildNet, err = buildNetwork(); err != nil {
+			return nil, err
+		}
+		defer buildNet.Close()
+	}
+	st, err := f.store.openWith(buildNet)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +90,7 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 		img = withBytecode(st, img)
 	}
 	if f.requirements != "" {
-		if img, err = withRequirements(st, img, f.requirements, f.findLinks); err != nil {
+		if img, err = withRequirements(st, img, f.requirements, image.Requirements{FindLinks: f.findLinks, IndexURL: f.indexURL}); err != nil {
 			return nil, err
 		}
 		s.Env = append(img.VenvEnv(), s.Env...) // the image's, then the venv's, then -e
@@ -93,12 +110,15 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 
 // functionImages makes the image roots of warm functions, from the image
 // store under stateDir (opened on first use).
-func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
+func functionImages(stateDir string, regs image.Registries, net *network.Manager) zygote.ImageFunc {
 	var once sync.Once
 	var st *image.Store
 	var openErr error
-	return func(fn *api.FunctionSpec, spec *sandbox.Spec) (func(), error) {
-		once.Do(func() { st, openErr = image.Open(stateDir, image.Options{Registries: regs}) })
+	return func(fn *api.FunctionSpec, spec *sandbox.Spec, admit zygote.AdmitFunc) (func(), error) {
+		// One budget for all functions (the daemon's): the first call's.
+		once.Do(func() {
+			st, openErr = image.Open(stateDir, image.Options{Registries: regs, Network: net, Admit: image.AdmitFunc(admit)})
+		})
 		if openErr != nil {
 			return nil, openErr
 		}
@@ -117,7 +137,7 @@ func functionImages(stateDir string, regs image.Registries) zygote.ImageFunc {
 			if err != nil {
 				return nil, fmt.Errorf("requirements: %w", err)
 			}
-			v, err := st.Venv(img, image.Requirements{File: b, FindLinks: fn.FindLinks})
+			v, err := st.Venv(img, image.Requirements{File: b, FindLinks: fn.FindLinks, IndexURL: fn.IndexURL})
 			if err != nil {
 				return nil, err
 			}
@@ -154,19 +174,21 @@ func withBytecode(st *image.Store, img *image.Image) *image.Image {
 
 // withRequirements stacks the dependency layer of requirements (built
 // first when this image and file have none) on img.
-func withRequirements(st *image.Store, img *image.Image, requirements, findLinks string) (*image.Image, error) {
+func withRequirements(st *image.Store, img *image.Image, requirements string, req image.Requirements) (*image.Image, error) {
 	b, err := os.ReadFile(requirements)
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--requirements: %v", err)}
 	}
-	if findLinks == "" {
-		return nil, usageError{"--requirements needs --find-links DIR: the packages to install (sandboxes have no network to reach an index)"}
+	req.File = b
+	if req.FindLinks == "" && req.IndexURL == "" {
+		return nil, usageError{"--requirements needs the packages to install: --find-links DIR (wheels and sdists) or --index-url URL (a package index)"}
 	}
-	abs, err := filepath.Abs(findLinks)
-	if err != nil {
-		return nil, usageError{fmt.Sprintf("--find-links: %v", err)}
+	if req.FindLinks != "" {
+		if req.FindLinks, err = filepath.Abs(req.FindLinks); err != nil {
+			return nil, usageError{fmt.Sprintf("--find-links: %v", err)}
+		}
 	}
-	v, err := st.Venv(img, image.Requirements{File: b, FindLinks: abs})
+	v, err := st.Venv(img, req)
 	if err != nil {
 		return nil, err
 	}

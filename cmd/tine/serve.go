@@ -193,7 +193,7 @@ func runServe(f serveFlags) error {
 	if f.e2b.addr == "" && (f.e2b.key != "" || f.e2b.domain != "") {
 		return usageError{"--e2b-key and --e2b-domain are for --e2b ADDR"}
 	}
-	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network, Images: functionImages(f.stateDir, cfg.Registries)})
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network, Images: functionImages(f.stateDir, cfg.Registries, cfg.Network)})
 	if err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func (s *Store) loadLayout(ctx context.Context, dir string, progress ProgressFun
 }
 
 func (s *Store) installLoaded(ctx context.Context, img v1.Image, refs []name.Reference, progress ProgressFunc) ([]string, error) {
-	if err := s.install(ctx, img, refs, false, progress); err != nil {
+	if err := s.install(ctx, img, refs, nil, progress); err != nil {
 		return nil, err
 	}
 	if len(refs) == 0 {

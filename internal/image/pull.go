@@ -56,10 +56,12 @@ func (s *Store) Pull(ctx context.Context, ref string, progress ProgressFunc) (*I
 		return nil, err
 	}
 	var img v1.Image
+	var from name.Reference
 	var errs []error
 	for _, src := range sources {
 		img, err = s.remoteImage(ctx, src)
 		if err == nil {
+			from = src
 			break
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", src.Context().RegistryStr(), err))
@@ -67,7 +69,11 @@ func (s *Store) Pull(ctx context.Context, ref string, progress ProgressFunc) (*I
 	if img == nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrPull, ref, errors.Join(errs...))
 	}
-	if err := s.install(ctx, img, []name.Reference{r}, true, progress); err != nil {
+	blobs, err := s.newBlobSource(ctx, from.Context())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrPull, ref, err)
+	}
+	if err := s.install(ctx, img, []name.Reference{r}, blobs, progress); err != nil {
 		return nil, err
 	}
 	return s.Lookup(ref)
@@ -111,10 +117,11 @@ func pickPlatform(idx v1.ImageIndex, p v1.Platform) (v1.Image, error) {
 	return nil, fmt.Errorf("no image for %s in the index (it has %v)", p, seen)
 }
 
-// install stores img's layers and record and points refs at it. remote
-// says the layers come from a registry (fetched compressed and counted as
-// such); a loaded one's are read uncompressed.
-func (s *Store) install(ctx context.Context, img v1.Image, refs []name.Reference, remote bool, progress ProgressFunc) error {
+// install stores img's layers and record and points refs at it. With
+// blobs the layers come from a registry (fetched compressed, resumably,
+// and counted as such); a loaded one's (blobs nil) are read uncompressed.
+func (s *Store) install(ctx context.Context, img v1.Image, refs []name.Reference, blobs *blobSource, progress ProgressFunc) error {
+	remote := blobs != nil
 	if progress == nil {
 		progress = func(Progress) {}
 	}
@@ -188,7 +195,7 @@ func (s *Store) install(ctx context.Context, img v1.Image, refs []name.Reference
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = s.fetchLayer(ctx, layers[i], &rec.Layers[i], remote, progress)
+			errs[i] = s.fetchLayer(ctx, layers[i], &rec.Layers[i], blobs, progress)
 		}()
 	}
 	wg.Wait()
@@ -231,8 +238,9 @@ func joinNames(n []string) string {
 
 // fetchLayer makes layer l (described by lr) present in the store, under
 // the layer's lock: whoever holds it first fetches, the others find it
-// there.
-func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, lr *Layer, remote bool, progress ProgressFunc) error {
+// there. From a registry (blobs) the compressed bytes are kept as they
+// arrive, so that a pull cut short resumes within the layer.
+func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, lr *Layer, blobs *blobSource, progress ProgressFunc) error {
 	unlock, err := lockFile(s.path("locks", lr.DiffID.Hex()), unix.LOCK_EX)
 	if err != nil {
 		return fmt.Errorf("lock layer %s: %w", lr.DiffID, err)
@@ -245,41 +253,93 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, lr *Layer, remote bo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var rc io.ReadCloser
-	if remote {
-		rc, err = l.Compressed()
-	} else {
-		rc, err = l.Uncompressed()
+	if blobs == nil || lr.Digest == "" || lr.Size <= 0 {
+		var rc io.ReadCloser
+		if blobs != nil {
+			rc, err = l.Compressed() // no digest or size to resume by
+		} else {
+			rc, err = l.Uncompressed()
+		}
+		if err != nil {
+			return fmt.Errorf("layer %s: %w", lr.DiffID, err)
+		}
+		defer rc.Close()
+		_, err = s.unpackLayer(ctx, rc, lr, nil, progress)
+		return err
 	}
+
+	part, err := s.openPartial(lr.Digest)
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", lr.DiffID, err)
 	}
-	defer rc.Close()
-	counted := &counter{r: rc, ctx: ctx, report: func(n int64) {
+	if part.have >= lr.Size {
+		part.restart() // more than the blob: not a prefix of it
+	}
+	body, from, err := blobs.open(ctx, lr.Digest, part.have, lr.Size)
+	if err != nil {
+		part.close(true)
+		return fmt.Errorf("layer %s: %w", lr.DiffID, err)
+	}
+	defer body.Close()
+	if from == 0 && part.have > 0 {
+		if err := part.restart(); err != nil {
+			part.close(false)
+			return err
+		}
+	}
+	rs := newResumable(part, body)
+	n, err := s.unpackLayer(ctx, rs, lr, func(n int64) error {
+		if n != lr.Size || rs.digest() != lr.Digest {
+			return fmt.Errorf("its blob is %d bytes with digest %s, the manifest says %d, %s: corrupt or tampered with", n, rs.digest(), lr.Size, lr.Digest)
+		}
+		return nil
+	}, progress)
+	// What arrived is kept only when the connection failed (or the pull
+	// was stopped): then it is a true prefix of the blob to resume from.
+	keep := err != nil && (rs.bodyErr != nil || ctx.Err() != nil)
+	part.close(keep)
+	if keep {
+		return fmt.Errorf("%w (%d of %d bytes kept: the next pull resumes from there)", err, n, lr.Size)
+	}
+	return err
+}
+
+// unpackLayer unpacks the (compressed or plain) tar in r into the layer
+// of lr and publishes it when its content's digest is lr's diff ID and
+// verify (if any) accepts the count of r's bytes, read to its end (past
+// the tar's); that count is returned.
+func (s *Store) unpackLayer(ctx context.Context, r io.Reader, lr *Layer, verify func(n int64) error, progress ProgressFunc) (int64, error) {
+	counted := &counter{r: r, ctx: ctx, report: func(n int64) {
 		progress(Progress{Status: "fetching", Digest: lr.Digest, Done: n, Total: lr.Size})
 	}}
 	tarStream, err := decompress(counted)
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", lr.DiffID, err)
+		return counted.n, fmt.Errorf("layer %s: %w", lr.DiffID, err)
 	}
 	defer tarStream.Close()
 	draft, err := s.Layers.Draft(lr.DiffID)
 	if err != nil {
-		return err
+		return counted.n, err
 	}
 	u, err := Unpack(tarStream, draft.Dir())
 	if err == nil && u.DiffID != string(lr.DiffID) {
 		err = fmt.Errorf("its content's digest is %s: corrupt or tampered with", u.DiffID)
 	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, counted)
+	}
+	if err == nil && verify != nil {
+		err = verify(counted.n)
+	}
 	if err != nil {
 		draft.Discard()
-		return fmt.Errorf("layer %s: %w", lr.DiffID, err)
+		return counted.n, fmt.Errorf("layer %s: %w", lr.DiffID, err)
 	}
 	if _, err := draft.Publish(); err != nil {
-		return err
+		return counted.n, err
 	}
 	progress(Progress{Status: "unpacked", Digest: lr.Digest, Done: counted.n, Total: lr.Size})
-	return nil
+	return counted.n, nil
 }
 
 // counter counts the bytes read through it, reporting every 256 KiB, and

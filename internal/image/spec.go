@@ -13,10 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxLowerBytes bounds the lowerdir list: a page less room for the upper,
-// work and view directories and the other options.
-const maxLowerBytes = 4096 - 512
-
 // ApplyOptions say what the caller set itself, which the image's config
 // does not override.
 type ApplyOptions struct {
@@ -41,18 +37,20 @@ func (img *Image) Apply(s *sandbox.Spec, o ApplyOptions) error {
 		return fmt.Errorf("%w: an image root needs root without --userns (a user namespace's overlay would not apply the layers' deletions)", sandbox.ErrInvalidSpec)
 	}
 	cfg := img.Record.Config
-	base, layers := img.Root()
-	s.RootFS = base
-	s.Layers = append(s.Layers, layers...)
 	// The overlay takes its lower directories in one mount option, which
-	// must fit a page; flattening layers to fit is not built yet.
-	n := len(base)
-	for _, l := range s.Layers {
-		n += len(l) + 1
+	// must fit a page: the image's bottom layers are merged as needed.
+	paths := img.Paths
+	if over := lowerBytes(s.Layers) + lowerBytes(paths); over > maxLowerBytes {
+		if img.store == nil {
+			return fmt.Errorf("%w: image %s stacks %d layers (%d bytes of overlay options, at most %d): too many to mount", sandbox.ErrInvalidSpec, img.Ref, len(s.Layers)+len(paths), over, maxLowerBytes)
+		}
+		var err error
+		if paths, err = img.store.flattenToFit(img, s.Layers); err != nil {
+			return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+		}
 	}
-	if n > maxLowerBytes {
-		return fmt.Errorf("%w: image %s stacks %d layers (%d bytes of overlay options, at most %d): too many to mount; flatten the image (docker export | docker import) or use one with fewer layers", sandbox.ErrInvalidSpec, img.Ref, len(s.Layers)+1, n, maxLowerBytes)
-	}
+	s.RootFS = paths[len(paths)-1]
+	s.Layers = append(s.Layers, paths[:len(paths)-1]...)
 	s.Env = append(append([]string(nil), cfg.Env...), s.Env...)
 	if o.OneShot {
 		args := s.Args

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/store"
 )
 
@@ -38,6 +39,10 @@ const FormatVersion = 1
 //	images/locks/<hex>      one per layer diff ID: held while it is fetched
 //	                        or removed, so one process fetches it
 //	images/pulls/<hex>      held by the pull of manifest <hex> under way
+//	images/pulls/blob-<hex> the bytes a pull has of blob <hex> (flock'ed
+//	                        while in use), kept for a resume
+//	images/flat/<key>.json  the layer an image's bottom layers were
+//	                        merged into (a stack too deep to mount)
 //	images/lock             held while refs.json changes
 
 // Record is what is kept of one image (one manifest).
@@ -80,7 +85,16 @@ type Options struct {
 	Platform *v1.Platform
 	// Transport for registry requests; nil: go-containerregistry's default.
 	Transport http.RoundTripper
+	// Network gives dependency builds from a package index their egress
+	// (the daemon's; nil: builds from an index are refused).
+	Network *network.Manager
+	// Admit, when set, counts each build's sandbox (bytecode, dependencies)
+	// against a budget (the daemon's) while it runs, with its memory limit.
+	Admit AdmitFunc
 }
+
+// AdmitFunc reserves memoryBytes of a budget for a sandbox, or refuses.
+type AdmitFunc func(memoryBytes int64) (release func(), err error)
 
 // Store holds the images of one state directory.
 type Store struct {
@@ -134,6 +148,7 @@ type Image struct {
 	Record *Record
 	// Paths are the layers' directories, topmost first (overlay order).
 	Paths []string
+	store *Store // flattens the bottom layers when a stack is too deep to mount
 }
 
 // Root returns the image as a sandbox root: the bottom layer as the base
@@ -221,7 +236,7 @@ func (s *Store) Lookup(ref string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := &Image{Ref: ref, Record: r}
+	img := &Image{Ref: ref, Record: r, store: s}
 	for i := len(r.Layers) - 1; i >= 0; i-- {
 		d := r.Layers[i].DiffID
 		if !s.Layers.Has(d) {

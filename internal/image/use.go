@@ -174,7 +174,12 @@ func (s *Store) removeImage(digest string) error {
 		}
 		ids = append(ids, v.Layer)
 	}
-	return s.dropLayers(ids)
+	// And the layers its bottom ones were flattened into.
+	flat, err := s.dropFlattened(digest)
+	if err != nil {
+		return err
+	}
+	return s.dropLayers(append(ids, flat...))
 }
 
 // dropLayers removes those of ds no pin keeps, each under its layer lock
@@ -208,7 +213,7 @@ func (s *Store) dropLayer(d store.Digest) error {
 // Pruned says what Prune removed.
 type Pruned struct {
 	Images []string `json:"images"` // digests
-	Pulls  int      `json:"pulls"`  // interrupted pulls' leftovers
+	Pulls  int      `json:"pulls"`  // interrupted pulls' leftovers (their layers, partial blobs)
 }
 
 // Prune removes every image no sandbox, function or desktop uses, and the
@@ -260,7 +265,9 @@ func (s *Store) Prune() (Pruned, error) {
 		}
 		out.Pulls++
 	}
-	return out, nil
+	n, err := s.prunePartials()
+	out.Pulls += n
+	return out, err
 }
 
 // holdPrefix names the pins by which something other than a sandbox (a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
 	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/store"
 	"golang.org/x/sys/unix"
@@ -27,9 +28,12 @@ type Requirements struct {
 	// File is the requirements file's content.
 	File []byte
 	// FindLinks is a host directory of wheels and sdists pip installs
-	// from (bound read-only into the build); required, since a sandbox has
-	// no network to reach an index.
+	// from (copied into the build).
 	FindLinks string
+	// IndexURL is a PEP 503 simple index pip installs from, reached over
+	// the store's egress network under a policy that allows only the
+	// index's host and port. At least one of FindLinks and IndexURL.
+	IndexURL string
 }
 
 type venvRecord struct {
@@ -47,14 +51,19 @@ type Venv struct {
 }
 
 // venvKey names the environment of req over img: the image's digest, the
-// file's bytes, and the packages it may come from (every file of the
-// find-links directory by name and content, so a directory that changed,
-// or one a tenant filled, never yields an environment built from other
-// packages).
+// file's bytes, and the packages it may come from (the index's URL, and
+// every file of the find-links directory by name and content, so a
+// directory that changed, or one a tenant filled, never yields an
+// environment built from other packages). An index's content is not in
+// the key: pin versions (and hashes) in the file to make it so.
 func venvKey(img *Image, req Requirements) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%d\x00", img.Record.Digest, len(req.File))
 	h.Write(req.File)
+	fmt.Fprintf(h, "index %q\n", req.IndexURL)
+	if req.FindLinks == "" {
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
 	entries, err := os.ReadDir(req.FindLinks)
 	if err != nil {
 		return "", err
@@ -75,15 +84,26 @@ func venvKey(img *Image, req Requirements) (string, error) {
 
 // Venv returns the dependency layer of req over img: a virtual
 // environment at VenvDir built once per (image digest, requirements
-// bytes) with the image's own pip (pip --python VENV, no ensurepip), in a
-// sandbox of the image, and shared by every run and function that names
-// the same pair. Concurrent builds of one key build once.
+// bytes, package sources) with the image's own pip (pip --python VENV, no
+// ensurepip), in a sandbox of the image, and shared by every run and
+// function that names the same key. Concurrent builds of one key build
+// once. A failed build leaves nothing.
 func (s *Store) Venv(img *Image, req Requirements) (Venv, error) {
-	if req.FindLinks == "" {
-		return Venv{}, fmt.Errorf("requirements need a --find-links directory of packages (a sandbox has no network to reach an index)")
+	if req.FindLinks == "" && req.IndexURL == "" {
+		return Venv{}, fmt.Errorf("requirements need packages to install: a --find-links directory of wheels and sdists, or an --index-url")
 	}
-	if st, err := os.Stat(req.FindLinks); err != nil || !st.IsDir() {
-		return Venv{}, fmt.Errorf("--find-links %s: not a directory", req.FindLinks)
+	if req.FindLinks != "" {
+		if st, err := os.Stat(req.FindLinks); err != nil || !st.IsDir() {
+			return Venv{}, fmt.Errorf("--find-links %s: not a directory", req.FindLinks)
+		}
+	}
+	if req.IndexURL != "" {
+		if _, err := indexRule(req.IndexURL); err != nil {
+			return Venv{}, err
+		}
+		if s.opts.Network == nil {
+			return Venv{}, fmt.Errorf("%w: --index-url %s needs egress networking (root, nftables: see tine doctor)", ErrNoEgress, req.IndexURL)
+		}
 	}
 	key, err := venvKey(img, req)
 	if err != nil {
@@ -140,18 +160,30 @@ func (s *Store) buildVenv(img *Image, req Requirements, key string) (store.Diges
 	if err := os.WriteFile(filepath.Join(reqDir, "requirements.txt"), req.File, 0o644); err != nil {
 		return "", err
 	}
-	if err := copyFlat(req.FindLinks, filepath.Join(reqDir, "find-links")); err != nil {
-		return "", err
+	if req.FindLinks != "" {
+		if err := copyFlat(req.FindLinks, filepath.Join(reqDir, "find-links")); err != nil {
+			return "", err
+		}
 	}
 	spec := &sandbox.Spec{Seccomp: seccomp.Default, DiskBytes: 1 << 30,
 		DefaultLimits: cgroup.Limits{MemoryBytes: sandbox.DefaultMemory, Pids: sandbox.DefaultPids},
 		Binds:         []sandbox.Bind{{Source: reqDir, Target: "/tine/build"}}}
-	script := "set -e; mkdir -p " + filepath.Dir(VenvDir) + "; python3 -m venv --without-pip " + VenvDir +
-		"; python3 -m pip --python " + VenvDir + "/bin/python install --no-input --disable-pip-version-check --no-index --find-links /tine/build/find-links -r /tine/build/requirements.txt"
-	return s.buildLayer(img, spec, layerBuild{
-		what: "pip", args: []string{"/bin/sh", "-c", script}, env: []string{"PIP_NO_CACHE_DIR=1"},
-		pin: "venv-" + key, tail: 600,
-	})
+	b := layerBuild{what: "pip", env: []string{"PIP_NO_CACHE_DIR=1"}, pin: "venv-" + key, tail: 1200, reason: pipReason}
+	if req.IndexURL != "" {
+		// The build's network allows the index's host and port, nothing
+		// else (a requirements file's own --extra-index-url included).
+		rule, _ := indexRule(req.IndexURL) // checked in Venv
+		att, err := s.opts.Network.Attach(network.Policy{Allow: []network.Rule{rule}}, nil)
+		if err != nil {
+			return "", fmt.Errorf("egress network for the index: %w", err)
+		}
+		defer att.Detach()
+		spec.NetNS = att.NetNS()
+		b.resolvConf = att.ResolvConf()
+	}
+	b.args = []string{"/bin/sh", "-c", "set -e; mkdir -p " + filepath.Dir(VenvDir) + "; python3 -m venv --without-pip " + VenvDir +
+		"; python3 -m pip --python " + VenvDir + "/bin/python install --no-input --disable-pip-version-check" + indexArgs(req) + " -r /tine/build/requirements.txt"}
+	return s.buildLayer(img, spec, b)
 }
 
 // VenvEnv is what a sandbox with a dependency layer adds to the image's

@@ -194,7 +194,7 @@ func (f *function) warm(old *sandbox.Sandbox, oldBudget func()) (sb *sandbox.San
 			}
 		}
 		if f.spec.Image != "" {
-			unuse, err := f.images(&f.spec, spec)
+			unuse, err := f.images(&f.spec, spec, f.admit)
 			if err != nil {
 				release()
 				return nil, nil, nil, fmt.Errorf("%w: function %s: image %s: %v", ErrWarm, f.spec.Name, f.spec.Image, err)

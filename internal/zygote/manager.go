@@ -47,8 +47,9 @@ type Config struct {
 
 // ImageFunc makes fn's image the root of spec (pulling it when missing),
 // with the environment of its requirements stacked on it, and keeps it
-// from removal until release is called.
-type ImageFunc func(fn *api.FunctionSpec, spec *sandbox.Spec) (release func(), err error)
+// from removal until release is called. The sandboxes it builds layers in
+// count against admit (nil: nowhere) while they run.
+type ImageFunc func(fn *api.FunctionSpec, spec *sandbox.Spec, admit AdmitFunc) (release func(), err error)
 
 // PoolName is the runtime pool's function name.
 const PoolName = "pool.python"

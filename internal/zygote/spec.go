@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -84,6 +85,7 @@ type tomlSpec struct {
 	Image        string   `toml:"image"`
 	Requirements string   `toml:"requirements"`
 	FindLinks    string   `toml:"find_links"`
+	IndexURL     string   `toml:"index_url"`
 	Node         string   `toml:"node"`
 	Network      string   `toml:"network"`
 	Allow        []string `toml:"allow"`
@@ -117,11 +119,11 @@ func ParseSpec(src []byte, dir string) (*api.FunctionSpec, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, image, requirements, find_links, node, network, allow, deny, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
+		return nil, fmt.Errorf("%w: unknown key %q (line %d); known keys: name, runtime, entry, handler, command, preload, python, image, requirements, find_links, index_url, node, network, allow, deny, concurrency, cold_after, [limits] memory, cpus, pids, timeout", ErrInvalidSpec, k, lineOf(src, und[0]))
 	}
 	s := &api.FunctionSpec{
 		Name: t.Name, Runtime: t.Runtime, Entry: t.Entry, Handler: t.Handler, Command: t.Command,
-		Preload: t.Preload, Python: t.Python, Image: t.Image, Requirements: t.Requirements, FindLinks: t.FindLinks, Node: t.Node, Network: t.Network, Allow: t.Allow, Deny: t.Deny, Concurrency: t.Concurrency,
+		Preload: t.Preload, Python: t.Python, Image: t.Image, Requirements: t.Requirements, FindLinks: t.FindLinks, IndexURL: t.IndexURL, Node: t.Node, Network: t.Network, Allow: t.Allow, Deny: t.Deny, Concurrency: t.Concurrency,
 		Limits: api.FunctionLimits{CPUs: t.Limits.CPUs, Pids: t.Limits.Pids},
 	}
 	for _, p := range []*string{&s.Entry, &s.Requirements, &s.FindLinks} {
@@ -222,10 +224,16 @@ func Validate(s *api.FunctionSpec) error {
 	switch {
 	case s.Requirements != "" && s.Image == "":
 		return bad("requirements %q need an image: the environment is built with the image's pip", s.Requirements)
-	case s.Requirements != "" && (s.FindLinks == "" || !filepath.IsAbs(s.Requirements) || !filepath.IsAbs(s.FindLinks)):
-		return bad("requirements need find_links, the directory of packages to install (both absolute paths on the daemon's host; a sandbox has no network to reach an index)")
+	case s.Requirements != "" && s.FindLinks == "" && s.IndexURL == "":
+		return bad("requirements need the packages to install: find_links (a directory of wheels and sdists) or index_url (a package index)")
+	case s.Requirements != "" && (!filepath.IsAbs(s.Requirements) || s.FindLinks != "" && !filepath.IsAbs(s.FindLinks)):
+		return bad("requirements and find_links must be absolute paths on the daemon's host")
 	case s.FindLinks != "" && s.Requirements == "":
 		return bad("find_links %q is for requirements", s.FindLinks)
+	case s.IndexURL != "" && s.Requirements == "":
+		return bad("index_url %q is for requirements", s.IndexURL)
+	case s.IndexURL != "" && !isIndexURL(s.IndexURL):
+		return bad("index_url %q: want an http:// or https:// URL of a PEP 503 simple index (e.g. https://pypi.org/simple)", s.IndexURL)
 	}
 	switch s.Runtime {
 	case "":
@@ -335,6 +343,13 @@ func Validate(s *api.FunctionSpec) error {
 		return bad("cold_after: want a positive duration")
 	}
 	return nil
+}
+
+// isIndexURL says whether u can name a package index (internal/image
+// checks the rest when it builds).
+func isIndexURL(u string) bool {
+	p, err := url.Parse(u)
+	return err == nil && (p.Scheme == "http" || p.Scheme == "https") && p.Host != ""
 }
 
 // withNUL returns the first of s's paths and arguments that holds a NUL

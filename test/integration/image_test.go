@@ -288,15 +288,34 @@ func TestImageRefusals(t *testing.T) {
 	if r := h.run("run", "--state-dir", state, "--image", "UPPER:case", "--", "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "invalid image reference") {
 		t.Fatalf("a malformed reference:\n%s", r)
 	}
-	// Many layers: refused with a clear error instead of a failed mount.
+	if r := h.run("run", "--state-dir", state, "--image", ref, "--index-url", "http://pypi.lan/simple", "--", "/bin/true"); r.Code != 2 || !strings.Contains(r.Stderr, "is for --requirements") {
+		t.Fatalf("--index-url without --requirements:\n%s", r)
+	}
+	req := filepath.Join(t.TempDir(), "requirements.txt")
+	if err := os.WriteFile(req, []byte("tinedemo\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"ftp://pypi.lan/simple", "http://127.0.0.1:3141/simple"} {
+		if r := h.run("run", "--state-dir", state, "--image", ref, "--requirements", req, "--index-url", u, "--", "/bin/true"); r.Code != 2 || !strings.Contains(r.Stderr, "--index-url") {
+			t.Fatalf("--index-url %s:\n%s", u, r)
+		}
+	}
+}
+
+// TestDeepImageRuns: an image of more layers than one overlay mount
+// takes runs (its bottom layers flattened), all of its files there.
+func TestDeepImageRuns(t *testing.T) {
+	h := setup(t)
+	reg := imagetest.NewRegistry(t)
+	state := imageState(t)
 	var layers []v1.Layer
 	layers = append(layers, imagetest.BusyboxLayer(t))
-	for i := range 40 {
+	for i := range 60 {
 		layers = append(layers, imagetest.Layer(t, imagetest.File{Name: "l/" + strconv.Itoa(i), Body: strconv.Itoa(i)}))
 	}
-	deep := reg.Push(t, "deep:1", imagetest.Image(t, v1.Config{}, layers...))
-	if r := h.run("run", "--state-dir", state, "--image", deep, "--", "/bin/true"); r.Code != 2 || !strings.Contains(r.Stderr, "too many to mount") {
-		t.Fatalf("an image of 41 layers:\n%s", r)
+	deep := reg.Push(t, "deep:1", imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, layers...))
+	if r := h.run("run", "--state-dir", state, "--image", deep, "--", "/bin/sh", "-c", "ls /l | wc -l"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "60" {
+		t.Fatalf("an image of 61 layers:\n%s", r)
 	}
 }
 

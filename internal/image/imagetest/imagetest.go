@@ -5,6 +5,7 @@ package imagetest
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -134,6 +135,54 @@ type Registry struct {
 	srv       *httptest.Server
 	mu        sync.Mutex
 	fetched   map[string]int
+	sent      map[string]int64
+	ranges    map[string][]string
+	cutBlob   string
+	cutAt     int64
+}
+
+// CutBlob makes every GET of blob digest send at most n bytes of its
+// body and then drop the connection (n 0: no more cuts).
+func (r *Registry) CutBlob(digest string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cutBlob, r.cutAt = digest, n
+}
+
+// Sent is how many bytes of blob digest's bodies were sent, and the
+// Range headers its GETs had ("" for none).
+func (r *Registry) Sent(digest string) (int64, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent[digest], append([]string(nil), r.ranges[digest]...)
+}
+
+// countingWriter counts the body bytes sent for a blob and cuts the
+// body short after limit of them (limit 0: never).
+type countingWriter struct {
+	http.ResponseWriter
+	r      *Registry
+	digest string
+	n      int64
+	limit  int64
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	cut := false
+	if w.limit > 0 && w.n+int64(len(b)) > w.limit {
+		b, cut = b[:w.limit-w.n], true
+	}
+	k, err := w.ResponseWriter.Write(b)
+	w.n += int64(k)
+	w.r.mu.Lock()
+	w.r.sent[w.digest] += int64(k)
+	w.r.mu.Unlock()
+	if cut && err == nil {
+		// A body shorter than its Content-Length: the server closes
+		// the connection, as a network failure would.
+		err = errors.New("cut by the test")
+	}
+	return k, err
 }
 
 // Fetched counts the downloads of blob digest ("sha256:…").
@@ -146,7 +195,7 @@ func (r *Registry) Fetched(digest string) int {
 // NewRegistry starts a registry, stopped when the test ends.
 func NewRegistry(t testing.TB) *Registry {
 	t.Helper()
-	r := &Registry{fetched: map[string]int{}}
+	r := &Registry{fetched: map[string]int{}, sent: map[string]int64{}, ranges: map[string][]string{}}
 	reg := registry.New(registry.Logger(nopLogger()))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.BasicAuth != "" {
@@ -159,13 +208,20 @@ func NewRegistry(t testing.TB) *Registry {
 		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
 			n := r.Blobs.Add(1)
+			digest := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
 			r.mu.Lock()
-			r.fetched[req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]]++
+			r.fetched[digest]++
+			r.ranges[digest] = append(r.ranges[digest], req.Header.Get("Range"))
+			cw := &countingWriter{ResponseWriter: w, r: r, digest: digest}
+			if digest == r.cutBlob {
+				cw.limit = r.cutAt
+			}
 			r.mu.Unlock()
 			if lim := r.FailBlobsAfter.Load(); lim > 0 && n > lim {
 				http.Error(w, "injected failure", http.StatusForbidden) // not retried
 				return
 			}
+			w = cw
 		}
 		reg.ServeHTTP(w, req)
 	}))

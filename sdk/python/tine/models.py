@@ -242,6 +242,7 @@ class FunctionSpec:
     image: str | None = None  # an OCI image as the root (docs/images.md)
     requirements: str | None = None  # host path of a pip requirements file (with image)
     find_links: str | None = None  # host directory of the packages it installs
+    index_url: str | None = None  # a PEP 503 index it installs from (egress: its host:port only)
     node: str | None = None
     network: str | None = None  # isolated (default), shared or egress
     allow: list[str] | None = None  # egress: as a sandbox's
