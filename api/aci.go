@@ -111,9 +111,14 @@ type ACIScreenshot struct {
 	Region []int `json:"region,omitempty"`
 	Cursor bool  `json:"cursor,omitempty"`
 	// IfNoneMatch: when the frame's hash equals it, the answer is
-	// not_modified and carries no image.
+	// not_modified and carries no image. ACIAnyFrame ("*") matches any
+	// frame: the answer is the hash alone.
 	IfNoneMatch string `json:"if_none_match,omitempty"`
 }
+
+// ACIAnyFrame as IfNoneMatch asks for a frame's hash without its image
+// (the guest's capability "frame_probe").
+const ACIAnyFrame = "*"
 
 // ACIObserve is what a step returns after its actions.
 type ACIObserve struct {
