@@ -375,6 +375,8 @@ type WarmOptions struct {
 	// desktop suite's Python round trips; empty skips them.
 	PythonSDK string
 	Progress  io.Writer
+	// FleetOnly runs only the fork suite's fleet frame dedup part.
+	FleetOnly bool
 }
 
 // putWarmFunction registers the 16-import function on d. Its entry lives
