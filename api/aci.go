@@ -220,9 +220,9 @@ type DesktopSpec struct {
 	// desktop); off by default.
 	GLX bool `json:"glx,omitempty"`
 	// MemoryTier makes the desktop one the memory tier of snapshots can
-	// capture: its X server keeps the screen in its own memory (no System
-	// V shared memory, which criu cannot carry) and screenshots go through
-	// the X server, which is slower.
+	// capture: its X server keeps the screen in a file of the sandbox's
+	// /dev/shm (no System V shared memory, which criu cannot carry), which
+	// the guest maps to read screenshots.
 	MemoryTier bool `json:"memory_tier,omitempty"`
 	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
 	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).
