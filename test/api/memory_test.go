@@ -317,8 +317,20 @@ func TestMemoryForkDesktop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its screen is a file mapped by Xvfb and the guest (no System V
+	// memory), read as fast as the default desktop's segment.
+	if a.Welcome.Capture != "framebuffer" {
+		t.Errorf("a memory_tier desktop captures by %q, want the framebuffer file", a.Welcome.Capture)
+	}
 	if err := a.Type(ctx, "echo golden-state; touch /tmp/typed\n"); err != nil {
 		t.Fatal(err)
+	}
+	// An open ACI session is a connection from the daemon into the guest:
+	// refused before anything is dumped, saying what to close.
+	_, err = d.c.Snapshot(ctx, golden.ID, &api.SnapshotRequest{Tier: api.TierMemory})
+	wantStatus(t, "a memory snapshot with an ACI session open", err, http.StatusConflict)
+	if err == nil || !strings.Contains(err.Error(), "1 open ACI session") {
+		t.Errorf("the error does not name the open session: %v", err)
 	}
 	a.Close()
 	sh(t, d.c, golden.ID, "i=0; while [ ! -e /tmp/typed ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; test -e /tmp/typed")
