@@ -327,6 +327,7 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer done()
+	defer b.countACI(1)()
 	root := b.inst.Root()
 	var failed error
 	proxy := &httputil.ReverseProxy{
