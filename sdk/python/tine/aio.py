@@ -544,7 +544,7 @@ class DesktopSession:
 
     async def step(self, actions: Sequence[Mapping[str, Any]],
                    observe: Mapping[str, Any] | None = None) -> m.StepResult:
-        if self.frames is None or not observe or not observe.get("screenshot"):
+        if self.frames is None or not observe or observe.get("screenshot") is None:
             return await self._run(_aci.step(actions, observe))
         opts = dict(observe["screenshot"])
         res = await self._run(_aci.step(actions, {**observe, "screenshot": _frames.probe_options(opts)}))

@@ -402,7 +402,7 @@ class DesktopSession:
         in its result, then observe once (``{"screenshot": {...},
         "windows": True, "cursor": True, "settle_ms": 50}``): one round trip
         (two when a shared frame cache has to fetch the image)."""
-        if self.frames is None or not observe or not observe.get("screenshot"):
+        if self.frames is None or not observe or observe.get("screenshot") is None:
             return self._run(_aci.step(actions, observe))
         opts = dict(observe["screenshot"])
         res = self._run(_aci.step(actions, {**observe, "screenshot": _frames.probe_options(opts)}))
