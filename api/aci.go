@@ -221,7 +221,7 @@ type DesktopSpec struct {
 	GLX bool `json:"glx,omitempty"`
 	// MemoryTier makes the desktop one the memory tier of snapshots can
 	// capture: its X server keeps the screen in a file of the sandbox's
-	// /dev/shm (no System V shared memory, which criu cannot carry), which
+	// /run (no System V shared memory, which criu cannot carry), which
 	// the guest maps to read screenshots.
 	MemoryTier bool `json:"memory_tier,omitempty"`
 	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the

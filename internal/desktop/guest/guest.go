@@ -114,9 +114,9 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	if display == "" {
 		cfg := xvfb.Config{Width: o.Width, Height: o.Height, GLX: o.GLX, NoSHM: o.NoSHM}
 		if o.NoSHM {
-			// The screen in a file of the sandbox's own /dev/shm, which
-			// the memory tier carries with the images (ADR 0016).
-			dir, err := os.MkdirTemp(fbParent(), "tine-xvfb-")
+			// The screen in a file of the sandbox's own /run, which the
+			// memory tier carries with the images (ADR 0016).
+			dir, err := framebufferDir()
 			if err != nil {
 				return fmt.Errorf("framebuffer directory: %w", err)
 			}
@@ -337,11 +337,13 @@ func forward(socket, addr string) (stop func(), err error) {
 	return func() { l.Close() }, nil
 }
 
-// fbParent is where a framebuffer file goes: /dev/shm (a sandbox's own
-// tmpfs), else the temporary directory.
-func fbParent() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm"
+// framebufferDir makes a directory for Xvfb's screen file: in /run (in a
+// sandbox its own tmpfs, sized by its disk limit, where a desktop's guest
+// keeps its socket too; /dev/shm holds only 64 MiB, less than a big
+// screen), else in the temporary directory (a guest run by a user).
+func framebufferDir() (string, error) {
+	if dir, err := os.MkdirTemp("/run", "tine-xvfb-"); err == nil {
+		return dir, nil
 	}
-	return os.TempDir()
+	return os.MkdirTemp("", "tine-xvfb-")
 }
