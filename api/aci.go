@@ -219,10 +219,10 @@ type DesktopSpec struct {
 	// GLX gives the X server software OpenGL (about 54 MiB more per
 	// desktop); off by default.
 	GLX bool `json:"glx,omitempty"`
-	// MemoryTier makes the desktop one the memory tier of snapshots can
-	// capture: its X server keeps the screen in a file of the sandbox's
-	// /run (no System V shared memory, which criu cannot carry), which
-	// the guest maps to read screenshots.
+	// MemoryTier is kept for clients that set it: every desktop is now
+	// one the memory tier of snapshots can capture (its X server keeps
+	// the screen in a file of the sandbox's /run, not in System V shared
+	// memory, which criu cannot carry).
 	MemoryTier bool `json:"memory_tier,omitempty"`
 	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
 	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).

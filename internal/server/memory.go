@@ -31,9 +31,6 @@ func (s *Server) checkpointable(b *box) (checkpoint.Sandbox, error) {
 	if err := memoryTier().Usable(); err != nil {
 		return nil, err
 	}
-	if d := b.desktopNow(); d != nil && !d.spec.MemoryTier {
-		return nil, fmt.Errorf("%w: desktop %s keeps its screen in System V shared memory, which criu cannot carry: create the desktop with \"memory_tier\": true, or take an fs snapshot", ErrNoSnapshots, b.id)
-	}
 	if n := b.waitACIClosed(aciCloseGrace); n > 0 {
 		return nil, fmt.Errorf("%w: desktop %s has %d open ACI session(s) (or viewer pages): each is a connection from the daemon into its guest, which criu cannot carry into a replica; close them before a memory snapshot (the replicas' guests take new sessions at once), or take an fs snapshot", ErrConflictState, b.id, n)
 	}
