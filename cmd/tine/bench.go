@@ -190,7 +190,7 @@ memory snapshot (wall, and how long it was paused), fork → usable (the
 restored process answers with the golden's nonce and state digest; the
 workspace is verified after), fan-out of N = 1 ... 32 with every restored
 process answering, and the PSS per added replica; and the memory tier of a desktop
-made with memory_tier (an xterm with a directory listing): its pause, fork →
+(an xterm with a directory listing): its pause, fork →
 usable (the restored guest answers its ACI with the golden's frame hash), and
 N=16 with every replica's frame and marker checked (pixel identity). Last,
 fleet frame dedup: 16 replicas of a desktop, each round the same key typed

@@ -44,7 +44,7 @@ var fleetModes = []fleetMode{
 // screen, the distinct fleet (each replica first ran a command of its
 // own) 16. Bytes are what the guests sent (client.ACI.Received).
 func forkFleetDedup(ctx context.Context, c *client.Client, r *SeriesReport, rounds int) error {
-	golden, err := c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}, MemoryTier: true})
+	golden, err := c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}})
 	if err != nil {
 		return fmt.Errorf("create the golden desktop: %w", err)
 	}

@@ -25,7 +25,7 @@ func TestFleetFrameDedup(t *testing.T) {
 	require.Binary(t, "xterm")
 	d := startDaemon(t, "--pool", "0")
 	ctx := context.Background()
-	golden, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480, Apps: [][]string{{"xterm"}}, MemoryTier: true})
+	golden, err := d.c.CreateDesktop(ctx, &api.DesktopSpec{Width: 640, Height: 480, Apps: [][]string{{"xterm"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

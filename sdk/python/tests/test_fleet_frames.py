@@ -46,7 +46,7 @@ class FleetFramesTest(unittest.TestCase):
         cls.d = desktop_daemon()
         cls.c = tine.Client(cls.d.socket)
         cls.addClassCleanup(cls.c.close)
-        golden = cls.c.create_desktop({"width": 640, "height": 400, "apps": [["xterm"]], "memory_tier": True})
+        golden = cls.c.create_desktop({"width": 640, "height": 400, "apps": [["xterm"]]})
         cls.addClassCleanup(cls.c.delete_desktop, golden.id)
         with cls.c.aci(golden.id) as s:
             s.type("echo fleet-golden; touch /tmp/typed\n")
