@@ -120,6 +120,9 @@ func TestFleetFrameDedup(t *testing.T) {
 		}
 	}
 	statsEnd = cache.Stats()
+	if left, err := d.c.Desktops(ctx); err != nil || len(left) != 1 {
+		t.Errorf("after the fleet: %d desktops (%v), want the golden alone", len(left), err)
+	}
 
 	for i, s := range first {
 		if s.hash != want || !bytes.Equal(s.img, first[0].img) || len(s.img) < 4096 {
