@@ -46,7 +46,7 @@ type FrameCacheStats struct {
 // frameKey names an encoded image: the frame's pixels (their hash and
 // size) and how they were encoded.
 type frameKey struct {
-	hash, format, encoder string
+	hash, format, encoder  string
 	quality, width, height int
 }
 

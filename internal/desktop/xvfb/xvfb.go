@@ -46,7 +46,7 @@ type Server struct {
 	Framebuffer int
 	// FramebufferFile is screen 0's file, with Config.FBDir.
 	FramebufferFile string
-	log         *stderrLog
+	log             *stderrLog
 }
 
 // Stderr is what Xvfb has written to its standard error so far.
