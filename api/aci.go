@@ -111,9 +111,14 @@ type ACIScreenshot struct {
 	Region []int `json:"region,omitempty"`
 	Cursor bool  `json:"cursor,omitempty"`
 	// IfNoneMatch: when the frame's hash equals it, the answer is
-	// not_modified and carries no image.
+	// not_modified and carries no image. ACIAnyFrame ("*") matches any
+	// frame: the answer is the hash alone.
 	IfNoneMatch string `json:"if_none_match,omitempty"`
 }
+
+// ACIAnyFrame as IfNoneMatch asks for a frame's hash without its image
+// (the guest's capability "frame_probe").
+const ACIAnyFrame = "*"
 
 // ACIObserve is what a step returns after its actions.
 type ACIObserve struct {
@@ -214,10 +219,10 @@ type DesktopSpec struct {
 	// GLX gives the X server software OpenGL (about 54 MiB more per
 	// desktop); off by default.
 	GLX bool `json:"glx,omitempty"`
-	// MemoryTier makes the desktop one the memory tier of snapshots can
-	// capture: its X server keeps the screen in its own memory (no System
-	// V shared memory, which criu cannot carry) and screenshots go through
-	// the X server, which is slower.
+	// MemoryTier is kept for clients that set it: every desktop is now
+	// one the memory tier of snapshots can capture (its X server keeps
+	// the screen in a file of the sandbox's /run, not in System V shared
+	// memory, which criu cannot carry).
 	MemoryTier bool `json:"memory_tier,omitempty"`
 	// OSWorld serves OSWorld's guest API (docs/osworld.md) for the
 	// desktop on a loopback TCP port the daemon publishes (Desktop.OSWorld).

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -71,6 +72,9 @@ type ACI struct {
 	pending map[uint64]chan aciAnswer
 	err     error       // why the session ended
 	cast    *Screencast // the running screencast (screencast.go)
+	frames  *FrameCache // shared with a fleet's other sessions (frames.go)
+
+	received atomic.Int64 // bytes of the messages the guest sent
 }
 
 type aciAnswer struct {
@@ -136,6 +140,7 @@ func (a *ACI) read() {
 			a.fail(fmt.Errorf("aci session ended: %w", err))
 			return
 		}
+		a.received.Add(int64(len(b)))
 		ans := aciAnswer{rep: &api.ACIReply{}}
 		head := b
 		if typ == websocket.MessageBinary {
@@ -281,16 +286,51 @@ func (a *ACI) Windows(ctx context.Context) ([]api.ACIWindow, error) {
 }
 
 // Screenshot takes a screenshot; the reply carries its frame hash and
-// size, the bytes are the encoded image (none when not modified).
+// size, the bytes are the encoded image (none when not modified). With a
+// shared FrameCache (ShareFrames) the image may come from the cache.
 func (a *ACI) Screenshot(ctx context.Context, o *api.ACIScreenshot) (*api.ACIReply, []byte, error) {
+	if fc := a.sharedFrames(); fc != nil {
+		return fc.screenshot(ctx, a, o)
+	}
 	return a.Do(ctx, &api.ACIRequest{Op: "screenshot", Screenshot: o})
 }
 
 // Step runs actions in order and observes once; the reply's Results hold
-// each action's outcome (a failed action does not stop the next).
+// each action's outcome (a failed action does not stop the next). With a
+// shared FrameCache, the observation's image may come from the cache.
 func (a *ACI) Step(ctx context.Context, actions []api.ACIRequest, observe *api.ACIObserve) (*api.ACIReply, []byte, error) {
-	return a.Do(ctx, &api.ACIRequest{Op: "step", Actions: actions, Observe: observe})
+	fc := a.sharedFrames()
+	if fc == nil || observe == nil || observe.Screenshot == nil {
+		return a.Do(ctx, &api.ACIRequest{Op: "step", Actions: actions, Observe: observe})
+	}
+	probe, shot := *observe, *observe.Screenshot
+	shot.IfNoneMatch = api.ACIAnyFrame
+	probe.Screenshot = &shot
+	rep, img, err := a.Do(ctx, &api.ACIRequest{Op: "step", Actions: actions, Observe: &probe})
+	if err != nil {
+		return rep, img, err
+	}
+	img, err = fc.fill(ctx, a, observe.Screenshot, rep, img)
+	return rep, img, err
 }
+
+// ShareFrames makes the session's screenshots and step observations go
+// through fc, shared with other sessions (nil: no longer).
+func (a *ACI) ShareFrames(fc *FrameCache) {
+	a.mu.Lock()
+	a.frames = fc
+	a.mu.Unlock()
+}
+
+func (a *ACI) sharedFrames() *FrameCache {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.frames
+}
+
+// Received is how many bytes of messages (replies, images, screencast
+// frames) the guest has sent on this session.
+func (a *ACI) Received() int64 { return a.received.Load() }
 
 // Exec runs argv on the desktop (its DISPLAY set) and waits for it, up to
 // timeout (0: the guest's 30 s); how it ended is the result, not an error.

@@ -51,6 +51,25 @@ func (c *Client) ForkEach(ctx context.Context, sid string, n, batch int, req *ap
 	return errs
 }
 
+// ForkEachDesktop is ForkEach for a desktop's snapshot: fn gets each
+// replica with an ACI session open on it (closed when fn returns). With
+// frames not nil every session shares it (ACI.ShareFrames), so a screen
+// that another replica of the fleet already fetched costs its hash, not
+// its image: replicas of one golden show the same screen until their
+// paths part.
+func (c *Client) ForkEachDesktop(ctx context.Context, sid string, n, batch int, req *api.ForkRequest, frames *FrameCache,
+	fn func(ctx context.Context, replica api.Sandbox, a *ACI, i int) error) []error {
+	return c.ForkEach(ctx, sid, n, batch, req, func(ctx context.Context, r api.Sandbox, i int) error {
+		a, err := c.DialACI(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		a.ShareFrames(frames)
+		return fn(ctx, r, a, i)
+	})
+}
+
 // forkRetrying forks, waiting out capacity errors until ctx ends.
 func (c *Client) forkRetrying(ctx context.Context, sid string, req *api.ForkRequest) (*api.ForkResult, error) {
 	for {

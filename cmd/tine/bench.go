@@ -195,11 +195,17 @@ memory snapshot (wall, and how long it was paused), fork → usable (the
 restored process answers with the golden's nonce and state digest; the
 workspace is verified after), fan-out of N = 1 ... 32 with every restored
 process answering, and the PSS per added replica; and the memory tier of a desktop
-made with memory_tier (an xterm with a directory listing): its pause, fork →
+(an xterm with a directory listing): its pause, fork →
 usable (the restored guest answers its ACI with the golden's frame hash), and
-N=16 with every replica's frame and marker checked (pixel identity). -n/150
+N=16 with every replica's frame and marker checked (pixel identity). Last,
+fleet frame dedup: 16 replicas of a desktop, each round the same key typed
+into all, then every screen observed (PNG), one after another and all at
+once, with the SDKs' shared frame cache off (each session's own
+if_none_match) and on, on a fleet showing one screen and on one where
+every screen differs (--fleet-only runs only this); bytes per round. -n/150
 rounds (at least 10). The targets: `+fmt.Sprintf("fs fork → usable p50 at most %gx a fresh sandbox's create→ready p50; memory fork → usable p50 at most %g ms, N=16 in %g ms, pause at most %g ms", bench.ForkTargets.FSForkOverCreate, bench.MemoryForkTargets.ForkP50Ms, bench.MemoryForkTargets.FanOut16Ms, bench.MemoryForkTargets.PauseMs)+`
-(the issue sets the memory ones for desktops; the code sandbox is held to them too).`,
+(the issue sets the memory ones for desktops; the code sandbox is held to them too);
+fleet dedup: `+fmt.Sprintf("at least %gx fewer bytes per round on identical screens, off/on at least %g where every screen differs", bench.FleetDedupTargets.Identical, bench.FleetDedupTargets.DistinctFloor)+`.`,
 			func(ctx context.Context, d *bench.Daemon, o bench.WarmOptions) (*bench.SeriesReport, error) {
 				return bench.Fork(ctx, d, o)
 			}),
@@ -274,6 +280,9 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 	}
 	if name == "osworld" {
 		cmd.Flags().StringVar(&opts.OSWorldServer, "osworld-server", "", "a checkout of OSWorld (`DIR`): also run its guest server (DIR/desktop_env/server/main.py) on the same desktop as the peer; needs python3-flask, -lxml, -xlib, -pil, -requests, -numpy and -pyatspi in the desktop's root")
+	}
+	if name == "fork" {
+		cmd.Flags().BoolVar(&opts.FleetOnly, "fleet-only", false, "run only the fleet frame dedup part (16 forked desktops)")
 	}
 	cmd.Flags().IntVar(&opts.Scripts, "scripts", 1000, "distinct scripts registered (pool)")
 	cmd.Flags().StringVar(&plotDir, "plot", "", "also write a latency CDF chart (SVG) of every series into `DIR`")

@@ -45,7 +45,7 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&spec.OSWorld, "osworld", false, "serve OSWorld's guest API on a loopback port of its own, with --a11y and --cdp (printed on stderr; docs/osworld.md)")
 	addNetFlags(cmd.Flags(), &net)
 	cmd.Flags().StringVar(&spec.Image, "image", "", "an OCI image with Xvfb, a window manager and the apps, as the desktop's root (the daemon pulls it when missing)")
-	cmd.Flags().BoolVar(&spec.MemoryTier, "memory-tier", false, "a desktop memory snapshots can capture (no System V shared memory: slower screenshots)")
+	cmd.Flags().BoolVar(&spec.MemoryTier, "memory-tier", false, "accepted and ignored: every desktop is one memory snapshots can capture")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error

@@ -59,7 +59,7 @@ inside each desktop sandbox.`,
 	cmd.Flags().StringVar(&size, "size", "1280x800", "screen size of the Xvfb started")
 	cmd.Flags().StringArrayVar(&apps, "app", nil, "an app to start: a command name, or a JSON argv")
 	cmd.Flags().BoolVar(&o.GLX, "glx", false, "keep Xvfb's GLX extension (software OpenGL; about 54 MiB more per desktop)")
-	cmd.Flags().BoolVar(&o.NoSHM, "no-shm", false, "use no System V shared memory (slower screenshots; the desktop can be checkpointed)")
+	cmd.Flags().BoolVar(&o.NoSHM, "no-shm", false, "use no System V shared memory (the screen in a file in /run; the desktop can be checkpointed)")
 	cmd.Flags().StringVar(&wm, "wm", "", `window manager command (default openbox; "none" for none)`)
 	return cmd
 }

@@ -23,8 +23,7 @@ created, changed or deleted. Its forks (tine fork) boot fresh over those
 files; a desktop's forks are desktops, with a fresh screen. The memory tier
 (--tier memory, or --memory) also dumps every process of the sandbox with
 criu, stopping them for a moment: each fork restores them, with their memory
-and pids, over the same files; a desktop created with "memory_tier": true
-forks with its screen (needs a daemon running as root and a working criu:
+and pids, over the same files; a desktop forks with its screen (needs a daemon running as root and a working criu:
 tine doctor). See docs/snapshots.md.`,
 	}
 	cmd.AddCommand(newSnapshotCreateCommand(), newSnapshotLsCommand(), newSnapshotInspectCommand(), newSnapshotRmCommand())

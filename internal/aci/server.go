@@ -43,7 +43,7 @@ const (
 )
 
 // Capabilities the welcome announces.
-var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "screencast", "anthropic", "openai", "record", "accessibility"}
+var Capabilities = []string{"input", "screenshot", "png", "jpeg", "step", "windows", "launch", "not_modified", "cursor", "exec", "files", "screencast", "anthropic", "openai", "record", "accessibility", "frame_probe"}
 
 // Server serves the ACI for one display.
 type Server struct {
@@ -448,7 +448,9 @@ func (ss *session) screenshot(o *api.ACIScreenshot, rep *api.ACIReply) ([]byte, 
 	}
 	hash := f.Hash().String()
 	rep.FrameHash, rep.Width, rep.Height, rep.Format = hash, f.Width, f.Height, string(format)
-	if o.IfNoneMatch != "" && o.IfNoneMatch == hash {
+	// "*" matches any frame, as in HTTP: the hash without the image, which
+	// a fleet's frame cache may already hold (docs/aci.md).
+	if o.IfNoneMatch == api.ACIAnyFrame || (o.IfNoneMatch != "" && o.IfNoneMatch == hash) {
 		rep.NotModified = true
 		return nil, nil
 	}

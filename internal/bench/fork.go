@@ -50,13 +50,21 @@ print(h.hexdigest())'`
 // fork → usable (the replica answers with the workspace's digest) next to
 // a fresh sandbox's create→ready and to the alternative, a fresh sandbox
 // replaying the golden's steps; fan-out of N replicas, each verified;
-// memory per added replica; and a desktop's fork → usable next to a fresh
-// desktop's create→ready.
+// memory per added replica; a desktop's fork → usable next to a fresh
+// desktop's create→ready; and the fleet frame cache's bytes per
+// observe-all round of 16 forked desktops (opts.FleetOnly: only that).
 func Fork(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, error) {
 	g := NewGuard(runtime.NumCPU())
 	r, before := newSeriesReport("fork", g)
 	c := d.Client
 	n := max(opts.Requests/150, 10)
+	if opts.FleetOnly {
+		if err := forkFleetDedup(ctx, c, r, max(n/2, 3)); err != nil {
+			return nil, fmt.Errorf("fleet dedup: %w", err)
+		}
+		r.finish(g, before, false)
+		return r, nil
+	}
 	limits := api.Limits{MemoryBytes: 512 << 20, Pids: 256}
 
 	golden, err := c.Create(ctx, &api.SandboxSpec{Limits: limits})
@@ -252,6 +260,10 @@ func Fork(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, erro
 	r.Series = append(r.Series, summarize("fresh desktop create→usable (xterm, screenshot)", freshDesk), summarize("desktop fs fork → usable (xterm, screenshot, marker)", forkDesk))
 	if err := forkDesktopMemory(ctx, c, r, max(n/2, 5)); err != nil {
 		r.Series = append(r.Series, Series{Name: "memory tier (desktop)", Errors: 1, FirstError: err.Error()})
+	}
+
+	if err := forkFleetDedup(ctx, c, r, max(n/2, 3)); err != nil {
+		r.Series = append(r.Series, Series{Name: "fleet frame dedup (N=16 desktops)", Errors: 1, FirstError: err.Error()})
 	}
 
 	r.Checks = append(r.Checks, check("fs fork → usable p50 / fresh create→ready p50 (at most)", ratioOf(fork.Latency.P50Ns, fresh.Latency.P50Ns), ForkTargets.FSForkOverCreate, true))

@@ -50,13 +50,13 @@ func sameScreen(ctx context.Context, c *client.Client, id, want string) error {
 	return nil
 }
 
-// forkDesktopMemory measures the memory tier of a desktop (made with
-// memory_tier: an xterm with a directory listing): the golden's pause,
+// forkDesktopMemory measures the memory tier of a desktop (an xterm with a
+// directory listing): the golden's pause,
 // fork → usable (the restored guest answers its ACI with the golden's
 // frame), and a fan-out of 16 with every replica's screen and marker file
 // checked.
 func forkDesktopMemory(ctx context.Context, c *client.Client, r *SeriesReport, n int) error {
-	golden, err := c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}, MemoryTier: true})
+	golden, err := c.CreateDesktop(ctx, &api.DesktopSpec{Apps: [][]string{{"xterm"}}})
 	if err != nil {
 		return fmt.Errorf("create the golden desktop: %w", err)
 	}

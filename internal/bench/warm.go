@@ -379,6 +379,8 @@ type WarmOptions struct {
 	// empty leaves the peer out.
 	OSWorldServer string
 	Progress      io.Writer
+	// FleetOnly runs only the fork suite's fleet frame dedup part.
+	FleetOnly bool
 }
 
 // putWarmFunction registers the 16-import function on d. Its entry lives

@@ -223,6 +223,7 @@ var hints = []struct{ seen, means string }{
 	{"Can't lookup mount", "a process holds a file from outside the sandbox (descriptors the daemon passed in): start it with in-sandbox stdio, e.g. </dev/null >/dev/null 2>&1"},
 	{"External socket is used", "a process is connected to a process of another tree under PID 1: processes that talk must be started from one parent"},
 	{"not found; Dump files", "a unix socket is connected to something outside the sandbox, such as an open ACI session of a desktop: close it before the memory snapshot"},
+	{"SysVIPC shmem map", "a process maps System V shared memory (an X client using MIT-SHM, such as Chromium, or an app's own segment), which criu cannot carry out of a sandbox: take an fs snapshot"},
 	{"No such file or directory", "a file a restored process had open is not in the snapshot's files (/tmp, /run and /dev/shm are not captured)"},
 }
 

@@ -177,16 +177,16 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	if req.GLX {
 		args = append(args, "--glx")
 	}
-	stdin := (*os.File)(nil) // the daemon's
-	if req.MemoryTier {
-		args = append(args, "--no-shm")
-		// A descriptor of the host's would stop criu ("Can't lookup mount").
-		var err error
-		if stdin, err = os.Open("/proc/" + strconv.Itoa(b.inst.Pid()) + "/root/dev/null"); err != nil {
-			return nil, fmt.Errorf("open the desktop's /dev/null: %w", err)
-		}
-		defer stdin.Close()
+	// Every desktop is one the memory tier can capture: its screen in a
+	// file, no System V shared memory (ADR 0016), and the guest's stdin
+	// the sandbox's own /dev/null (a descriptor of the host's would stop
+	// criu: "Can't lookup mount").
+	args = append(args, "--no-shm")
+	stdin, err := os.Open("/proc/" + strconv.Itoa(b.inst.Pid()) + "/root/dev/null")
+	if err != nil {
+		return nil, fmt.Errorf("open the desktop's /dev/null: %w", err)
 	}
+	defer stdin.Close()
 	if req.OSWorld {
 		args = append(args, "--osworld", guestOSWorldSocket)
 	}
@@ -327,6 +327,7 @@ func (s *Server) aci(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer done()
+	defer b.countACI(1)()
 	root := b.inst.Root()
 	var failed error
 	proxy := &httputil.ReverseProxy{

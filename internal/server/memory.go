@@ -31,8 +31,8 @@ func (s *Server) checkpointable(b *box) (checkpoint.Sandbox, error) {
 	if err := memoryTier().Usable(); err != nil {
 		return nil, err
 	}
-	if d := b.desktopNow(); d != nil && !d.spec.MemoryTier {
-		return nil, fmt.Errorf("%w: desktop %s keeps its screen in System V shared memory, which criu cannot carry: create the desktop with \"memory_tier\": true, or take an fs snapshot", ErrNoSnapshots, b.id)
+	if n := b.waitACIClosed(aciCloseGrace); n > 0 {
+		return nil, fmt.Errorf("%w: desktop %s has %d open ACI session(s) (or viewer pages): each is a connection from the daemon into its guest, which criu cannot carry into a replica; close them before a memory snapshot (the replicas' guests take new sessions at once), or take an fs snapshot", ErrConflictState, b.id, n)
 	}
 	if b.spec.UserNS {
 		return nil, fmt.Errorf("%w: the memory tier does not restore sandboxes in a user namespace yet; take an fs snapshot", ErrNoSnapshots)
@@ -42,6 +42,38 @@ func (s *Server) checkpointable(b *box) (checkpoint.Sandbox, error) {
 		return nil, fmt.Errorf("%w: this runtime's sandboxes cannot be checkpointed", ErrNoSnapshots)
 	}
 	return cs, nil
+}
+
+// aciCloseGrace is how long a memory snapshot waits for ACI sessions that
+// are closing: a client's Close returns before the daemon's proxy has
+// seen the end.
+const aciCloseGrace = time.Second
+
+// countACI counts an ACI session of b until the returned func is called.
+func (b *box) countACI(n int) func() {
+	b.mu.Lock()
+	b.aci += n
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		b.aci -= n
+		b.mu.Unlock()
+	}
+}
+
+// waitACIClosed returns how many ACI sessions b still has after waiting
+// up to grace for them to end.
+func (b *box) waitACIClosed(grace time.Duration) int {
+	deadline := time.Now().Add(grace)
+	for {
+		b.mu.Lock()
+		n := b.aci
+		b.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // dumpMemory dumps cs's process trees into the draft; the trees run on.

@@ -36,6 +36,7 @@ type box struct {
 	busy       int          // exec and file requests in flight
 	execs      int          // commands running
 	desktop    *desktop     // set once a desktop's guest is ready
+	aci        int          // ACI sessions proxied to its guest now
 	sessions   *session.Set // its code-interpreter sessions, made on first use
 
 	forkedFrom string       // the snapshot it was forked from

@@ -110,23 +110,43 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	}
 	display := o.Display
 	framebuffer := -1
+	var framebufferFile string
 	if display == "" {
-		x, err := xvfb.Start(start, xvfb.Config{Width: o.Width, Height: o.Height, GLX: o.GLX, NoSHM: o.NoSHM})
+		cfg := xvfb.Config{Width: o.Width, Height: o.Height, GLX: o.GLX, NoSHM: o.NoSHM}
+		if o.NoSHM {
+			// The screen in a file of the sandbox's own /run, which the
+			// memory tier carries with the images (ADR 0016).
+			dir, err := framebufferDir()
+			if err != nil {
+				return fmt.Errorf("framebuffer directory: %w", err)
+			}
+			// Removed at the end, maybe before Xvfb is killed: its mapping
+			// keeps the file until it exits.
+			defer os.RemoveAll(dir)
+			cfg.FBDir = dir
+		}
+		x, err := xvfb.Start(start, cfg)
 		if err != nil {
 			return err
 		}
 		children = append(children, x.Cmd)
-		display, framebuffer = x.Display, x.Framebuffer
+		display, framebuffer, framebufferFile = x.Display, x.Framebuffer, x.FramebufferFile
 	}
 	d, err := x11.Connect(display, x11.Options{NoSHM: o.NoSHM})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if framebuffer >= 0 {
+	if framebuffer >= 0 || framebufferFile != "" {
 		// Captures then skip the X server's copy; when it fails they go
 		// through MIT-SHM as before, so the error only costs speed.
-		if err := d.UseFramebuffer(framebuffer); err != nil {
+		var err error
+		if framebuffer >= 0 {
+			err = d.UseFramebuffer(framebuffer)
+		} else {
+			err = d.UseFramebufferFile(framebufferFile)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "tine guest: captures go through the X server: %v\n", err)
 		}
 	}
@@ -315,4 +335,15 @@ func forward(socket, addr string) (stop func(), err error) {
 		}
 	}()
 	return func() { l.Close() }, nil
+}
+
+// framebufferDir makes a directory for Xvfb's screen file: in /run (in a
+// sandbox its own tmpfs, sized by its disk limit, where a desktop's guest
+// keeps its socket too; /dev/shm holds only 64 MiB, less than a big
+// screen), else in the temporary directory (a guest run by a user).
+func framebufferDir() (string, error) {
+	if dir, err := os.MkdirTemp("/run", "tine-xvfb-"); err == nil {
+		return dir, nil
+	}
+	return os.MkdirTemp("", "tine-xvfb-")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"os"
 
 	"github.com/jezek/xgb/xfixes"
 	"github.com/jezek/xgb/xproto"
@@ -18,9 +19,10 @@ import (
 // is grabbed: one round trip and one copy, where MIT-SHM GetImage costs the
 // server a copy into the segment and this process a second one.
 type framebuffer struct {
-	mem    []byte // the whole segment, for detaching
+	mem    []byte // the whole segment or file mapping, for detaching
 	pix    []byte // the pixels, bounded by the header read at attach time
 	stride int
+	unmap  func([]byte) error
 }
 
 // The fields of an XWD file header Xvfb keeps at the start of the segment:
@@ -70,15 +72,50 @@ func (d *Display) UseFramebuffer(shmid int) error {
 	if err != nil {
 		return fmt.Errorf("attach framebuffer segment %d: %w", shmid, err)
 	}
-	fb, err := parseXWD(mem, d.width, d.height)
-	if err != nil {
-		unix.SysvShmDetach(mem)
+	if err := d.useFramebuffer(mem, unix.SysvShmDetach); err != nil {
 		return fmt.Errorf("framebuffer segment %d: %w", shmid, err)
 	}
+	return nil
+}
+
+// UseFramebufferFile is UseFramebuffer for an Xvfb started with -fbdir:
+// its screen is the file at path, mapped here read-only and shared.
+func (d *Display) UseFramebufferFile(path string) error {
+	if !d.xfixes {
+		return errors.New("the X server lacks XFixes, needed to keep the cursor out of the framebuffer")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("framebuffer file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("framebuffer file: %w", err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map framebuffer file %s: %w", path, err)
+	}
+	if err := d.useFramebuffer(mem, unix.Munmap); err != nil {
+		return fmt.Errorf("framebuffer file %s: %w", path, err)
+	}
+	return nil
+}
+
+// useFramebuffer checks mem's header and makes captures read from it,
+// releasing it with unmap on an error or when the display closes.
+func (d *Display) useFramebuffer(mem []byte, unmap func([]byte) error) error {
+	fb, err := parseXWD(mem, d.width, d.height)
+	if err != nil {
+		unmap(mem)
+		return err
+	}
 	if err := xfixes.HideCursorChecked(d.conn, d.root).Check(); err != nil {
-		unix.SysvShmDetach(mem)
+		unmap(mem)
 		return fmt.Errorf("hide the cursor: %w", d.connErr(err))
 	}
+	fb.unmap = unmap
 	d.capMu.Lock()
 	d.fb = fb
 	d.capMu.Unlock()
@@ -130,4 +167,4 @@ func (d *Display) grabFramebuffer(buf *frame.Frame, r image.Rectangle) (*frame.F
 	return f, nil
 }
 
-func (fb *framebuffer) detach() { unix.SysvShmDetach(fb.mem) }
+func (fb *framebuffer) detach() { fb.unmap(fb.mem) }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,10 +27,13 @@ type Config struct {
 	GLX bool
 	// Wrap is a command prefix Xvfb runs under (tests: "unshare", "--ipc").
 	Wrap []string
-	// NoSHM keeps the screen in Xvfb's own memory instead of System V
-	// shared memory, which criu cannot carry out of a sandbox (the memory
-	// tier of snapshots, ADR 0016); captures then go through the X server.
+	// NoSHM keeps the screen out of System V shared memory, which criu
+	// cannot carry out of a sandbox (the memory tier of snapshots, ADR
+	// 0016): in a file of FBDir, mapped by Xvfb (-fbdir), which criu
+	// carries like any file in the sandbox's tmpfs; without FBDir, in
+	// Xvfb's own memory (captures then go through the X server).
 	NoSHM bool
+	FBDir string
 }
 
 // Server is a running Xvfb. The caller owns Cmd (kill its process group
@@ -40,7 +44,9 @@ type Server struct {
 	// Framebuffer is the System V shared memory id of screen 0, or -1 when
 	// Xvfb did not say it (then captures go through the X protocol).
 	Framebuffer int
-	log         *stderrLog
+	// FramebufferFile is screen 0's file, with Config.FBDir.
+	FramebufferFile string
+	log             *stderrLog
 }
 
 // Stderr is what Xvfb has written to its standard error so far.
@@ -55,8 +61,11 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	defer r.Close()
 	argv := append(append([]string(nil), c.Wrap...), "Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-noreset")
-	if !c.NoSHM {
+	switch {
+	case !c.NoSHM:
 		argv = append(argv, "-shmem")
+	case c.FBDir != "":
+		argv = append(argv, "-fbdir", c.FBDir)
 	}
 	argv = append(argv, "-screen", "0", fmt.Sprintf("%dx%dx24", c.Width, c.Height))
 	if !c.GLX {
@@ -84,7 +93,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			return nil, fmt.Errorf("Xvfb exited before it was ready: %s", log.String())
 		}
 		s := &Server{Cmd: cmd, Display: ":" + n, log: log}
-		s.Framebuffer = log.framebuffer(ctx)
+		s.Framebuffer = -1
+		if !c.NoSHM {
+			s.Framebuffer = log.framebuffer(ctx)
+		} else if c.FBDir != "" {
+			s.FramebufferFile = filepath.Join(c.FBDir, "Xvfb_screen0")
+		}
 		return s, nil
 	case <-ctx.Done():
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)

@@ -254,3 +254,58 @@ class NetworkModelTest(unittest.TestCase):
             "mode": "egress", "address": "10.201.0.2", "ports": [{"port": 80, "host_port": 8080, "protocol": "tcp"}]}})
         self.assertEqual(s.network.mode, "egress")
         self.assertEqual(s.network.ports[0].host_port, 8080)
+
+
+class FrameCacheTest(unittest.TestCase):
+    """The frame cache's bookkeeping, driven as the sessions drive it."""
+
+    def test_one_fetch_for_many_and_waiters_woken(self) -> None:
+        import asyncio
+
+        from tine import frames
+        from tine.models import Screenshot, Welcome
+
+        c = tine.FrameCache()
+        w = Welcome()
+        probe = Screenshot(frame_hash="h", width=4, height=4, format="png", not_modified=True)
+        lead = c.answer(w, {}, probe)
+        self.assertIsInstance(lead, frames.Lead)
+        flight = c.answer(w, {}, probe)
+        self.assertIsInstance(flight, frames.Flight)
+
+        async def waiter() -> Screenshot:
+            await flight.wait_async()
+            got = c.answer(w, {}, probe)
+            assert isinstance(got, Screenshot)
+            return got
+
+        async def run() -> Screenshot:
+            t = asyncio.ensure_future(waiter())
+            await asyncio.sleep(0)
+            lead.land(Screenshot(frame_hash="h", width=4, height=4, format="png", data=b"PNG"))
+            return await t
+
+        shared = asyncio.run(run())
+        self.assertEqual((shared.data, shared.not_modified), (b"PNG", False))
+        self.assertEqual((c.stats.fetched, c.stats.shared, c.stats.saved_bytes), (1, 1, 3))
+        # The caller's own if_none_match stays not_modified; another
+        # encoding of the same pixels is another image.
+        self.assertTrue(c.answer(w, {"if_none_match": "h"}, probe).not_modified)  # type: ignore[union-attr]
+        jpeg = Screenshot(frame_hash="h", width=4, height=4, format="jpeg", not_modified=True)
+        self.assertIsInstance(c.answer(w, {"quality": 50}, jpeg), frames.Lead)
+
+    def test_bounded_and_abandoned(self) -> None:
+        from tine import frames
+        from tine.models import Screenshot, Welcome
+
+        c = tine.FrameCache(max_bytes=5)
+        w = Welcome()
+        for h in ("a", "b"):
+            lead = c.answer(w, {}, Screenshot(frame_hash=h, format="png", not_modified=True))
+            assert isinstance(lead, frames.Lead)
+            lead.land(Screenshot(frame_hash=h, format="png", data=b"123"))
+        self.assertEqual((c.stats.frames, c.stats.bytes), (1, 3))  # "a" went
+        lead = c.answer(w, {}, Screenshot(frame_hash="x", format="png", not_modified=True))
+        assert isinstance(lead, frames.Lead)
+        lead.abandon()  # a failed fetch: the next asker fetches
+        self.assertIsInstance(c.answer(w, {}, Screenshot(frame_hash="x", format="png", not_modified=True)), frames.Lead)

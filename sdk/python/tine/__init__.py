@@ -10,7 +10,8 @@ once. Every failure the daemon reports is a
 :class:`TineError` carrying the API's error code.
 """
 
-from . import desktop, fleet
+from . import desktop, fleet, frames
+from .frames import FrameCache
 from ._ops import DEFAULT_SOCKET
 from .aio import AsyncClient
 from .aio import DesktopSession as AsyncDesktopSession
@@ -29,7 +30,7 @@ from .models import (ActionError, ActionResult, Bind, Desktop, DesktopSpec, Exec
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "AsyncClient", "ExecStream", "AsyncExecStream", "fleet", "DEFAULT_SOCKET",
+    "Client", "AsyncClient", "ExecStream", "AsyncExecStream", "fleet", "frames", "FrameCache", "DEFAULT_SOCKET",
     "desktop", "DesktopSession", "AsyncDesktopSession", "ACIError", "Desktop", "DesktopSpec",
     "Welcome", "Window", "Screenshot", "StepResult", "ActionResult", "ActionError",
     "TineError", "TransportError", "InvalidArgument", "Unauthorized", "Forbidden", "NotFound",

@@ -190,7 +190,12 @@ def _screenshot(rep: Reply, img: Image) -> m.Screenshot:
 
 def screenshot(**options: Any) -> Op[m.Screenshot]:
     """``options``: see :func:`screenshot_options`."""
-    return Op(_req("screenshot", screenshot=screenshot_options(**options)), _screenshot)
+    return screenshot_with(screenshot_options(**options))
+
+
+def screenshot_with(options: Mapping[str, Any]) -> Op[m.Screenshot]:
+    """A screenshot with its options as the wire has them."""
+    return Op(_req("screenshot", screenshot=dict(options)), _screenshot)
 
 
 def _step(observe: Mapping[str, Any]) -> Callable[[Reply, Image], m.StepResult]:
@@ -380,6 +385,8 @@ class Protocol:
         self.frames: deque[tuple[Reply, bytes]] = deque()
         """Screencast messages (header, images) not yet read."""
         self.frames_lost = 0
+        self.received = 0
+        """Bytes of the messages the guest sent (replies, images, frames)."""
         self.done = False
         self.error: TransportError | None = None
 
@@ -414,6 +421,7 @@ class Protocol:
                 why = payload[2:].decode("utf-8", "replace")
                 back += self._fail(f"the ACI session was closed by the daemon ({code}{': ' + why if why else ''})")
             elif op in (ws.TEXT, ws.BINARY):
+                self.received += len(payload)
                 try:
                     rep, img = self._decode(op, payload)
                 except (ValueError, struct.error) as e:

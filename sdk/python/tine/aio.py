@@ -17,6 +17,7 @@ from collections import deque
 from typing import IO, Any, AsyncIterator, Mapping, Sequence, TypeVar
 
 from . import _aci, screencast
+from . import frames as _frames
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
@@ -356,6 +357,8 @@ class DesktopSession:
         self._closed = False
         self._frame_ready = asyncio.Event()
         self._compositor = screencast.Compositor()
+        self.frames: _frames.FrameCache | None = None
+        """The fleet's shared frame cache (:meth:`share_frames`), or None."""
 
     @classmethod
     async def _open(cls, conn: _Conn) -> "DesktopSession":
@@ -533,13 +536,46 @@ class DesktopSession:
     async def screenshot(self, *, format: str | None = None, quality: int | None = None,
                          max_long_edge: int | None = None, region: Sequence[int] | None = None,
                          cursor: bool = False, if_none_match: str | None = None) -> m.Screenshot:
-        return await self._run(_aci.screenshot(format=format, quality=quality,
-                                               max_long_edge=max_long_edge, region=region,
-                                               cursor=cursor, if_none_match=if_none_match))
+        opts = _aci.screenshot_options(format=format, quality=quality, max_long_edge=max_long_edge,
+                                       region=region, cursor=cursor, if_none_match=if_none_match)
+        if self.frames is None:
+            return await self._run(_aci.screenshot_with(opts))
+        return await self._shared(opts, await self._run(_aci.screenshot_with(_frames.probe_options(opts))))
 
     async def step(self, actions: Sequence[Mapping[str, Any]],
                    observe: Mapping[str, Any] | None = None) -> m.StepResult:
-        return await self._run(_aci.step(actions, observe))
+        if self.frames is None or not observe or observe.get("screenshot") is None:
+            return await self._run(_aci.step(actions, observe))
+        opts = dict(observe["screenshot"])
+        res = await self._run(_aci.step(actions, {**observe, "screenshot": _frames.probe_options(opts)}))
+        if res.screenshot is not None:
+            res.screenshot = await self._shared(opts, res.screenshot)
+        return res
+
+    def share_frames(self, cache: "_frames.FrameCache | None") -> None:
+        """See :meth:`tine.client.DesktopSession.share_frames`."""
+        self.frames = cache
+
+    @property
+    def received(self) -> int:
+        """Bytes of the messages the guest sent on this session."""
+        return self._p.received
+
+    async def _shared(self, opts: Mapping[str, Any], probe: m.Screenshot) -> m.Screenshot:
+        assert self.frames is not None
+        while True:
+            got = self.frames.answer(self.welcome, opts, probe)
+            if isinstance(got, m.Screenshot):
+                return got
+            if isinstance(got, _frames.Flight):
+                await got.wait_async()
+                continue
+            try:
+                shot = await self._run(_aci.screenshot_with(_frames.fetch_options(opts)))
+            except BaseException:
+                got.abandon()
+                raise
+            return got.land(shot)
 
     async def anthropic(self, tool_input: Mapping[str, Any], scale: Sequence[int] | None = None,
                         screenshot: Mapping[str, Any] | None = None) -> _aci.ToolAnswer:

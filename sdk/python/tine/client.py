@@ -14,6 +14,7 @@ from collections import deque
 from typing import IO, Any, Iterator, Mapping, Sequence, TypeVar
 
 from . import _aci, screencast
+from . import frames as _frames
 from . import _ops as ops
 from . import _stream
 from . import _ws as ws
@@ -225,6 +226,8 @@ class DesktopSession:
         self._closed = False
         self._timeout = timeout
         self._compositor = screencast.Compositor()
+        self.frames: _frames.FrameCache | None = None
+        """The fleet's shared frame cache (:meth:`share_frames`), or None."""
 
     @classmethod
     def _open(cls, sock: socket.socket, early: bytes, timeout: float | None = None) -> "DesktopSession":
@@ -387,15 +390,52 @@ class DesktopSession:
         default) or JPEG (``quality``), downscaled so its longer edge is at
         most ``max_long_edge``, with the pointer if ``cursor``; with
         ``if_none_match`` equal to its frame hash, ``not_modified`` and no data."""
-        return self._run(_aci.screenshot(format=format, quality=quality, max_long_edge=max_long_edge,
-                                         region=region, cursor=cursor, if_none_match=if_none_match))
+        opts = _aci.screenshot_options(format=format, quality=quality, max_long_edge=max_long_edge,
+                                       region=region, cursor=cursor, if_none_match=if_none_match)
+        if self.frames is None:
+            return self._run(_aci.screenshot_with(opts))
+        return self._shared(opts, self._run(_aci.screenshot_with(_frames.probe_options(opts))))
 
     def step(self, actions: Sequence[Mapping[str, Any]],
              observe: Mapping[str, Any] | None = None) -> m.StepResult:
         """Run actions (request dicts) in order, each one's failure recorded
         in its result, then observe once (``{"screenshot": {...},
-        "windows": True, "cursor": True, "settle_ms": 50}``): one round trip."""
-        return self._run(_aci.step(actions, observe))
+        "windows": True, "cursor": True, "settle_ms": 50}``): one round trip
+        (two when a shared frame cache has to fetch the image)."""
+        if self.frames is None or not observe or observe.get("screenshot") is None:
+            return self._run(_aci.step(actions, observe))
+        opts = dict(observe["screenshot"])
+        res = self._run(_aci.step(actions, {**observe, "screenshot": _frames.probe_options(opts)}))
+        if res.screenshot is not None:
+            res.screenshot = self._shared(opts, res.screenshot)
+        return res
+
+    def share_frames(self, cache: "_frames.FrameCache | None") -> None:
+        """Answer screenshots and step observations through ``cache``,
+        shared with a fleet's other sessions (:mod:`tine.frames`); None: no more."""
+        self.frames = cache
+
+    @property
+    def received(self) -> int:
+        """Bytes of the messages the guest sent on this session."""
+        return self._p.received
+
+    def _shared(self, opts: Mapping[str, Any], probe: m.Screenshot) -> m.Screenshot:
+        """The screenshot a probe's answer stands for, through the cache."""
+        assert self.frames is not None
+        while True:
+            got = self.frames.answer(self.welcome, opts, probe)
+            if isinstance(got, m.Screenshot):
+                return got
+            if isinstance(got, _frames.Flight):
+                got.wait(self._timeout)
+                continue
+            try:
+                shot = self._run(_aci.screenshot_with(_frames.fetch_options(opts)))
+            except BaseException:
+                got.abandon()
+                raise
+            return got.land(shot)
 
     def screencast_start(self, *, fps: int | None = None, format: str | None = None,
                          quality: int | None = None, max_long_edge: int | None = None,

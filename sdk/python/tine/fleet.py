@@ -5,7 +5,10 @@ at once; ``fleet.sandboxes`` creates N sandboxes, runs a coroutine in each
 and deletes them; ``fleet.desktops`` does the same with desktops, each
 with its ACI session open; ``fleet.invoke`` calls a function with many
 payloads; ``fleet.forks`` forks N replicas of one golden snapshot and runs a
-coroutine in each.
+coroutine in each, ``fleet.desktop_forks`` the same with an ACI session open
+on each replica, all of them sharing one frame cache (:mod:`tine.frames`).
+``fleet.fork_each`` and ``fleet.fork_each_desktop`` are their sync twins,
+for :class:`tine.Client`, a thread per replica.
 Each returns a :class:`Results`: one :class:`Outcome` per item, in order,
 holding a value or the exception it raised (one failure does not stop the
 others)::
@@ -20,13 +23,17 @@ others)::
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Iterable, List, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Iterable, List, TypeVar, Union
 
 from . import _ops as ops
+from . import client as _sync
 from . import models as m
 from .aio import AsyncClient, DesktopSession
 from .errors import Capacity
+from .frames import FrameCache
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -187,6 +194,99 @@ async def forks(client: AsyncClient, snapshot_id: str, n: int,
         else:
             out.extend(b)
     return out
+
+
+def _cache(frames: Union[FrameCache, bool, None]) -> FrameCache | None:
+    return FrameCache() if frames is True else (frames or None)
+
+
+async def desktop_forks(client: AsyncClient, snapshot_id: str, n: int,
+                        fn: Callable[[DesktopSession, m.Sandbox, int], Awaitable[R]], *,
+                        batch: int = 8, frames: Union[FrameCache, bool, None] = True,
+                        keep: bool = False, **fork_opts: Any) -> Results[int, R]:
+    """:func:`forks` for a desktop's snapshot: await ``fn(session,
+    replica, i)`` with an ACI session open on each replica (closed after).
+    Every session shares ``frames`` (default ``True``: a new
+    :class:`~tine.frames.FrameCache` for this fleet; ``None``: none), so a
+    screen another replica already fetched costs its hash, not its image."""
+    cache = _cache(frames)
+
+    async def job(c: AsyncClient, r: m.Sandbox, i: int) -> R:
+        s = await c.aci(r.id)
+        try:
+            s.share_frames(cache)
+            return await fn(s, r, i)
+        finally:
+            await asyncio.shield(s.close())
+
+    return await forks(client, snapshot_id, n, job, batch=batch, keep=keep, **fork_opts)
+
+
+def _retry_capacity_sync(create: Callable[[], R], attempts: int = 20) -> R:
+    for i in range(attempts):
+        try:
+            return create()
+        except Capacity as e:
+            if i == attempts - 1:
+                raise
+            time.sleep(max(0.1, min(e.retry_after or 1.0, 30.0)))
+    raise AssertionError("unreachable")
+
+
+def fork_each(client: "_sync.Client", snapshot_id: str, n: int,
+              fn: Callable[["_sync.Client", m.Sandbox, int], R], *,
+              batch: int = 8, keep: bool = False, **fork_opts: Any) -> Results[int, R]:
+    """The sync twin of :func:`forks`: fork ``n`` replicas of a snapshot
+    in batches of ``batch`` (each all or none, retried on capacity), call
+    ``fn(client, replica, i)`` for the replicas of a batch at once, a
+    thread each, and delete each replica when its ``fn`` returned (unless
+    ``keep``). ``fork_opts`` go to the fork."""
+    batch = max(1, batch)
+    out: Results[int, R] = Results()
+    with ThreadPoolExecutor(max_workers=batch) as pool:
+        for start in range(0, n, batch):
+            k = min(batch, n - start)
+            try:
+                res = _retry_capacity_sync(lambda: client.fork(snapshot_id, k, **fork_opts))
+            except Exception as e:  # the batch's fork itself failed
+                out.extend(Outcome(i, i, error=e) for i in range(start, start + k))
+                continue
+            desktops = bool(res.desktops)
+            replicas: list[m.Sandbox] = [*res.sandboxes, *res.desktops]
+
+            def one(j: int, r: m.Sandbox) -> Outcome[int, R]:
+                o: Outcome[int, R] = Outcome(start + j, start + j)
+                try:
+                    o.value = fn(client, r, start + j)
+                except Exception as e:  # collected, not raised: the others go on
+                    o.error = e
+                finally:
+                    if not keep:
+                        try:
+                            (client.delete_desktop if desktops else client.delete)(r.id)
+                        except Exception:
+                            pass  # already gone
+                return o
+
+            out.extend(pool.map(lambda jr: one(*jr), enumerate(replicas)))
+    return out
+
+
+def fork_each_desktop(client: "_sync.Client", snapshot_id: str, n: int,
+                      fn: Callable[["_sync.DesktopSession", m.Sandbox, int], R], *,
+                      batch: int = 8, frames: Union[FrameCache, bool, None] = True,
+                      keep: bool = False, **fork_opts: Any) -> Results[int, R]:
+    """The sync twin of :func:`desktop_forks`: ``fn(session, replica,
+    i)`` with an ACI session open on each replica, every session sharing
+    ``frames``."""
+    cache = _cache(frames)
+
+    def job(c: "_sync.Client", r: m.Sandbox, i: int) -> R:
+        with c.aci(r.id) as s:
+            s.share_frames(cache)
+            return fn(s, r, i)
+
+    return fork_each(client, snapshot_id, n, job, batch=batch, keep=keep, **fork_opts)
 
 
 async def invoke(client: AsyncClient, name: str, payloads: Iterable[Any], *,

@@ -337,9 +337,9 @@ class DesktopSpec:
     ``ttl_seconds`` / ``idle_timeout_seconds`` as for sandboxes;
     ``osworld`` serves OSWorld's guest API (docs/osworld.md; implies
     ``a11y`` and ``cdp``), ``a11y`` starts the accessibility bus, ``cdp``
-    publishes Chromium's DevTools port; ``memory_tier`` makes a desktop memory
-    snapshots can capture (its X server uses no System V shared memory, so
-    screenshots are slower)."""
+    publishes Chromium's DevTools port; ``memory_tier`` is accepted and
+    ignored: every desktop is one memory snapshots can capture (its X
+    server keeps the screen in a file, not in System V shared memory)."""
     width: int | None = None
     height: int | None = None
     apps: list[list[str]] | None = None
