@@ -151,7 +151,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if rootless {
 		stage = rootlessStageDir
 	}
-	userns := rootless || s.UserNS
+	userns := rootless || s.UserNS || s.ForkOf != nil
 	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
