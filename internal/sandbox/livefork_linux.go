@@ -20,6 +20,7 @@ package sandbox
 //     interpreter has none (ExecSpec.Forkable), each copy makes its own.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -282,4 +283,132 @@ func enterPidNSForChildren(nestIn int) (leave func(), err error) {
 			panic(fmt.Sprintf("sandbox: return to tine's pid namespace: %v", errno))
 		}
 	}, nil
+}
+
+// nestedHop makes a fork child's PID 1 in a pid namespace nested in the
+// parent sandbox's. The kernel makes a new pid namespace only as a child
+// of the creator's own (copy_pid_ns: the namespace for children must be
+// the active one), and tine's is the host's. So the clone thread enters
+// the parent's namespace for its children (enterPidNSForChildren) and
+// clones a first process without new namespaces: it is born a member of
+// the parent's pid namespace. That process clones again, with the
+// sandbox's namespaces and CLONE_PARENT (PID 1 is tine's child, as any
+// PID 1), sends PID 1's pidfd to tine on the release socket, and exits;
+// PID 1 goes on with the program.
+type nestedHop struct {
+	// ops make the root (Plan.RootSteps) in a mount namespace of the
+	// first process's own, before the second clone; what describes them.
+	ops   []op
+	what  []string
+	fail  [2]int32 // the failed op and its errno, sent instead of a pidfd
+	args  cloneArgs
+	pidfd int32
+	sock  uintptr // the release socket, at its number in tine
+	iov   unix.Iovec
+	msg   unix.Msghdr
+	byte_ [1]byte
+	oob   []byte
+	fdAt  *int32 // where the pidfd goes in oob
+}
+
+func newNestedHop(flags uint64, sock int) *nestedHop {
+	h := &nestedHop{pidfd: -1, sock: uintptr(sock)}
+	// exit_signal must be 0 with CLONE_PARENT: PID 1 gets the first
+	// process's (SIGCHLD).
+	h.args = cloneArgs{flags: flags | unix.CLONE_PARENT | unix.CLONE_PIDFD, pidfd: uint64(uintptr(unsafe.Pointer(&h.pidfd)))}
+	h.oob = unix.UnixRights(0)
+	h.fdAt = (*int32)(unsafe.Pointer(&h.oob[unix.CmsgLen(0)]))
+	h.iov = unix.Iovec{Base: &h.byte_[0], Len: 1}
+	h.msg = unix.Msghdr{Iov: &h.iov, Iovlen: 1, Control: &h.oob[0]}
+	h.msg.SetControllen(len(h.oob))
+	return h
+}
+
+// compileRoot compiles what the first process runs: a mount namespace of
+// its own, private, and the steps that make the root.
+func (h *nestedHop) compileRoot(pg *program, p *Plan) error {
+	add := func(what string, o op) { h.ops, h.what = append(h.ops, o), append(h.what, what) }
+	add("unshare the mount namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWNS))
+	add("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
+	for _, st := range p.Steps[:p.RootSteps] {
+		if st.Beneath || st.InNetns {
+			return fmt.Errorf("%w: step %s cannot run before the user namespace", ErrSetup, st)
+		}
+		ops := pg.upperOps(st)
+		if st.Kind != StepUpper {
+			var err error
+			if ops, err = pg.stepOp(st); err != nil {
+				return err
+			}
+		}
+		for _, o := range ops {
+			add(st.String(), o)
+		}
+	}
+	return nil
+}
+
+// run is the first process's part: it returns in PID 1 only.
+//
+//go:nosplit
+//go:norace
+func (h *nestedHop) run() {
+	var regs [4]uintptr
+	if i, e := runOps(h.ops, &regs); i >= 0 {
+		h.fail[0], h.fail[1] = int32(i), int32(e)
+		h.iov.Base, h.iov.Len = (*byte)(unsafe.Pointer(&h.fail)), uint64(unsafe.Sizeof(h.fail))
+		h.msg.Control, h.msg.Controllen = nil, 0
+		syscall.RawSyscall(unix.SYS_SENDMSG, h.sock, uintptr(unsafe.Pointer(&h.msg)), 0)
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, 1, 0, 0)
+	}
+	r, _, e := syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&h.args)), unsafe.Sizeof(h.args), 0)
+	if e == 0 && r == 0 {
+		return // PID 1
+	}
+	if e == 0 {
+		*h.fdAt = h.pidfd
+		syscall.RawSyscall(unix.SYS_SENDMSG, h.sock, uintptr(unsafe.Pointer(&h.msg)), 0)
+	}
+	syscall.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+}
+
+// receive reaps the first process and returns PID 1's pid and pidfd.
+func (h *nestedHop) receive(firstPid, firstPidfd, releaseFD int) (pid, pidfd int, err error) {
+	defer func() {
+		unix.Close(firstPidfd)
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(firstPid, &ws, unix.WALL, nil); err != unix.EINTR {
+				break
+			}
+		}
+	}()
+	var b [8]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(releaseFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return 0, -1, fmt.Errorf("the nested clone: %w", err)
+	}
+	if n == 8 && oobn == 0 {
+		i, errno := int(int32(binary.NativeEndian.Uint32(b[:]))), syscall.Errno(binary.NativeEndian.Uint32(b[4:]))
+		what := "?"
+		if i >= 0 && i < len(h.what) {
+			what = h.what[i]
+		}
+		return 0, -1, fmt.Errorf("%s: %v", what, errno)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return 0, -1, errors.New("the nested clone failed (no pidfd came back)")
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return 0, -1, errors.New("the nested clone failed (no pidfd came back)")
+	}
+	pid = pidOfPidfd(fds[0])
+	if pid <= 0 {
+		unix.Close(fds[0])
+		return 0, -1, errors.New("the nested clone: PID 1's pid is unknown")
+	}
+	return pid, fds[0], nil
 }

@@ -242,7 +242,11 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if rootless {
 		flags |= unix.CLONE_NEWCGROUP // no cgroup to be placed in first
 	}
-	pg, err := compileBoot(plan, in)
+	var hop *nestedHop
+	if s.ForkOf != nil {
+		hop = newNestedHop(flags, ch.childRelease)
+	}
+	pg, err := compileBoot(plan, in, hop)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +257,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
-	nestIn := -1
+	nestIn, cloneFlags := -1, flags
 	if s.ForkOf != nil {
 		release, err := s.ForkOf.use()
 		if err != nil {
@@ -261,11 +265,15 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		}
 		defer release()
 		nestIn = s.ForkOf.init.pidfd
+		cloneFlags = 0 // the hop's clone makes the namespaces
 	}
-	pid, pidfd, err := cloneOnParentThread(pg, flags, cgroupFD, nestIn)
+	pid, pidfd, err := cloneOnParentThread(pg, cloneFlags, cgroupFD, nestIn)
 	pg.residentMem.release() // PID 1 has its own copy
 	runtime.KeepAlive(s)
 	ch.closeChildEnds()
+	if err == nil && pg.hop != nil {
+		pid, pidfd, err = pg.hop.receive(pid, pidfd, ch.releaseFD)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
