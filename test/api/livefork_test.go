@@ -295,3 +295,100 @@ except OSError as e:
 		t.Fatalf("interpreters left after their sandboxes went: %v", left)
 	}
 }
+
+// A live fork that cannot happen is refused before anything is made: a
+// session not created forkable, a running cell (not queued), what the
+// interpreter holds that a copy cannot carry (named), a count over the
+// daemon's capacity; each leaves no sandbox, snapshot or process behind.
+func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
+	d := startDaemon(t, "--max-sandboxes=3")
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := "TINE_LIVEFORK_REFUSED=" + marker()
+	plain, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Env: []string{mark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Env: []string{mark}, Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nothingMade := func(what string) {
+		t.Helper()
+		list, err := d.c.List(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("%s: sandboxes after the refusal: %v %v", what, list, err)
+		}
+		if snaps, err := d.c.Snapshots(ctx); err != nil || len(snaps) != 0 {
+			t.Fatalf("%s: snapshots after the refusal: %v %v", what, snaps, err)
+		}
+		if procs := withEnv(mark); len(procs) != 2 {
+			t.Fatalf("%s: processes with the mark after the refusal: %v, want the two interpreters", what, procs)
+		}
+	}
+	refused := func(what string, sess *client.Session, count, status int, says string) {
+		t.Helper()
+		_, _, err := sess.Fork(ctx, count)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != status || !strings.Contains(e.Message, says) {
+			t.Fatalf("%s: %v, want HTTP %d saying %q", what, err, status, says)
+		}
+		nothingMade(what)
+	}
+	refused("a session not created forkable", plain, 1, 409, "forkable")
+	refused("over capacity", s, 3, 429, "")
+
+	// A running cell: 409 at once.
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(ctx, "import time\nprint('in', flush=True)\ntime.sleep(60)")
+		done <- err
+	}()
+	go func() {
+		for {
+			if info, err := s.Info(ctx); err == nil && info.State == api.SessionBusy {
+				close(started)
+				return
+			}
+		}
+	}()
+	<-started
+	refused("a running cell", s, 1, 409, "running a cell")
+	if err := s.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct{ what, hold, says, release string }{
+		{"a thread", "import threading\nev = threading.Event()\nth = threading.Thread(target=ev.wait)\nth.start()", "thread", "ev.set(); th.join()"},
+		{"a socket", "import socket\nsk = socket.socket()", "socket", "sk.close()"},
+		{"a child process", "import subprocess\npr = subprocess.Popen(['sleep', '60'])", "child process", "pr.kill(); pr.wait()"},
+	} {
+		if ex, err := s.Run(ctx, c.hold); err != nil || ex.Status != api.ExecOK {
+			t.Fatalf("%s: %+v %v", c.what, ex, err)
+		}
+		_, _, err := s.Fork(ctx, 1)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 409 || !strings.Contains(e.Message, c.says) {
+			t.Fatalf("fork holding %s: %v, want 409 naming it", c.what, err)
+		}
+		if ex, err := s.Run(ctx, c.release); err != nil || ex.Status != api.ExecOK {
+			t.Fatalf("%s: %+v %v", c.what, ex, err)
+		}
+		nothingMade("holding " + c.what)
+	}
+	// Released, the same session forks (the refusals were about what it held).
+	kids, _, err := s.Fork(ctx, 1)
+	if err != nil {
+		t.Fatalf("the fork once nothing is held: %v", err)
+	}
+	if ex, err := kids[0].Run(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
+		t.Fatalf("the child: %+v %v", ex, err)
+	}
+}
