@@ -67,13 +67,6 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 // makeForkChildren makes the children of a live fork of b's session sid,
 // all or none, and what each copy needs to join one.
 func (s *Server) makeForkChildren(b *box, sid string, n int) ([]*box, string, []session.ForkInto, error) {
-	parent, ok := b.inst.(liveInstance)
-	if !ok {
-		return nil, "", nil, fmt.Errorf("%w: this runtime's sandboxes cannot be forked live", ErrNoLiveFork)
-	}
-	if err := parent.CanForkFrom(); err != nil {
-		return nil, "", nil, fmt.Errorf("%w: %w", ErrConflictState, err)
-	}
 	// The budget first: 429 before anything is made (fork reserves it
 	// again, all or none).
 	shares, err := s.capacity.admitN(b.spec.Limits.MemoryBytes, n)
@@ -82,6 +75,13 @@ func (s *Server) makeForkChildren(b *box, sid string, n int) ([]*box, string, []
 	}
 	for _, give := range shares {
 		give()
+	}
+	parent, ok := b.inst.(liveInstance)
+	if !ok {
+		return nil, "", nil, fmt.Errorf("%w: this runtime's sandboxes cannot be forked live", ErrNoLiveFork)
+	}
+	if err := parent.CanForkFrom(); err != nil {
+		return nil, "", nil, fmt.Errorf("%w: %w", ErrConflictState, err)
 	}
 	c, sn, err := s.takeSnapshot(b, api.SnapshotRequest{Name: "live fork of session " + sid})
 	if err != nil {
