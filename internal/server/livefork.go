@@ -35,10 +35,12 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	var boxes []*box
 	var snap string
+	var ph forkPhases
 	copies, err := sess.Fork(func() ([]session.ForkInto, error) {
 		var into []session.ForkInto
 		var err error
-		boxes, snap, into, err = s.makeForkChildren(b, sess.ID(), req.Count)
+		boxes, snap, into, err = s.makeForkChildren(b, sess.ID(), req.Count, &ph)
+		ph.children = time.Now()
 		return into, err
 	})
 	if err != nil {
@@ -59,14 +61,20 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "fork_ms", out.ForkMs)
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "fork_ms", out.ForkMs,
+		"snapshot_ms", ms(ph.snapshot.Sub(t0)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
 
 // makeForkChildren makes the children of a live fork of b's session sid,
 // all or none, and what each copy needs to join one.
-func (s *Server) makeForkChildren(b *box, sid string, n int) ([]*box, string, []session.ForkInto, error) {
+// forkPhases are when a live fork's phases ended, for its log line.
+type forkPhases struct{ snapshot, children time.Time }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (s *Server) makeForkChildren(b *box, sid string, n int, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
 	// The budget first: 429 before anything is made (fork reserves it
 	// again, all or none).
 	shares, err := s.capacity.admitN(b.spec.Limits.MemoryBytes, n)
@@ -87,6 +95,7 @@ func (s *Server) makeForkChildren(b *box, sid string, n int) ([]*box, string, []
 	if err != nil {
 		return nil, "", nil, err
 	}
+	ph.snapshot = time.Now()
 	boxes, err := s.fork(c, sn, &api.ForkRequest{Count: n}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
 	if err != nil {
 		c.Delete(sn.ID)
