@@ -510,7 +510,7 @@ class ForkWalls:
         # seccomp (each later step would forbid an earlier one); no_new_privs
         # is the parent's already.
         sysc, c = self.syscall, self.ctypes
-        if False and self.ll_attr is not None:
+        if self.ll_attr is not None:
             rs = self.check(sysc(self.nr["landlock_create_ruleset"], self.ll_attr, self.ll_size, 0), "landlock ruleset")
             for path, rights in self.ll_rules:
                 try:
