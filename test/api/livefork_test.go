@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -390,5 +391,18 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 	}
 	if ex, err := kids[0].Run(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
 		t.Fatalf("the child: %+v %v", ex, err)
+	}
+	// The CLI: tine session fork prints each child's ID/SID.
+	sock := "--socket=" + d.sock
+	if _, err := s.Run(ctx, "y = 6 * 7"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(tineBin, "session", "fork", sock, "-n", "1", s.ID).CombinedOutput()
+	child := strings.TrimSpace(string(out))
+	if err != nil || strings.Count(child, "/") != 1 {
+		t.Fatalf("tine session fork: %v %q", err, out)
+	}
+	if out, err := exec.Command(tineBin, "session", "run", sock, child, "-c", "y").CombinedOutput(); err != nil || string(out) != "42\n" {
+		t.Fatalf("tine session run in the CLI's fork: %v %q", err, out)
 	}
 }
