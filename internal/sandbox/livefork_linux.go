@@ -315,7 +315,8 @@ func newNestedHop(flags uint64, sock int) *nestedHop {
 	h := &nestedHop{pidfd: -1, sock: uintptr(sock)}
 	// exit_signal must be 0 with CLONE_PARENT: PID 1 gets the first
 	// process's (SIGCHLD).
-	h.args = cloneArgs{flags: flags | unix.CLONE_PARENT | unix.CLONE_PIDFD, pidfd: uint64(uintptr(unsafe.Pointer(&h.pidfd)))}
+	h.args = cloneArgs{pidfd: uint64(uintptr(unsafe.Pointer(&h.pidfd)))}
+	h.setFlags(flags)
 	h.oob = unix.UnixRights(0)
 	h.fdAt = (*int32)(unsafe.Pointer(&h.oob[unix.CmsgLen(0)]))
 	h.iov = unix.Iovec{Base: &h.byte_[0], Len: 1}
@@ -346,6 +347,11 @@ func (h *nestedHop) compileRoot(pg *program, p *Plan) error {
 		}
 	}
 	return nil
+}
+
+// setFlags sets the namespaces PID 1 is cloned with.
+func (h *nestedHop) setFlags(flags uint64) {
+	h.args.flags = flags | unix.CLONE_PARENT | unix.CLONE_PIDFD
 }
 
 // run is the first process's part: it returns in PID 1 only.

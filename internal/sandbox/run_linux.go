@@ -265,7 +265,10 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		}
 		defer release()
 		nestIn = s.ForkOf.init.pidfd
-		cloneFlags = 0 // the hop's clone makes the namespaces
+		// The hop's clone makes the namespaces (the cgroup one too, with
+		// cgroup v2: rooted where the first process was born).
+		pg.hop.setFlags(flags)
+		cloneFlags = 0
 	}
 	pid, pidfd, err := cloneOnParentThread(pg, cloneFlags, cgroupFD, nestIn)
 	pg.residentMem.release() // PID 1 has its own copy
