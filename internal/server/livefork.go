@@ -47,6 +47,11 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		for _, c := range boxes {
 			s.destroy(c, "its live fork failed")
 		}
+		if snap != "" {
+			if c, cerr := s.snapshots(); cerr == nil {
+				c.Delete(snap) // nothing of a failed fork is left
+			}
+		}
 		return err
 	}
 	out := api.ForkSessionResult{Snapshot: snap}

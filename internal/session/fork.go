@@ -134,6 +134,9 @@ func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
 			return copies, fmt.Errorf("fork the interpreter: %w", err)
 		}
 		if f.Type == "forked" {
+			if f.Value != "" {
+				return copies, fmt.Errorf("%w: %s", ErrStart, f.Value)
+			}
 			break
 		}
 	}

@@ -346,7 +346,7 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(ctx, "import time\nprint('in', flush=True)\ntime.sleep(60)")
+		_, err := s.Run(ctx, "import os, time\nwhile not os.path.exists('/tmp/go'): time.sleep(0.01)")
 		done <- err
 	}()
 	go func() {
@@ -359,8 +359,9 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 	}()
 	<-started
 	refused("a running cell", s, 1, 409, "running a cell")
-	if err := s.Interrupt(ctx); err != nil {
-		t.Fatal(err)
+	// Let the cell end (an interrupt could come before it runs, and be ignored).
+	if r, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"touch", "/tmp/go"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("touch /tmp/go: %+v %v", r, err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -404,5 +405,43 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 	}
 	if out, err := exec.Command(tineBin, "session", "run", sock, child, "-c", "y").CombinedOutput(); err != nil || string(out) != "42\n" {
 		t.Fatalf("tine session run in the CLI's fork: %v %q", err, out)
+	}
+}
+
+// A fork that fails halfway is all or none: with a pids limit that leaves
+// the first copy no room for its second fork, the fork fails saying why,
+// and no child sandbox, snapshot or copy is left; the parent goes on.
+func TestLiveForkFailingHalfwayLeavesNothing(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	// PID 1, the interpreter's reaper and the interpreter: one pid left.
+	sb, err := d.c.Create(ctx, &api.SandboxSpec{Limits: api.Limits{Pids: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := "TINE_LIVEFORK_HALFWAY=" + marker()
+	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Env: []string{mark}, Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := s.Run(ctx, "x = 41"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("cell: %+v %v", ex, err)
+	}
+	_, _, err = s.Fork(ctx, 2)
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status < 400 || !strings.Contains(e.Message, "fork") {
+		t.Fatalf("the fork with no pids left: %v, want it refused saying why", err)
+	}
+	if list, err := d.c.List(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("sandboxes after the failed fork: %v %v", list, err)
+	}
+	if snaps, err := d.c.Snapshots(ctx); err != nil || len(snaps) != 0 {
+		t.Fatalf("snapshots after the failed fork: %v %v", snaps, err)
+	}
+	if procs := withEnv(mark); len(procs) != 1 {
+		t.Fatalf("processes with the mark after the failed fork: %v, want the parent interpreter only", procs)
+	}
+	if ex, err := s.Run(ctx, "x + 1"); err != nil || ex.Text() != "42" {
+		t.Fatalf("the parent after the failed fork: %+v %v", ex, err)
 	}
 }

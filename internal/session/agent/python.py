@@ -289,12 +289,15 @@ class Agent:
         cwd = os.getcwd()
         sys.stdout.flush()
         sys.stderr.flush()
-        pids = []
-        for i, fds in enumerate(targets):
-            pid = os.fork()
-            if pid == 0:
-                self.become_copy(fds, nns, types_, walls, files, cwd)  # never returns
-            pids.append(pid)
+        pids, why = [], ""
+        try:
+            for fds in targets:
+                pid = os.fork()
+                if pid == 0:
+                    self.become_copy(fds, nns, types_, walls, files, cwd)  # never returns
+                pids.append(pid)
+        except OSError as e:  # the pids limit, memory: the copies not made fail
+            why = "fork copy %d of %d: %s" % (len(pids) + 1, len(targets), e)
         for fds in targets:
             for fd in fds:
                 os.close(fd)
@@ -303,7 +306,7 @@ class Agent:
             _, status = os.waitpid(pid, 0)
             if status != 0:
                 failed.append(i)
-        self.send({"type": "forked", "count": len(pids), "failed": failed})
+        self.send({"type": "forked", "count": len(pids), "failed": failed, "value": why})
 
     def become_copy(self, fds, nns, types_, walls, files, cwd):
         ctl, out, err = fds[0], fds[1], fds[2]
