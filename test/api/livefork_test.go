@@ -278,6 +278,18 @@ except OSError as e:
 		}
 	}
 
+	// A child's files fork too: a replica of child 0 has what it wrote.
+	rep, err := d.c.ForkSandbox(ctx, res.Sandboxes[0].ID, &api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatalf("fork of child 0's files: %v", err)
+	}
+	if got := strings.TrimSpace(sh(t, d.c, rep.Sandboxes[0].ID, "cat /lfdata/mine")); got != "0" {
+		t.Errorf("the replica of child 0 has /lfdata/mine = %q, want 0", got)
+	}
+	if err := d.c.Delete(ctx, rep.Sandboxes[0].ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// The parent cannot go while its forks live: they would die with it.
 	err = d.c.Delete(ctx, sb.ID)
 	var ae *client.Error
