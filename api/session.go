@@ -15,6 +15,12 @@ type SessionSpec struct {
 	// Workdir is the interpreter's first working directory (default: the
 	// sandbox's); a cell may change it, and the change persists.
 	Workdir string `json:"workdir,omitempty"`
+	// Forkable makes a session that POST …/sessions/{sid}/fork can fork
+	// live. Its interpreter has every wall of an exec but two: no Landlock
+	// domain, and a seccomp filter that also allows setns with an explicit
+	// namespace type (each forked copy walls itself in fully in its child
+	// sandbox). docs/security.md says what that means.
+	Forkable bool `json:"forkable,omitempty"`
 }
 
 // SessionState is where a session is in its life.
@@ -177,9 +183,21 @@ type SessionEvent struct {
 	Failure   *Error           `json:"failure,omitempty"`
 }
 
-// ForkSessionRequest is the body of POST …/sessions/{sid}/fork (the
-// route checks it and answers 501: the live fork is not built, ADR 0013).
+// ForkSessionRequest is the body of POST …/sessions/{sid}/fork.
 type ForkSessionRequest struct {
 	// Count is how many children to make (1 to the host's capacity).
 	Count int `json:"count"`
+}
+
+// ForkSessionResult is the answer to a live fork: Count new sandboxes,
+// each holding one session whose state is the parent session's at the
+// fork (Sessions[i] is in Sandboxes[i]).
+type ForkSessionResult struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+	Sessions  []Session `json:"sessions"`
+	// Snapshot is the file-tier snapshot the children's files start from.
+	Snapshot string `json:"snapshot"`
+	// ForkMs is how long the fork took in the daemon, until every child
+	// session was ready.
+	ForkMs float64 `json:"fork_ms"`
 }

@@ -144,3 +144,19 @@ func (s *Session) Restart(ctx context.Context) error {
 func (s *Session) Delete(ctx context.Context) error {
 	return s.c.call(ctx, "DELETE", sessionPath(s.SandboxID, s.ID), nil, nil, nil)
 }
+
+// Fork forks a forkable session (api.SessionSpec.Forkable) live into
+// count new sandboxes, each holding a session whose state is this one's
+// now; this session goes on. It returns the children's sessions
+// (res.Sandboxes[i] holds the i-th) and the whole answer.
+func (s *Session) Fork(ctx context.Context, count int) ([]*Session, *api.ForkSessionResult, error) {
+	var res api.ForkSessionResult
+	if err := s.c.call(ctx, "POST", sessionPath(s.SandboxID, s.ID, "/fork"), nil, &api.ForkSessionRequest{Count: count}, &res); err != nil {
+		return nil, nil, err
+	}
+	out := make([]*Session, len(res.Sessions))
+	for i, info := range res.Sessions {
+		out[i] = &Session{c: s.c, SandboxID: info.SandboxID, ID: info.ID}
+	}
+	return out, &res, nil
+}

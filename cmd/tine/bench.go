@@ -110,10 +110,11 @@ exec of /bin/true in the same sandbox (the floor); and getting the state of
 a session that imported the 16 modules of bench warm and holds 50 MiB of
 data into a new sandbox until its first cell answers: a new sandbox and
 session replaying the cells (what a user does without fork), next to the live
-fork and the memory-tier fork, reported as not available while they are not
-built. The target: `+bench.SessionTarget.Text+`.`,
+fork of a forkable session holding that state into 1, 8 and 32 children
+(timed until the first child answers), and the memory-tier fork, reported as
+not available while it is not built. The target: `+bench.SessionTarget.Text+`.`,
 			func(self string) ([]bench.Group, func(), error) {
-				d, err := bench.StartDaemon(self, 0)
+				d, err := bench.StartDaemon(self, 0, "--max-sandboxes", "80", "--max-memory", "1000t")
 				if err != nil {
 					return nil, nil, err
 				}

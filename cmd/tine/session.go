@@ -25,10 +25,12 @@ func newSessionCommand() *cobra.Command {
 		Long: `A session is a Python interpreter in a live sandbox whose state (variables,
 imports, open files, working directory) persists from cell to cell, as in a
 Jupyter kernel. It runs behind the sandbox's walls and goes with the sandbox.
-A session is named by its id (SID), or ID/SID with its sandbox's id.`,
+A session is named by its id (SID), or ID/SID with its sandbox's id.
+A session created --forkable can be forked live (tine session fork) into new
+sandboxes that each hold a copy of its state.`,
 	}
 	cmd.AddCommand(newSessionCreateCommand(), newSessionRunCommand(), newSessionAttachCommand(),
-		newSessionLsCommand(), newSessionRmCommand())
+		newSessionLsCommand(), newSessionRmCommand(), newSessionForkCommand())
 	return cmd
 }
 
@@ -38,6 +40,7 @@ func newSessionCreateCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "create [flags] ID", Short: "Start a session in a live sandbox; prints the session's id", Args: cobra.ExactArgs(1)}
 	cmd.Flags().StringVarP(&spec.Workdir, "workdir", "w", "", "the interpreter's first working directory (default: the sandbox's)")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE, or KEY to pass this shell's value (repeatable)")
+	cmd.Flags().BoolVar(&spec.Forkable, "forkable", false, "make a session that tine session fork can fork live: its interpreter has no Landlock domain and may call setns (each fork walls itself in fully; docs/security.md)")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		spec.Env = envFromFlags(env)
@@ -333,6 +336,39 @@ func newSessionRmCommand() *cobra.Command {
 			if err := s.Delete(cmd.Context()); err != nil {
 				return err
 			}
+		}
+		return nil
+	}
+	return cmd
+}
+
+func newSessionForkCommand() *cobra.Command {
+	var count int
+	cmd := &cobra.Command{Use: "fork [flags] SID", Short: "Fork a --forkable session live into new sandboxes; prints each child's ID/SID", Args: cobra.ExactArgs(1),
+		Long: `Fork a session created with --forkable, between cells, into N new sandboxes,
+each holding a session whose state (variables, imports, working directory,
+open files re-opened by path) is the session's now; the session goes on. Each
+child is a sandbox like any other (exec, files, more sessions), with its own
+namespaces, writable layer and /tmp, made from a snapshot of the parent's
+files, and dies with the parent: the parent cannot be deleted while its forks
+live. A session holding threads, sockets or child processes is refused.`}
+	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children")
+	dial := daemonFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := dial()
+		if err != nil {
+			return err
+		}
+		s, err := resolveSession(cmd.Context(), c, args[0])
+		if err != nil {
+			return err
+		}
+		kids, _, err := s.Fork(cmd.Context(), count)
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s\n", k.SandboxID, k.ID)
 		}
 		return nil
 	}

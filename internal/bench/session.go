@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/tine-run/tine/api"
 )
@@ -22,14 +23,16 @@ var sessionState = []string{
 // sessionProbe is the first cell a session holding sessionState answers.
 const sessionProbe = "len(data) >> 20, marker"
 
-// liveForkUnavailable says why the live-fork variant is not measured.
-const liveForkUnavailable = "not built: live fork of a session into a new sandbox (docs/decisions/0013-code-interpreter-sessions.md says where it stands)"
+// LiveForkCounts are the fork sizes measured: fork → first cell answered
+// in the first child.
+var LiveForkCounts = []int{1, 8, 32}
 
 // SessionGroups is the session suite, against d: a cell's round trip
 // (JSON and streamed) next to the exec floor, and getting a session's
 // state into a new sandbox: a new sandbox and session replaying the
-// cells, next to the live fork and the memory-tier fork (reported as not
-// available until they are built).
+// cells, next to the live fork of a forkable session holding the same
+// state (into 1, 8 and 32 children) and the memory-tier fork (reported as
+// not available until it is built).
 func SessionGroups(d *Daemon) ([]Group, func(), error) {
 	ctx := context.Background()
 	c := d.Client
@@ -77,11 +80,19 @@ func SessionGroups(d *Daemon) ([]Group, func(), error) {
 		_, err := replayed(ctx, d, &want)
 		return err
 	}}
+	forks, err := liveForkVariants(ctx, d, want)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	stateVariants := append(append([]Variant{replay}, forks.variants...),
+		Variant{Name: "memory-tier fork", Unavailable: "not built: the memory tier answers 501"})
+	prev := cleanup
+	cleanup = func() { forks.cleanup(); prev() }
 	return []Group{
 		{Name: "cell round trip", Reference: execFloor.Name, Subject: cellJSON.Name, Variants: []Variant{execFloor, cellJSON, cellStream}, Targets: []Target{SessionTarget}},
-		{Name: "session state → new sandbox, first cell answered", Reference: replay.Name, Subject: "live fork",
-			Variants: []Variant{replay, {Name: "live fork", Unavailable: liveForkUnavailable},
-				{Name: "memory-tier fork", Unavailable: "not built: the memory tier answers 501"}}},
+		{Name: "session state → new sandbox, first cell answered", Reference: replay.Name, Subject: forks.variants[0].Name,
+			Variants: stateVariants},
 	}, cleanup, nil
 }
 
@@ -115,4 +126,68 @@ func replayed(ctx context.Context, d *Daemon, want *string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+type liveForks struct {
+	variants []Variant
+	cleanup  func()
+}
+
+// liveForkVariants are the live forks of a forkable session that ran
+// sessionState, one variant per LiveForkCounts: each fork is timed until
+// the first child answers the probe with want; its children are deleted
+// after, untimed.
+func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, error) {
+	c := d.Client
+	sb, err := c.Create(ctx, &api.SandboxSpec{Limits: api.Limits{MemoryBytes: 512 << 20}})
+	if err != nil {
+		return nil, fmt.Errorf("create the sandbox to fork: %w", err)
+	}
+	out := &liveForks{cleanup: func() { c.Delete(context.Background(), sb.ID) }}
+	s, err := c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
+	if err != nil {
+		out.cleanup()
+		return nil, fmt.Errorf("start the forkable session: %w", err)
+	}
+	for _, code := range sessionState {
+		if ex, err := s.Run(ctx, code); err != nil || ex.Status != api.ExecOK {
+			out.cleanup()
+			return nil, fmt.Errorf("the forkable session's state: cell %q: %+v %v", code, ex, err)
+		}
+	}
+	for _, n := range LiveForkCounts {
+		var made []string
+		out.variants = append(out.variants, Variant{
+			Name: fmt.Sprintf("live fork ×%d", n),
+			Func: func(ctx context.Context) error {
+				kids, res, err := s.Fork(ctx, n)
+				if res != nil {
+					for _, sb := range res.Sandboxes {
+						made = append(made, sb.ID)
+					}
+				}
+				if err != nil {
+					return err
+				}
+				ex, err := kids[0].Run(ctx, sessionProbe)
+				if err != nil {
+					return err
+				}
+				if ex.Text() != want {
+					return fmt.Errorf("the fork's first child answers %q, want %q", ex.Text(), want)
+				}
+				return nil
+			},
+			After: func(ctx context.Context) error {
+				var wg sync.WaitGroup
+				for _, id := range made {
+					wg.Go(func() { c.Delete(context.Background(), id) })
+				}
+				wg.Wait()
+				made = made[:0]
+				return nil
+			},
+		})
+	}
+	return out, nil
 }

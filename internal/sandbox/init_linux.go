@@ -110,6 +110,9 @@ func report(p *program, index int, errno syscall.Errno, code uintptr) {
 //go:nosplit
 //go:norace
 func childMain(p *program) {
+	if p.hop != nil {
+		p.hop.run()
+	}
 	var regs [4]uintptr
 	if i, e := runOps(p.setup, &regs); i >= 0 {
 		report(p, i, e, 1)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,6 +63,15 @@ type ExecSpec struct {
 	// CgroupProcs are open cgroup.procs files (cgroup.Group.ProcsFiles)
 	// the command joins before its execve (Launch only; at most 4).
 	CgroupProcs []int
+	// Forkable starts the interpreter of a forkable session (Exec only):
+	// the command has every wall of an exec but two, so that a forked copy
+	// of it can join a child sandbox (Spec.ForkOf) and wall itself in
+	// there: no Landlock domain (a domain is for good, and its rules are
+	// the inodes of this sandbox's root, so in a child's root nothing
+	// would be writable) and seccomp's Session mode, which adds setns
+	// with an explicit namespace type to Default. Only with Seccomp
+	// Default: Strict and Unconfined sandboxes take no forkable session.
+	Forkable bool
 	// Detach makes the command outlive the caller (an OCI exec --detach):
 	// its reaper, the process Exec returns, has no parent-death signal,
 	// exits with the command's exit code (128+signal), and runs nothing
@@ -216,12 +226,23 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if sb.init.pidfd < 0 {
 		return nil, fmt.Errorf("%w: exec needs pidfd support (Linux 5.3 or later)", ErrSetup)
 	}
-	in, err := h.wallInputs(p.Spec.Seccomp, p.UserNS)
+	mode := p.Spec.Seccomp
+	if e.Forkable {
+		if err := sb.canForkFrom(); err != nil {
+			return nil, err
+		}
+		mode = seccomp.Session
+	}
+	in, err := h.wallInputs(mode, p.UserNS)
 	if err != nil {
 		return nil, err
 	}
 	in.asRoot = p.UserNS && !p.Rootless
 	in.narrowCaps(p.Spec.Capabilities)
+	if in.ruleset >= 0 && e.Forkable {
+		unix.Close(in.ruleset) // its copies restrict themselves (ForkWalls)
+		in.ruleset = -1
+	}
 	if in.ruleset >= 0 {
 		defer unix.Close(in.ruleset)
 	}
@@ -258,7 +279,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
-	pid, pidfd, err := cloneOnParentThread(pg, 0, cgroupFD)
+	pid, pidfd, err := cloneOnParentThread(pg, 0, cgroupFD, -1)
 	runtime.KeepAlive(e)
 	ch.closeChildEnds()
 	if err != nil {

@@ -96,6 +96,10 @@ func (s Step) String() string {
 // Plan is a Spec made concrete: every mount, rule and limit the sandbox
 // gets, as plain data. It is built without touching the kernel.
 type Plan struct {
+	// RootSteps, for a live fork's child (Spec.ForkOf), is how many of
+	// Steps make its root before its user namespace exists.
+	RootSteps int
+
 	Spec *Spec
 	// Rootless: run by an unprivileged user (in a user namespace, without
 	// cgroups). UserNS: in a user namespace (rootless, or Spec.UserNS).
@@ -151,7 +155,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if rootless {
 		stage = rootlessStageDir
 	}
-	userns := rootless || s.UserNS
+	userns := rootless || s.UserNS || s.ForkOf != nil
 	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
@@ -192,7 +196,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		// The caller's rootfs is the root, written in place (an OCI
 		// bundle's); made read-only at the end when asked.
 		mount(s.RootFS, R, "", unix.MS_BIND|unix.MS_REC, "")
-	} else if userns && s.RootFS == "" {
+	} else if userns && s.RootFS == "" && s.ForkOf == nil {
 		if len(s.Layers) > 0 {
 			return nil, fmt.Errorf("%w: a rootless or --userns sandbox over the host's root cannot stack layers (forks of snapshots need root without --userns)", ErrInvalidSpec)
 		}
@@ -215,10 +219,20 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 			lowers[i] = escapeOverlay(l)
 		}
 		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", strings.Join(lowers, ":"), stage, stage)
-		if userns {
+		if userns && s.ForkOf == nil {
 			ovl += ",userxattr"
 		}
 		mount("overlay", R, "overlay", nsd, ovl)
+		if s.ForkOf != nil {
+			// A live fork's child: the steps so far run before its user
+			// namespace exists (nestedHop), with the host's privilege, as
+			// for any root sandbox: a user namespace can neither take "/"
+			// (its submounts are locked there) as an overlay's lower nor
+			// read trusted.overlay.* markers. PID 1 inherits the overlay
+			// locked; pivot_root wants a mount of its own.
+			p.RootSteps = len(p.Steps)
+			mount(R, R, "", unix.MS_BIND, "")
+		}
 	}
 
 	// /proc, /dev, /tmp, /run, /sys.

@@ -70,6 +70,10 @@ type program struct {
 	// howDir and howAny are openat2's open_how for Beneath steps, howRule
 	// for Landlock's rules: O_PATH, never following a symlink.
 	howDir, howAny, howRule *unix.OpenHow
+
+	// hop, for a live fork's child (Spec.ForkOf), is the second clone:
+	// see nestedHop.
+	hop *nestedHop
 }
 
 // inputs are the parent-side resources a program refers to.
@@ -181,12 +185,20 @@ func (p *Plan) command() *command {
 }
 
 // compileBoot turns plan p into the program of a new sandbox's PID 1.
-func compileBoot(p *Plan, in inputs) (*program, error) {
+//
+// hop, for a live fork's child, is the nested clone PID 1 comes from.
+func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg := newProgram()
+	pg.hop = hop
 	if p.Spec.Detach {
 		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
 	} else {
 		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
+	}
+	if p.RootSteps > 0 {
+		if err := pg.hop.compileRoot(pg, p); err != nil {
+			return nil, err
+		}
 	}
 	pg.moveDescriptors(in)
 	if !in.userns {
@@ -210,8 +222,8 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 		if inNetns && !in.userns {
 			pg.addRelease(true)
 		}
-		for _, st := range p.Steps {
-			if st.InNetns != inNetns {
+		for i, st := range p.Steps {
+			if st.InNetns != inNetns || i < p.RootSteps {
 				continue
 			}
 			if st.Kind == StepUpper {
@@ -590,21 +602,28 @@ func (pg *program) pathOp(st Step) (op, error) {
 // owner, its exact mode (mkdir and mknod apply the umask, chown clears
 // set-id bits), and the opaque xattr.
 func (pg *program) addUpper(st Step) {
-	what := st.String()
+	for _, o := range pg.upperOps(st) {
+		pg.addSetup(st.String(), o)
+	}
+}
+
+func (pg *program) upperOps(st Step) []op {
 	target := pg.cstr(st.Target)
 	perm := uintptr(st.Mode & 0o7777)
+	var ops []op
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		pg.addSetup(what, sys(unix.SYS_MKDIRAT, atFdcwd, target, perm).tolerating(unix.EEXIST))
+		ops = append(ops, sys(unix.SYS_MKDIRAT, atFdcwd, target, perm).tolerating(unix.EEXIST))
 	} else {
-		pg.addSetup(what, sys(unix.SYS_MKNODAT, atFdcwd, target, unix.S_IFREG|perm, 0).tolerating(unix.EEXIST))
+		ops = append(ops, sys(unix.SYS_MKNODAT, atFdcwd, target, unix.S_IFREG|perm, 0).tolerating(unix.EEXIST))
 	}
 	if st.UID != 0 || st.GID != 0 {
-		pg.addSetup(what, sys(unix.SYS_FCHOWNAT, atFdcwd, target, uintptr(st.UID), uintptr(st.GID), unix.AT_SYMLINK_NOFOLLOW))
+		ops = append(ops, sys(unix.SYS_FCHOWNAT, atFdcwd, target, uintptr(st.UID), uintptr(st.GID), unix.AT_SYMLINK_NOFOLLOW))
 	}
-	pg.addSetup(what, sys(unix.SYS_FCHMODAT, atFdcwd, target, perm))
+	ops = append(ops, sys(unix.SYS_FCHMODAT, atFdcwd, target, perm))
 	if st.Data != "" {
-		pg.addSetup(what, sys(unix.SYS_LSETXATTR, target, pg.cstr(st.Data), pg.cstr("y"), 1, 0))
+		ops = append(ops, sys(unix.SYS_LSETXATTR, target, pg.cstr(st.Data), pg.cstr("y"), 1, 0))
 	}
+	return ops
 }
 
 // ifreqFlags is struct ifreq with the flags member.

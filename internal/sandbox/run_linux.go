@@ -242,7 +242,11 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if rootless {
 		flags |= unix.CLONE_NEWCGROUP // no cgroup to be placed in first
 	}
-	pg, err := compileBoot(plan, in)
+	var hop *nestedHop
+	if s.ForkOf != nil {
+		hop = newNestedHop(flags, ch.childRelease)
+	}
+	pg, err := compileBoot(plan, in, hop)
 	if err != nil {
 		return nil, err
 	}
@@ -253,10 +257,26 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
-	pid, pidfd, err := cloneOnParentThread(pg, flags, cgroupFD)
+	nestIn, cloneFlags := -1, flags
+	if s.ForkOf != nil {
+		release, err := s.ForkOf.use()
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		nestIn = s.ForkOf.init.pidfd
+		// The hop's clone makes the namespaces (the cgroup one too, with
+		// cgroup v2: rooted where the first process was born).
+		pg.hop.setFlags(flags)
+		cloneFlags = 0
+	}
+	pid, pidfd, err := cloneOnParentThread(pg, cloneFlags, cgroupFD, nestIn)
 	pg.residentMem.release() // PID 1 has its own copy
 	runtime.KeepAlive(s)
 	ch.closeChildEnds()
+	if err == nil && pg.hop != nil {
+		pid, pidfd, err = pg.hop.receive(pid, pidfd, ch.releaseFD)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
 	}
@@ -264,7 +284,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	undo = append(undo, func() { pr.kill(); pr.reapQuietly() })
 
 	if userns {
-		if err := writeIDMaps(pid, rootless); err != nil {
+		if err := writeIDMaps(pid, rootless, s.ForkOf != nil); err != nil {
 			return nil, err
 		}
 	}
@@ -532,6 +552,7 @@ type cloneRequest struct {
 	pg       *program
 	flags    uint64
 	cgroupFD int
+	nestIn   int
 	reply    chan cloneResult
 }
 
@@ -540,19 +561,21 @@ type cloneResult struct {
 	err        error
 }
 
-func cloneOnParentThread(pg *program, flags uint64, cgroupFD int) (pid, pidfd int, err error) {
+// nestIn, when >= 0, is the pidfd of a sandbox's PID 1 whose pid namespace
+// the clone's new one nests in (Spec.ForkOf).
+func cloneOnParentThread(pg *program, flags uint64, cgroupFD, nestIn int) (pid, pidfd int, err error) {
 	parentThreadOnce.Do(func() {
 		cloneRequests = make(chan cloneRequest)
 		go func() {
 			runtime.LockOSThread() // never unlocked
 			for req := range cloneRequests {
-				pid, pidfd, err := cloneChild(req.pg, req.flags, req.cgroupFD)
+				pid, pidfd, err := cloneChild(req.pg, req.flags, req.cgroupFD, req.nestIn)
 				req.reply <- cloneResult{pid, pidfd, err}
 			}
 		}()
 	})
 	reply := make(chan cloneResult, 1)
-	cloneRequests <- cloneRequest{pg, flags, cgroupFD, reply}
+	cloneRequests <- cloneRequest{pg, flags, cgroupFD, nestIn, reply}
 	r := <-reply
 	return r.pid, r.pidfd, r.err
 }
@@ -573,8 +596,9 @@ func cloneSandbox(args *cloneArgs, pg *program) (uintptr, syscall.Errno) {
 }
 
 // cloneChild clones the child with all signals blocked (so no Go signal
-// handler can run in it) and runs childMain there.
-func cloneChild(pg *program, flags uint64, cgroupFD int) (pid, pidfd int, err error) {
+// handler can run in it) and runs childMain there; nestIn, when >= 0, is
+// the pidfd whose pid namespace the child's new one nests in.
+func cloneChild(pg *program, flags uint64, cgroupFD, nestIn int) (pid, pidfd int, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	all, old := ^uint64(0), uint64(0)
@@ -585,8 +609,16 @@ func cloneChild(pg *program, flags uint64, cgroupFD int) (pid, pidfd int, err er
 		args.flags |= unix.CLONE_INTO_CGROUP
 		args.cgroup = uint64(cgroupFD)
 	}
+	leave := func() {}
+	if nestIn >= 0 {
+		if leave, err = enterPidNSForChildren(nestIn); err != nil {
+			unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
+			return 0, -1, err
+		}
+	}
 	r, errno := cloneSandbox(&args, pg)
-	if errno == unix.ENOSYS && cgroupFD < 0 {
+	leave()
+	if errno == unix.ENOSYS && cgroupFD < 0 && nestIn < 0 {
 		// Kernels before 5.3: plain clone (a copy of tine's memory), no pidfd.
 		pidfd32 = -1
 		r, _, errno = unix.RawSyscall6(unix.SYS_CLONE, uintptr(flags)|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
@@ -621,10 +653,15 @@ type cloneArgs struct {
 // root, ids 0 to UserNSSize-1 to the unprivileged host range UserNSRange,
 // so the sandbox's users (apt's _apt, nobody, ...) exist and setgroups
 // works.
-func writeIDMaps(pid int, rootless bool) error {
+//
+// identity maps every id to itself (Spec.ForkOf).
+func writeIDMaps(pid int, rootless, identity bool) error {
 	dir := fmt.Sprintf("/proc/%d/", pid)
 	uidMap, gidMap := fmt.Sprintf("0 %d 1", os.Geteuid()), fmt.Sprintf("0 %d 1", os.Getegid())
-	if !rootless {
+	switch {
+	case identity:
+		uidMap, gidMap = "0 0 4294967295", "0 0 4294967295"
+	case !rootless:
 		uid, gid := UserNSRange()
 		uidMap, gidMap = fmt.Sprintf("0 %d %d", uid, UserNSSize), fmt.Sprintf("0 %d %d", gid, UserNSSize)
 	}

@@ -122,6 +122,14 @@ type Spec struct {
 	// lo down; egress: a veth to the host), joined instead of a fresh one
 	// with lo up. The caller keeps it open until the sandbox has started.
 	NetNS *os.File
+	// ForkOf makes a sandbox that receives live-forked copies of a
+	// forkable session's interpreter in that sandbox (livefork_linux.go):
+	// it runs in a user namespace whose owner is the host's root and
+	// where every id maps to itself, so the copy, euid 0 outside it, may
+	// join it with its capabilities dropped; and its pid namespace is
+	// nested in ForkOf's, the only kind a process of ForkOf can join. It
+	// implies UserNS, and it dies with ForkOf's PID 1.
+	ForkOf *Sandbox
 }
 
 // StartSignal starts a detached sandbox's command (Spec.Detach).

@@ -38,8 +38,8 @@ var (
 	ErrNoSnapshot      = errors.New("no such snapshot")
 	ErrNoSnapshots     = errors.New("snapshots are unavailable")
 	ErrConflictState   = errors.New("conflict")
-	// ErrNoLiveFork: a session's live fork is not built (ADR 0013).
-	ErrNoLiveFork = errors.New("the live fork of a session is not built yet")
+	// ErrNoLiveFork: this runtime cannot fork a session live (ADR 0013).
+	ErrNoLiveFork = errors.New("the live fork of a session is not available")
 )
 
 // methodError is ErrMethod with the methods the path takes, for the Allow
@@ -81,7 +81,8 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusBadRequest, api.CodeInvalidArgument
 	case errors.Is(err, session.ErrNoSession):
 		return http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrDead), errors.Is(err, session.ErrHeld):
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrDead), errors.Is(err, session.ErrHeld), errors.Is(err, session.ErrNotForkable),
+		errors.Is(err, sandbox.ErrNotForkable):
 		return http.StatusConflict, api.CodeConflict
 	case errors.Is(err, zygote.ErrNoFunction):
 		return http.StatusNotFound, api.CodeNotFound

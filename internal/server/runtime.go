@@ -84,9 +84,10 @@ type liveInstance struct{ *sandbox.Sandbox }
 
 // Exec runs a command without a terminal through the sandbox's PID 1
 // (a fork and an execve: it already is behind every wall), and one with a
-// terminal by joining the sandbox (Exec allocates the terminal inside).
+// terminal or a forkable session's interpreter by joining the sandbox
+// (Exec allocates the terminal inside, and puts up the forkable walls).
 func (l liveInstance) Exec(e *sandbox.ExecSpec) (Process, error) {
-	if !e.TTY {
+	if !e.TTY && !e.Forkable {
 		p, err := l.Sandbox.Launch(e)
 		if err != nil {
 			return nil, err

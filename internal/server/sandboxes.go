@@ -40,6 +40,7 @@ type box struct {
 	sessions   *session.Set // its code-interpreter sessions, made on first use
 
 	forkedFrom string       // the snapshot it was forked from
+	forkOf     string       // the sandbox whose session it is a live fork of
 	lease      *image.Lease // the image it runs from, kept from removal
 
 	net *boxNet // its network (nil: loopback without published ports)
@@ -387,6 +388,9 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	b, err := s.lookup(r)
 	if err != nil {
+		return err
+	}
+	if err := s.refuseWhileForked(b); err != nil {
 		return err
 	}
 	s.destroy(b, "deleted")

@@ -24,12 +24,15 @@ func (b *box) sessionsOf() *session.Set {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.sessions == nil {
-		inst := b.inst
-		b.sessions = session.NewSet(b.id, session.LaunchFunc(func(e *sandbox.ExecSpec) (session.Process, error) {
-			return inst.Exec(e)
-		}))
+		b.sessions = session.NewSet(b.id, b.launcher())
 	}
 	return b.sessions
+}
+
+// launcher starts session interpreters in b's sandbox.
+func (b *box) launcher() session.Launcher {
+	inst := b.inst
+	return session.LaunchFunc(func(e *sandbox.ExecSpec) (session.Process, error) { return inst.Exec(e) })
 }
 
 // closeSessions ends b's sessions (before its sandbox goes); a session
@@ -230,40 +233,4 @@ func (s *Server) restartSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, sess.Info())
 	return nil
-}
-
-// forkSession is the live fork's route with its preflight in the order
-// the fork will check it: the session (404), the count (400), a running
-// cell (409: a fork is not queued) or what the interpreter holds that a
-// copy cannot carry (409 naming it), the budget for count sandboxes (429,
-// before anything is made). The mechanism itself is not built (ADR 0013):
-// past the preflight the answer is 501.
-func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
-	var req api.ForkSessionRequest
-	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
-		return err
-	}
-	b, sess, done, err := s.useSession(r)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if req.Count < 1 || req.Count > maxForks {
-		return fmt.Errorf("%w: count %d: want 1 to %d", ErrInvalidArgument, req.Count, maxForks)
-	}
-	held, err := sess.Held()
-	if err != nil {
-		return err
-	}
-	if err := held.Err(); err != nil {
-		return err
-	}
-	shares, err := s.capacity.admitN(b.spec.Limits.MemoryBytes, req.Count)
-	if err != nil {
-		return err
-	}
-	for _, give := range shares {
-		give() // nothing was made
-	}
-	return fmt.Errorf("%w: a session forks into new sandboxes only from a forkable sandbox, which does not exist yet (docs/decisions/0013-code-interpreter-sessions.md); POST /v1/sandboxes/%s/fork copies the sandbox's files, without its sessions", ErrNoLiveFork, b.id)
 }

@@ -89,7 +89,8 @@ func TestSessionRoutes(t *testing.T) {
 	}
 }
 
-// The live fork's preflight, in its order; past it, 501.
+// The live fork's preflight, in its order; past it, this stand-in
+// runtime answers 501 (test/api forks for real).
 func TestSessionForkPreflight(t *testing.T) {
 	require.Binary(t, "python3")
 	ts := newTestServer(t, Config{MaxSandboxes: 3})
@@ -98,7 +99,14 @@ func TestSessionForkPreflight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ts.c.CreateSession(ctx, sb.ID, nil)
+	plain, err := ts.c.CreateSession(ctx, sb.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, e := ts.raw(t, "POST", "/v1/sandboxes/"+sb.ID+"/sessions/"+plain.ID+"/fork", `{"count": 1}`); resp.StatusCode != http.StatusConflict || !strings.Contains(e.Message, "forkable") {
+		t.Errorf("fork of a session not created forkable: %d %q", resp.StatusCode, e.Message)
+	}
+	s, err := ts.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +121,7 @@ func TestSessionForkPreflight(t *testing.T) {
 		{`{"count": 0}`, "count 0", http.StatusBadRequest},
 		{`{"count": 257}`, "count 257", http.StatusBadRequest},
 		{`{"count": 3}`, "capacity for 3 sandboxes", http.StatusTooManyRequests},
-		{`{"count": 2}`, "not built", http.StatusNotImplemented},
+		{`{"count": 2}`, "cannot be forked live", http.StatusNotImplemented},
 	} {
 		if status, e := fork(c.body); status != c.status || !strings.Contains(e.Message, c.want) {
 			t.Errorf("fork %s: %d %q, want %d with %q", c.body, status, e.Message, c.status, c.want)

@@ -13,6 +13,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/checkpoint"
 	"github.com/tine-run/tine/internal/image"
+	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/snapshot"
 	"github.com/tine-run/tine/internal/store"
 )
@@ -308,7 +309,7 @@ func forkCount(req *api.ForkRequest) (int, error) {
 }
 
 func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest, t0 time.Time) error {
-	boxes, err := s.fork(c, sn, req)
+	boxes, err := s.fork(c, sn, req, nil)
 	if err != nil {
 		return err
 	}
@@ -330,7 +331,9 @@ func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, c *snapshot.
 // fork makes count replicas of sn, all or none: the budget is reserved for
 // all of them before the first is made, and a replica that fails takes
 // the others down with it.
-func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest) ([]*box, error) {
+// adjust, when not nil, changes the replicas' spec (a live fork's
+// children: sandbox.Spec.ForkOf).
+func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkRequest, adjust func(*sandbox.Spec)) ([]*box, error) {
 	n, err := forkCount(req)
 	if err != nil {
 		return nil, err
@@ -359,6 +362,9 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 	}
 	for _, d := range sn.Layers {
 		spec.Layers = append(spec.Layers, c.Layers.Path(d))
+	}
+	if adjust != nil {
+		adjust(spec)
 	}
 	// The source's image (by digest) is the base under the layers.
 	var imgs *image.Store

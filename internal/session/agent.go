@@ -73,7 +73,12 @@ type frame struct {
 }
 
 func startAgent(l Launcher, o *Options) (a *agent, err error) {
-	var undo []func()
+	a, ends, err := newAgent()
+	if err != nil {
+		return nil, err
+	}
+	defer ends.close()
+	undo := []func(){a.closeFDs}
 	defer func() {
 		if err != nil {
 			for i := len(undo) - 1; i >= 0; i-- {
@@ -81,54 +86,94 @@ func startAgent(l Launcher, o *Options) (a *agent, err error) {
 			}
 		}
 	}()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: control socket: %v", ErrStart, err)
-	}
-	undo = append(undo, func() { unix.Close(pair[0]) })
-	agentEnd := os.NewFile(uintptr(pair[1]), "session control")
-	defer agentEnd.Close()
-	var out, errp [2]int
-	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
-		return nil, fmt.Errorf("%w: stdout pipe: %v", ErrStart, err)
-	}
-	undo = append(undo, func() { unix.Close(out[0]) })
-	outW := os.NewFile(uintptr(out[1]), "session stdout")
-	defer outW.Close()
-	if err := unix.Pipe2(errp[:], unix.O_CLOEXEC); err != nil {
-		return nil, fmt.Errorf("%w: stderr pipe: %v", ErrStart, err)
-	}
-	undo = append(undo, func() { unix.Close(errp[0]) })
-	errW := os.NewFile(uintptr(errp[1]), "session stderr")
-	defer errW.Close()
-	var wake [2]int
-	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return nil, fmt.Errorf("%w: wake pipe: %v", ErrStart, err)
-	}
-	undo = append(undo, func() { unix.Close(wake[0]); unix.Close(wake[1]) })
-	for _, fd := range []int{pair[0], out[0], errp[0]} {
-		if err := unix.SetNonblock(fd, true); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrStart, err)
-		}
-	}
+	agentEnd, outW, errW := ends[0], ends[1], ends[2]
 	// -u: output reaches the pipes as it is written, so it streams.
 	proc, err := l.Exec(&sandbox.ExecSpec{
-		Args:    []string{o.Python, "-u", "-c", pythonAgent},
-		Env:     o.Spec.Env,
-		Workdir: o.Spec.Workdir,
-		Stdio:   [3]*os.File{agentEnd, outW, errW},
+		Args:     []string{o.Python, "-u", "-c", pythonAgent},
+		Env:      o.Spec.Env,
+		Workdir:  o.Spec.Workdir,
+		Stdio:    [3]*os.File{agentEnd, outW, errW},
+		Forkable: o.Spec.Forkable,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: launch %s: %w", ErrStart, o.Python, err)
 	}
-	a = &agent{proc: proc, ctl: pair[0], out: out[0], err: errp[0], wake: wake[0], wakeW: wake[1], exited: make(chan struct{})}
+	a.watch(proc)
+	undo = append(undo, func() { proc.Signal(syscall.SIGKILL); <-a.exited })
+	return a, a.awaitReady()
+}
+
+// agentEnds are the interpreter's ends of its control socket and of its
+// stdout and stderr pipes, until it holds its own copies.
+type agentEnds [3]*os.File
+
+func (e agentEnds) close() {
+	for _, f := range e {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// newAgent makes the daemon's ends of an interpreter's channels (its
+// control socket, its stdout and stderr pipes, the wake pipe) and returns
+// the interpreter's ends, which the caller closes once passed on.
+func newAgent() (a *agent, ends agentEnds, err error) {
+	a = &agent{ctl: -1, out: -1, err: -1, wake: -1, wakeW: -1, exited: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.closeFDs()
+			ends.close()
+		}
+	}()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, ends, fmt.Errorf("%w: control socket: %v", ErrStart, err)
+	}
+	a.ctl, ends[0] = pair[0], os.NewFile(uintptr(pair[1]), "session control")
+	var out, errp [2]int
+	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
+		return nil, ends, fmt.Errorf("%w: stdout pipe: %v", ErrStart, err)
+	}
+	a.out, ends[1] = out[0], os.NewFile(uintptr(out[1]), "session stdout")
+	if err := unix.Pipe2(errp[:], unix.O_CLOEXEC); err != nil {
+		return nil, ends, fmt.Errorf("%w: stderr pipe: %v", ErrStart, err)
+	}
+	a.err, ends[2] = errp[0], os.NewFile(uintptr(errp[1]), "session stderr")
+	var wake [2]int
+	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, ends, fmt.Errorf("%w: wake pipe: %v", ErrStart, err)
+	}
+	a.wake, a.wakeW = wake[0], wake[1]
+	for _, fd := range []int{a.ctl, a.out, a.err} {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return nil, ends, fmt.Errorf("%w: %v", ErrStart, err)
+		}
+	}
+	return a, ends, nil
+}
+
+// closeFDs closes the daemon's ends (of an agent never started, or gone).
+func (a *agent) closeFDs() {
+	for _, fd := range []int{a.ctl, a.out, a.err, a.wake, a.wakeW} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// watch makes proc the agent's process: its exit wakes the agent's polls.
+func (a *agent) watch(proc Process) {
+	a.proc = proc
 	go func() {
 		a.outcome, _ = proc.Wait()
 		close(a.exited)
 		unix.Write(a.wakeW, []byte{1})
 	}()
-	undo = append(undo, func() { proc.Signal(syscall.SIGKILL); <-a.exited })
+}
 
+// awaitReady waits for the interpreter's ready frame.
+func (a *agent) awaitReady() error {
 	var ready *frame
 	var stderr capped.Buffer
 	stderr.Max = 16 << 10
@@ -144,14 +189,17 @@ func startAgent(l Launcher, o *Options) (a *agent, err error) {
 			if errors.Is(err, errExited) {
 				why = a.exitReason()
 			}
-			return nil, fmt.Errorf("%w: %s before it was ready; its stderr:\n%s", ErrStart, why, stderr.String())
+			return fmt.Errorf("%w: %s before it was ready; its stderr:\n%s", ErrStart, why, stderr.String())
 		}
-		if f.Type == "ready" {
+		switch f.Type {
+		case "ready":
 			ready = f
+		case "error": // a forked copy that could not become the child's
+			return fmt.Errorf("%w: %s: %s", ErrStart, f.Name, f.Value)
 		}
 	}
 	a.pid = ready.Pid
-	return a, nil
+	return nil
 }
 
 var (
@@ -309,7 +357,11 @@ func (a *agent) parse() (*frame, error) {
 func (a *agent) send(v any) error {
 	b, _ := json.Marshal(v)
 	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
-	msg = append(msg, b...)
+	return a.sendRaw(append(msg, b...))
+}
+
+// sendRaw writes msg to the agent whole.
+func (a *agent) sendRaw(msg []byte) error {
 	for len(msg) > 0 {
 		n, err := unix.Write(a.ctl, msg)
 		if err == unix.EAGAIN || err == unix.EINTR {
@@ -488,8 +540,6 @@ func (a *agent) kill() { a.proc.Signal(syscall.SIGKILL) }
 func (a *agent) close() {
 	a.closeOne.Do(func() {
 		<-a.exited
-		for _, fd := range []int{a.ctl, a.out, a.err, a.wake, a.wakeW} {
-			unix.Close(fd)
-		}
+		a.closeFDs()
 	})
 }

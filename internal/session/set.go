@@ -41,6 +41,19 @@ func (s *Set) Start(o Options) (*Session, error) {
 	return sess, nil
 }
 
+// Adopt adds a session made elsewhere (a live fork's copy, whose sandbox
+// this set is); a closed set ends it instead.
+func (s *Set) Adopt(sess *Session) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		sess.Close()
+		return fmt.Errorf("%w: the sandbox is going", ErrDead)
+	}
+	s.sessions[sess.id] = sess
+	return nil
+}
+
 // Get finds a session by id.
 func (s *Set) Get(id string) (*Session, error) {
 	s.mu.Lock()

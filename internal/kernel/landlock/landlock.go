@@ -169,6 +169,11 @@ func NewRuleset(abi int) (int, error) {
 // 6, signals and abstract unix sockets scoped to the domain.
 func RulesetAttr(abi int) []byte { return attrBytes(abi, true) }
 
+// UnscopedRulesetAttr is RulesetAttr without the scoping: the ruleset
+// NewRuleset makes, for a process that creates it itself (a live fork's
+// copy, walled in as an exec).
+func UnscopedRulesetAttr(abi int) []byte { return attrBytes(abi, false) }
+
 func attrBytes(abi int, scoped bool) []byte {
 	attr := rulesetAttr{handledFS: Supported(Write, abi)}
 	size := unsafe.Sizeof(uint64(0))

@@ -22,7 +22,7 @@ import (
 var update = flag.Bool("update", false, "rewrite zprogram_linux_GOARCH.go from the libraries")
 
 // generatedModes are the modes compiled ahead of time.
-var generatedModes = []Mode{Default, Strict, Zygote}
+var generatedModes = []Mode{Default, Strict, Zygote, Session}
 
 // assumedKernel is the oldest kernel the generated programs are right for:
 // the newest minKernel in Docker's profile.

@@ -33,6 +33,11 @@ const (
 	// for a warm function's zygote, whose forked requests wall themselves
 	// in and load Default on top. Not a user-selectable mode.
 	Zygote Mode = "zygote"
+	// Session is Default plus setns with an explicit namespace type, for
+	// the interpreter of a forkable code-interpreter session, whose forked
+	// copies join child sandboxes and load Default on top. Not a
+	// user-selectable mode.
+	Session Mode = "session"
 )
 
 // ParseMode returns the Mode named s.
@@ -51,7 +56,7 @@ func Program(mode Mode) ([]unix.SockFilter, error) {
 	switch mode {
 	case Unconfined:
 		return nil, nil
-	case Default, Strict, Zygote:
+	case Default, Strict, Zygote, Session:
 		return program(mode)
 	}
 	return nil, fmt.Errorf("seccomp program %q: %w", mode, ErrUnknownMode)

@@ -7,10 +7,16 @@
 #
 # Protocol, fd 0 (a stream socket to the daemon), frames of a 4-byte
 # big-endian length and a JSON object:
-#   daemon -> agent: {"op": "run", "code": ...} | {"op": "check_fork"}
+#   daemon -> agent: {"op": "run", "code": ...} | {"op": "check_fork"} |
+#                    {"op": "fork_target", "nfds": N} (sent with N
+#                    descriptors, SCM_RIGHTS) ... then {"op": "fork", ...}
 #   agent -> daemon: {"type": "ready", "pid": N} once; per cell
 #                    {"type": "result", ...} and {"type": "error", ...}
-#                    as they happen, then {"type": "end", "count": N}.
+#                    as they happen, then {"type": "end", "count": N};
+#                    {"type": "held", ...}; {"type": "forked", "count": N}.
+# A live fork (a forkable session only, see fork below): each fork_target
+# is one child sandbox's descriptors; fork forks a copy per target, which
+# joins that sandbox, walls itself in and says ready on its own socket.
 # Cell output is not framed: fd 1 and 2 are pipes the daemon reads. Every
 # frame carries how many bytes sys.stdout and sys.stderr had written when
 # it was sent ("out", "err"), so the daemon, which reads pipes and socket
@@ -102,6 +108,8 @@ class Agent:
         self.count = 0
         self.in_cell = False
         self.inbuf = b""
+        self.fds_in = []  # descriptors received and not yet taken by a frame
+        self.targets = []  # fork_target descriptor lists, until fork
         self.out, sys.stdout = counted_stream(1, sys.stdout)
         self.err, sys.stderr = counted_stream(2, sys.stderr)
         main = types.ModuleType("__main__")
@@ -123,9 +131,10 @@ class Agent:
     def recv(self):
         while len(self.inbuf) < 4 or len(self.inbuf) < 4 + struct.unpack_from(">I", self.inbuf)[0]:
             try:
-                chunk = self.ctl.recv(1 << 20)
+                chunk, fds, _, _ = socket.recv_fds(self.ctl, 1 << 20, 64)
             except InterruptedError:
                 continue
+            self.fds_in += fds
             if not chunk:
                 return None
             self.inbuf += chunk
@@ -266,6 +275,101 @@ class Agent:
 
     # --- fork ---
 
+    def fork(self, msg):
+        # One copy per target. The copy (below) joins the child sandbox's
+        # namespaces, forks again so that the grandchild is in its pid
+        # namespace (the first copy exits; the sandbox's PID 1 adopts the
+        # grandchild), and becomes the child's session. The parent waits
+        # only for the first copies, so it goes on at once.
+        targets, self.targets = self.targets, []
+        nns = int(msg.get("nns", 7))
+        types_ = msg.get("types") or []
+        walls = ForkWalls(msg.get("walls") or {})
+        files = reopenable()
+        cwd = os.getcwd()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pids, why = [], ""
+        try:
+            for fds in targets:
+                pid = os.fork()
+                if pid == 0:
+                    self.become_copy(fds, nns, types_, walls, files, cwd)  # never returns
+                pids.append(pid)
+        except OSError as e:  # the pids limit, memory: the copies not made fail
+            why = "fork copy %d of %d: %s" % (len(pids) + 1, len(targets), e)
+        for fds in targets:
+            for fd in fds:
+                os.close(fd)
+        failed = []
+        for i, pid in enumerate(pids):
+            _, status = os.waitpid(pid, 0)
+            if status != 0:
+                failed.append(i)
+        self.send({"type": "forked", "count": len(pids), "failed": failed, "value": why})
+
+    def become_copy(self, fds, nns, types_, walls, files, cwd):
+        ctl, out, err = fds[0], fds[1], fds[2]
+        ns, procs = fds[3:3 + nns], fds[3 + nns:]
+        try:
+            for fd, (name, nstype) in zip(ns, types_):
+                walls.setns(fd, nstype, name)
+            if os.fork() != 0:
+                os._exit(0)
+            # The grandchild: a process of the child sandbox's pid namespace.
+            for fd in procs:
+                os.write(fd, b"0")
+            for fd in ns + procs:
+                os.close(fd)
+            walls.put_up()
+            try:
+                os.chdir(cwd)
+            except OSError:
+                os.chdir("/")
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            keep = {0, 1, 2, ctl}
+            lost = []
+            for fd, path, flags, cloexec, pos in files:
+                try:
+                    nfd = os.open(path, flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC))
+                except OSError:
+                    lost.append(fd)
+                    continue
+                os.dup2(nfd, fd, inheritable=not cloexec)
+                os.close(nfd)
+                if pos is not None:
+                    try:
+                        os.lseek(fd, pos, os.SEEK_SET)
+                    except OSError:
+                        pass
+                keep.add(fd)
+            for name in os.listdir("/proc/self/fd"):
+                fd = int(name)
+                if fd not in keep and fd != out and fd != err:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass  # the listing's own descriptor
+            os.close(out)
+            os.close(err)
+            self.ctl = socket.socket(fileno=ctl)
+            self.ctl.set_inheritable(False)
+            self.inbuf, self.fds_in = b"", []
+            self.out.n = self.err.n = 0
+            reseed()
+            self.forked_lost = lost
+        except BaseException as e:
+            try:
+                b = json.dumps({"type": "error", "name": type(e).__name__, "value": "fork: %s" % e, "traceback": ""}).encode()
+                os.write(ctl, struct.pack(">I", len(b)) + b)
+            finally:
+                os._exit(70)
+        try:
+            self.serve()
+        finally:
+            os._exit(0)
+
     def held(self):
         # What a forked copy of this process cannot carry: threads (only
         # the forking one survives), sockets (the connection stays the
@@ -296,7 +400,7 @@ class Agent:
         return {"threads": threads, "sockets": sockets, "children": children}
 
     def serve(self):
-        self.send({"type": "ready", "pid": os.getpid()})
+        self.send({"type": "ready", "pid": os.getpid(), "lost": getattr(self, "forked_lost", [])})
         while True:
             try:
                 msg = self.recv()
@@ -309,8 +413,140 @@ class Agent:
                 self.run(msg.get("code", ""))
             elif op == "check_fork":
                 self.send(dict(self.held(), type="held"))
+            elif op == "fork_target":
+                n = int(msg.get("nfds", 0))
+                self.targets.append(self.fds_in[:n])
+                self.fds_in = self.fds_in[n:]
+            elif op == "fork":
+                self.fork(msg)
             else:
                 self.send({"type": "error", "name": "ProtocolError", "value": "unknown op %r" % (op,), "traceback": ""})
+
+
+# --- live fork (a forkable session's interpreter only) ---
+
+PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
+
+
+def reopenable():
+    # The descriptors a copy re-opens by path in its own sandbox (same
+    # flags and offset): files, directories and devices. Pipes, sockets and
+    # anonymous inodes are not carried: they would stay shared with the
+    # parent.
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in (1, 2):
+            continue
+        try:
+            path = os.readlink("/proc/self/fd/%d" % fd)
+            if not path.startswith("/") or path.endswith(" (deleted)"):
+                continue
+            flags = fcntl_getfl(fd)
+            cloexec = not os.get_inheritable(fd)
+        except OSError:
+            continue
+        try:
+            pos = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            pos = None
+        out.append((fd, path, flags, cloexec, pos))
+    return out
+
+
+def fcntl_getfl(fd):
+    import fcntl
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
+class ForkWalls:
+    # The walls of an exec in the child sandbox (sandbox.ForkWalls), made
+    # ready in the parent so that a copy only makes system calls.
+    def __init__(self, w):
+        import base64
+        import ctypes
+        self.ctypes = ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.syscall, self.prctl = libc.syscall, libc.prctl
+        self.syscall.restype = ctypes.c_long
+        nr = w.get("syscalls") or {}
+        self.nr = nr
+        filt = base64.b64decode(w.get("seccomp") or "")
+        self.filter_buf = ctypes.create_string_buffer(filt, len(filt)) if filt else None
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        class CapHeader(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        class CapData(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+        if self.filter_buf is not None:
+            self.fprog = SockFprog(len(filt) // 8, ctypes.cast(self.filter_buf, ctypes.c_void_p))
+        self.cap_hdr = CapHeader(0x20080522, 0)
+        self.cap_data = (CapData * 2)()
+        keep = w.get("keep_caps", 0)
+        for i in range(2):
+            v = (keep >> (32 * i)) & 0xFFFFFFFF
+            self.cap_data[i].effective = self.cap_data[i].permitted = self.cap_data[i].inheritable = v
+        self.drop = w.get("drop_caps") or []
+        ll = w.get("landlock")
+        self.ll_attr = None
+        if ll:
+            a = base64.b64decode(ll["attr"])
+            self.ll_attr = ctypes.create_string_buffer(a, len(a))
+            self.ll_size = ctypes.c_size_t(len(a))
+            self.ll_rules = [(r["path"], r["rights"]) for r in ll.get("rules") or []]
+
+    def check(self, r, what):
+        if r < 0:
+            e = self.ctypes.get_errno()
+            raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+        return r
+
+    def setns(self, fd, nstype, what):
+        self.check(self.syscall(self.nr["setns"], fd, nstype), "join the child's %s namespace" % what)
+
+    def put_up(self):
+        # In an exec's order: Landlock, the bounding set, capabilities,
+        # seccomp (each later step would forbid an earlier one); no_new_privs
+        # is the parent's already.
+        sysc, c = self.syscall, self.ctypes
+        if self.ll_attr is not None:
+            rs = self.check(sysc(self.nr["landlock_create_ruleset"], self.ll_attr, self.ll_size, 0), "landlock ruleset")
+            for path, rights in self.ll_rules:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+                except OSError:
+                    continue  # gone, or a symlink: that grants less, never more
+                attr = struct.pack("=Qi", rights, fd)
+                self.check(sysc(self.nr["landlock_add_rule"], rs, 1, attr, 0), "landlock rule " + path)
+                os.close(fd)
+            self.check(sysc(self.nr["landlock_restrict_self"], rs, 0), "landlock restrict")
+            os.close(rs)
+        for cap in self.drop:
+            self.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL: unknown to this kernel
+        self.check(sysc(self.nr["capset"], c.byref(self.cap_hdr), self.cap_data), "set capabilities")
+        # Joining a user namespace gave this process capabilities, which
+        # made it undumpable; an exec's command is dumpable.
+        self.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        if self.filter_buf is not None:
+            self.check(sysc(self.nr["seccomp"], 1, 0, c.byref(self.fprog)), "load seccomp filter")
+
+
+def reseed():
+    # A copy's draws must not repeat its siblings': random, numpy's global
+    # generator when loaded, and the agent's own ids (none today).
+    r = sys.modules.get("random")
+    if r is not None:
+        r.seed()
+    npr = sys.modules.get("numpy.random")
+    if npr is not None:
+        try:
+            npr.seed()
+        except Exception:
+            pass
 
 
 def main():

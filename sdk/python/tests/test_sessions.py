@@ -46,6 +46,24 @@ class SessionTest(unittest.TestCase):
         with self.assertRaises(tine.NotFound):
             s.info()
 
+    def test_live_fork(self) -> None:
+        s = self.c.session(self.sb, forkable=True)
+        s.run("import random\nx = 41")
+        kids = s.fork(2)
+        self.assertEqual(len(kids), 2)
+        self.assertEqual(len({k.sandbox_id for k in kids} | {self.sb.id}), 3)
+        draws = set()
+        for k in kids:
+            self.assertEqual(k.run("x + 1").text, "42")
+            draws.add(k.run("random.random()").text)
+        self.assertEqual(len(draws), 2)
+        self.assertEqual(s.run("x").text, "41")
+        with self.assertRaises(tine.Conflict):
+            self.c.session(self.sb).fork(1)  # not forkable
+        for k in kids:
+            self.c.delete(k.sandbox_id)
+        s.delete()
+
     def test_stream_interrupt_and_timeout(self) -> None:
         s = self.c.session(self.sb.id)
         try:

@@ -445,9 +445,12 @@ def _session_path(sid: str, session: str = "", rest: str = "") -> str:
 
 
 def session_spec(env: Mapping[str, str] | Sequence[str] | None = None,
-                 workdir: str | None = None, language: str | None = None) -> dict[str, Any]:
+                 workdir: str | None = None, language: str | None = None,
+                 forkable: bool = False) -> dict[str, Any]:
     """A session's create body."""
     body: dict[str, Any] = {}
+    if forkable:
+        body["forkable"] = True
     if language:
         body["language"] = language
     if env:
@@ -501,6 +504,13 @@ def run_cell_ws_path(sid: str, session: str) -> str:
 def interrupt_session(sid: str, session: str) -> Call[m.SessionInfo]:
     """POST /v1/sandboxes/{id}/sessions/{sid}/interrupt."""
     return Call("POST", _session_path(sid, session, "/interrupt"), _decode(m.SessionInfo))
+
+
+def fork_session(sid: str, session: str, count: int) -> Call[m.SessionForkResult]:
+    """POST /v1/sandboxes/{id}/sessions/{sid}/fork."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"fork count {count!r}: want an int of at least 1")
+    return _json_call("POST", _session_path(sid, session, "/fork"), _decode(m.SessionForkResult), body={"count": count})
 
 
 def restart_session(sid: str, session: str) -> Call[m.SessionInfo]:

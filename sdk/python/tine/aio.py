@@ -677,10 +677,10 @@ class AsyncClient:
         await self._t.do(ops.delete(sandbox_id))
 
     async def session(self, sandbox: str | m.Sandbox, *, env: Mapping[str, str] | Sequence[str] | None = None,
-                      workdir: str | None = None) -> "_session.AsyncSession":
+                      workdir: str | None = None, forkable: bool = False) -> "_session.AsyncSession":
         """See :meth:`tine.Client.session`."""
         sid = _session.sandbox_id_of(sandbox)
-        return _session.AsyncSession(self, await self._t.do(ops.create_session(sid, ops.session_spec(env, workdir))))
+        return _session.AsyncSession(self, await self._t.do(ops.create_session(sid, ops.session_spec(env, workdir, forkable=forkable))))
 
     async def sessions(self, sandbox: str | m.Sandbox) -> builtins.list[m.SessionInfo]:
         """See :meth:`tine.Client.sessions`."""

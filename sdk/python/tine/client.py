@@ -710,10 +710,11 @@ class Client:
     # --- code-interpreter sessions ---
 
     def session(self, sandbox: str | m.Sandbox, *, env: Mapping[str, str] | Sequence[str] | None = None,
-                workdir: str | None = None) -> "_session.Session":
-        """Start a stateful Python session in a sandbox (see :mod:`tine.session`)."""
+                workdir: str | None = None, forkable: bool = False) -> "_session.Session":
+        """Start a stateful Python session in a sandbox (see :mod:`tine.session`);
+        ``forkable`` lets :meth:`Session.fork` fork it live."""
         sid = _session.sandbox_id_of(sandbox)
-        return _session.Session(self, self._do(ops.create_session(sid, ops.session_spec(env, workdir))))
+        return _session.Session(self, self._do(ops.create_session(sid, ops.session_spec(env, workdir, forkable=forkable))))
 
     def sessions(self, sandbox: str | m.Sandbox) -> builtins.list[m.SessionInfo]:
         """A sandbox's sessions, oldest first."""

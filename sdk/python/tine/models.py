@@ -499,10 +499,12 @@ class ForkResult:
 @dataclass
 class SessionSpec:
     """What a session starts with: ``language`` (python), ``env``
-    (KEY=VALUE strings added to the sandbox's) and ``workdir``."""
+    (KEY=VALUE strings added to the sandbox's), ``workdir``, and
+    ``forkable`` (the session can be forked live: ``Session.fork``)."""
     language: str | None = None
     env: list[str] | None = None
     workdir: str | None = None
+    forkable: bool = False
 
 
 @dataclass
@@ -520,6 +522,17 @@ class SessionInfo:
     pid: int = 0
     created_at: datetime.datetime | None = None
     spec: SessionSpec = field(default_factory=SessionSpec)
+
+
+@dataclass
+class SessionForkResult:
+    """The answer to a live fork: ``sandboxes[i]`` holds ``sessions[i]``,
+    each a copy of the forked session's state; ``snapshot`` is the id of
+    the file-tier snapshot their files start from."""
+    sandboxes: list[Sandbox] = field(default_factory=list)
+    sessions: list[SessionInfo] = field(default_factory=list)
+    snapshot: str = ""
+    fork_ms: float = 0.0
 
 
 @dataclass

@@ -156,6 +156,15 @@ class Session:
         """A fresh interpreter (a dead session comes back); state is lost."""
         self._c._do(ops.restart_session(self.sandbox_id, self.id))
 
+    def fork(self, n: int = 1) -> list["Session"]:
+        """Fork this session (created with ``forkable=True``) live, between
+        cells, into ``n`` new sandboxes; each returned session holds a copy
+        of this one's state now, in a sandbox of its own, and this one goes
+        on. Refused (Conflict) while a cell runs or while the
+        interpreter holds threads, sockets or child processes."""
+        res = self._c._do(ops.fork_session(self.sandbox_id, self.id, n))
+        return [Session(self._c, info) for info in res.sessions]
+
     def delete(self) -> None:
         """End the session."""
         self._c._do(ops.delete_session(self.sandbox_id, self.id))
@@ -213,6 +222,11 @@ class AsyncSession:
 
     async def restart(self) -> None:
         await self._c._t.do(ops.restart_session(self.sandbox_id, self.id))
+
+    async def fork(self, n: int = 1) -> list["AsyncSession"]:
+        """See :meth:`Session.fork`."""
+        res = await self._c._t.do(ops.fork_session(self.sandbox_id, self.id, n))
+        return [AsyncSession(self._c, info) for info in res.sessions]
 
     async def delete(self) -> None:
         await self._c._t.do(ops.delete_session(self.sandbox_id, self.id))

@@ -34,6 +34,9 @@ const (
 	// Zygote is Default plus what a warm function's request needs to wall
 	// itself in (zygote.go).
 	Zygote = "zygote"
+	// Session is Default plus setns with an explicit namespace type, for a
+	// forkable session's interpreter (session.go).
+	Session = "session"
 )
 
 // Compile returns the filter for mode (Default or Strict) on the native
@@ -69,8 +72,10 @@ func profileFor(mode string) (*specs.LinuxSeccomp, error) {
 		profile = strict(profile)
 	case Zygote:
 		profile = zygote(profile)
+	case Session:
+		profile = session(profile)
 	default:
-		return nil, fmt.Errorf("compile seccomp mode %q: not %q, %q or %q", mode, Default, Strict, Zygote)
+		return nil, fmt.Errorf("compile seccomp mode %q: not %q, %q, %q or %q", mode, Default, Strict, Zygote, Session)
 	}
 	return profile, nil
 }

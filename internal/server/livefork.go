@@ -1,0 +1,154 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/sandbox"
+	"github.com/tine-run/tine/internal/session"
+)
+
+// The live fork of a session (ADR 0013): POST …/sessions/{sid}/fork makes
+// count child sandboxes from a file-tier snapshot of the parent, each in
+// a user namespace owned by root and a pid namespace nested in the
+// parent's (sandbox.Spec.ForkOf), and the session's interpreter forks a
+// copy into each. The checks come in this order: the session (404), the
+// count (400), not forkable (409), a running cell (409 at once: a fork is
+// not queued), what the interpreter holds (409 naming it), the budget for
+// count sandboxes (429, before anything is made).
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
+	var req api.ForkSessionRequest
+	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	b, sess, done, err := s.useSession(r)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if req.Count < 1 || req.Count > maxForks {
+		return fmt.Errorf("%w: count %d: want 1 to %d", ErrInvalidArgument, req.Count, maxForks)
+	}
+	var boxes []*box
+	var snap string
+	var ph forkPhases
+	copies, err := sess.Fork(func() ([]session.ForkInto, error) {
+		var into []session.ForkInto
+		var err error
+		boxes, snap, into, err = s.makeForkChildren(b, sess.ID(), req.Count, &ph)
+		ph.children = time.Now()
+		return into, err
+	})
+	if err != nil {
+		for _, c := range boxes {
+			s.destroy(c, "its live fork failed")
+		}
+		if snap != "" {
+			if c, cerr := s.snapshots(); cerr == nil {
+				c.Delete(snap) // nothing of a failed fork is left
+			}
+		}
+		return err
+	}
+	out := api.ForkSessionResult{Snapshot: snap}
+	for i, c := range boxes {
+		if err := c.sessionsOf().Adopt(copies[i]); err != nil {
+			return err
+		}
+		out.Sandboxes = append(out.Sandboxes, c.info())
+		out.Sessions = append(out.Sessions, copies[i].Info())
+	}
+	if err := s.abandoned(r, boxes...); err != nil {
+		return err
+	}
+	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "fork_ms", out.ForkMs,
+		"snapshot_ms", ms(ph.snapshot.Sub(t0)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// makeForkChildren makes the children of a live fork of b's session sid,
+// all or none, and what each copy needs to join one.
+// forkPhases are when a live fork's phases ended, for its log line.
+type forkPhases struct{ snapshot, children time.Time }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (s *Server) makeForkChildren(b *box, sid string, n int, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
+	// The budget first: 429 before anything is made (fork reserves it
+	// again, all or none).
+	shares, err := s.capacity.admitN(b.spec.Limits.MemoryBytes, n)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	for _, give := range shares {
+		give()
+	}
+	parent, ok := b.inst.(liveInstance)
+	if !ok {
+		return nil, "", nil, fmt.Errorf("%w: this runtime's sandboxes cannot be forked live", ErrNoLiveFork)
+	}
+	if err := parent.CanForkFrom(); err != nil {
+		return nil, "", nil, fmt.Errorf("%w: %w", ErrConflictState, err)
+	}
+	c, sn, err := s.takeSnapshot(b, api.SnapshotRequest{Name: "live fork of session " + sid})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ph.snapshot = time.Now()
+	boxes, err := s.fork(c, sn, &api.ForkRequest{Count: n}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
+	if err != nil {
+		c.Delete(sn.ID)
+		return nil, "", nil, err
+	}
+	into := make([]session.ForkInto, 0, n)
+	fail := func(err error) ([]*box, string, []session.ForkInto, error) {
+		for _, t := range into {
+			t.Target.Discard()
+		}
+		return boxes, sn.ID, nil, err
+	}
+	for _, child := range boxes {
+		child.mu.Lock()
+		child.forkOf = b.id
+		child.mu.Unlock()
+		sb := child.inst.(liveInstance)
+		t, err := sb.ForkTarget()
+		if err != nil {
+			return fail(err)
+		}
+		walls, err := sb.ForkWalls()
+		if err != nil {
+			t.Discard()
+			return fail(err)
+		}
+		into = append(into, session.ForkInto{SandboxID: child.id, Target: t, Walls: walls, Launcher: child.launcher()})
+	}
+	return boxes, sn.ID, into, nil
+}
+
+// refuseWhileForked refuses to delete a sandbox while live forks of its
+// sessions run: their pid namespaces are nested in its own, so they would
+// die with it.
+func (s *Server) refuseWhileForked(b *box) error {
+	s.mu.Lock()
+	var kids []string
+	for _, c := range s.boxes {
+		c.mu.Lock()
+		if c.forkOf == b.id && c.state == api.StateRunning {
+			kids = append(kids, c.id)
+		}
+		c.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if len(kids) == 0 {
+		return nil
+	}
+	slices.Sort(kids)
+	return fmt.Errorf("%w: sandbox %s has live forks of its sessions (%v), whose pid namespaces are nested in its own and would die with it; delete them first", ErrConflictState, b.id, kids)
+}

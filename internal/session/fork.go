@@ -1,0 +1,201 @@
+package session
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/sandbox"
+)
+
+// ErrNotForkable: the session was not created forkable.
+var ErrNotForkable = errors.New("the session is not forkable")
+
+// forkTimeout bounds a live fork, from the first descriptor sent to the
+// last copy ready.
+const forkTimeout = 60 * time.Second
+
+// ForkInto is one child sandbox (made with sandbox.Spec.ForkOf) that a
+// live fork puts a copy of the session in.
+type ForkInto struct {
+	// SandboxID names the child.
+	SandboxID string
+	// Target are the child's descriptors for the copy; Fork closes them,
+	// and discards the target if the copy does not become ready.
+	Target *sandbox.ForkTarget
+	// Walls are those of an exec in the child (Sandbox.ForkWalls).
+	Walls *sandbox.RequestWalls
+	// Launcher starts interpreters in the child (a restart of the copy).
+	Launcher Launcher
+}
+
+// Fork copies the session, live, into new child sandboxes: between cells
+// (ErrBusy while one runs: a fork is not queued) and when the interpreter
+// holds nothing a copy cannot carry (ErrHeld naming it), prepare makes the
+// children; then the interpreter forks once per child, each copy joins
+// its child, walls itself in and becomes a session there with the
+// parent's state (globals, imports, the working directory, open files
+// re-opened by path), reseeded. The parent goes on. The session's turn is
+// held throughout, so no cell changes the state between the check, the
+// children's files and the fork. On error no copy is left running (the
+// caller removes the children prepare made).
+func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
+	if !s.opts.Spec.Forkable {
+		return nil, fmt.Errorf("%w: create it with \"forkable\": true (tine session create --forkable) to fork it live; POST /v1/sandboxes/%s/fork copies the sandbox's files, without its sessions", ErrNotForkable, s.sandbox)
+	}
+	select {
+	case s.turn <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("%w: fork it when the cell has ended (or interrupt it)", ErrBusy)
+	}
+	defer s.give()
+	s.mu.Lock()
+	a, why, count := s.agent, s.dead, s.count
+	s.mu.Unlock()
+	if a == nil {
+		return nil, fmt.Errorf("%w: %s (restart it)", ErrDead, why)
+	}
+	held, err := a.held()
+	if err != nil {
+		return nil, err
+	}
+	if err := held.Err(); err != nil {
+		return nil, err
+	}
+	into, err := prepare()
+	if err != nil {
+		return nil, err
+	}
+	copies, err := a.fork(into)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Session, len(copies))
+	for i, c := range copies {
+		opts := s.opts
+		opts.Spec.Forkable = false // forks of forks are not built (ADR 0013)
+		out[i] = &Session{id: newID(), sandbox: into[i].SandboxID, opts: opts, launch: into[i].Launcher,
+			created: time.Now(), turn: make(chan struct{}, 1), agent: c, count: count}
+	}
+	return out, nil
+}
+
+// fork runs the fork protocol (agent/python.py) and returns the copies,
+// ready.
+func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
+	defer func() {
+		for _, t := range into {
+			if err != nil {
+				t.Target.Discard()
+			} else {
+				t.Target.Close()
+			}
+		}
+		if err != nil {
+			for _, c := range copies {
+				if c.proc != nil {
+					c.kill()
+					c.close()
+				} else {
+					c.closeFDs()
+				}
+			}
+			copies = nil
+		}
+	}()
+	deadline := time.Now().Add(forkTimeout)
+	types := make([][2]any, len(sandbox.ForkNamespaces))
+	for i, ns := range sandbox.ForkNamespaces {
+		types[i] = [2]any{ns.Name, ns.Type}
+	}
+	for _, t := range into {
+		c, ends, err := newAgent()
+		if err != nil {
+			return copies, err
+		}
+		copies = append(copies, c)
+		fds := append([]int{int(ends[0].Fd()), int(ends[1].Fd()), int(ends[2].Fd())}, t.Target.FDs...)
+		err = a.sendFDs(map[string]any{"op": "fork_target", "nfds": len(fds)}, fds)
+		ends.close()
+		if err != nil {
+			return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
+		}
+	}
+	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "walls": into[0].Walls}); err != nil {
+		return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
+	}
+	for {
+		f, err := a.next(deadline, func(int, []byte) {})
+		if err != nil {
+			return copies, fmt.Errorf("fork the interpreter: %w", err)
+		}
+		if f.Type == "forked" {
+			if f.Value != "" {
+				return copies, fmt.Errorf("%w: %s", ErrStart, f.Value)
+			}
+			break
+		}
+	}
+	for i, c := range copies {
+		if err := c.awaitReadyFrom(deadline); err != nil {
+			return copies, fmt.Errorf("the copy for sandbox %s: %w", into[i].SandboxID, err)
+		}
+		proc, err := into[i].Target.Adopt()
+		if err != nil {
+			return copies, err
+		}
+		c.watch(proc)
+	}
+	return copies, nil
+}
+
+// awaitReadyFrom waits for a copy's ready frame; with no process to watch
+// yet, its death is the end of its control socket.
+func (c *agent) awaitReadyFrom(deadline time.Time) error {
+	for {
+		f, err := c.next(deadline, func(int, []byte) {})
+		if err != nil {
+			if errors.Is(err, errExited) {
+				return fmt.Errorf("%w: it exited before it was ready", ErrStart)
+			}
+			return fmt.Errorf("%w: %v", ErrStart, err)
+		}
+		switch f.Type {
+		case "ready":
+			c.pid = f.Pid
+			return nil
+		case "error":
+			return fmt.Errorf("%w: %s: %s", ErrStart, f.Name, f.Value)
+		}
+	}
+}
+
+// sendFDs writes one frame with fds attached to its first byte.
+func (a *agent) sendFDs(v any, fds []int) error {
+	b, _ := json.Marshal(v)
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	msg = append(msg, b...)
+	rights := unix.UnixRights(fds...)
+	for {
+		n, err := unix.SendmsgN(a.ctl, msg, rights, nil, 0)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			pfd := []unix.PollFd{{Fd: int32(a.ctl), Events: unix.POLLOUT}, {Fd: int32(a.wake), Events: unix.POLLIN}}
+			unix.Poll(pfd, -1)
+			if pfd[1].Revents != 0 {
+				return errExited
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n < len(msg) {
+			return a.sendRaw(msg[n:])
+		}
+		return nil
+	}
+}
