@@ -16,6 +16,28 @@ import (
 // daemon's (tine, 10.201.0.0/16 by default), whose network is its own.
 const buildNetworks = 8
 
+// lazyBuildNet is tine run's egress for dependency builds from an index:
+// its network is made at the build's first attach (a cached environment
+// needs none), and removed by Close.
+type lazyBuildNet struct{ m *network.Manager }
+
+func (b *lazyBuildNet) Attach(p network.Policy, inject []network.Injection) (*network.Attachment, error) {
+	if b.m == nil {
+		m, err := buildNetwork()
+		if err != nil {
+			return nil, err
+		}
+		b.m = m
+	}
+	return b.m.Attach(p, inject)
+}
+
+func (b *lazyBuildNet) Close() {
+	if b.m != nil {
+		b.m.Close()
+	}
+}
+
 // buildNetwork gives this process an egress network for a dependency
 // build from a package index: the first of the build networks no live
 // process holds (what a dead holder left is removed). Close it after the

@@ -17,7 +17,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/internal/image"
-	"github.com/tine-run/tine/internal/network"
 	"golang.org/x/term"
 )
 
@@ -46,7 +45,7 @@ func (f *imageFlags) none() bool {
 func (f *imageFlags) open() (*image.Store, error) { return f.openWith(nil) }
 
 // openWith opens the store with net for dependency builds from an index.
-func (f *imageFlags) openWith(net *network.Manager) (*image.Store, error) {
+func (f *imageFlags) openWith(net image.Egress) (*image.Store, error) {
 	regs, err := image.LoadRegistries(f.registries)
 	if err != nil {
 		return nil, usageError{err.Error()}

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/image"
-	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/zygote"
 )
@@ -52,7 +51,7 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 	default:
 		return nil, usageError{fmt.Sprintf("invalid --pull %q: want missing, never or always", f.pull)}
 	}
-	var buildNet *network.Manager
+	var egress image.Egress
 	if f.indexURL != "" {
 		if f.requirements == "" {
 			return nil, usageError{"--index-url is for --requirements"}
@@ -60,13 +59,11 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 		if err := image.CheckIndexURL(f.indexURL); err != nil {
 			return nil, usageError{err.Error()}
 		}
-		var err error
-		if buildNet, err = buildNetwork(); err != nil {
-			return nil, err
-		}
-		defer buildNet.Close()
+		net := &lazyBuildNet{}
+		defer net.Close()
+		egress = net
 	}
-	st, err := f.store.openWith(buildNet)
+	st, err := f.store.openWith(egress)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +107,7 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 
 // functionImages makes the image roots of warm functions, from the image
 // store under stateDir (opened on first use).
-func functionImages(stateDir string, regs image.Registries, net *network.Manager) zygote.ImageFunc {
+func functionImages(stateDir string, regs image.Registries, net image.Egress) zygote.ImageFunc {
 	var once sync.Once
 	var st *image.Store
 	var openErr error

@@ -68,6 +68,9 @@ func (b *blobSource) open(ctx context.Context, digest string, offset, size int64
 	case resp.StatusCode == http.StatusPartialContent && offset > 0 &&
 		strings.HasPrefix(resp.Header.Get("Content-Range"), fmt.Sprintf("bytes %d-", offset)):
 		return resp.Body, offset, nil
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && offset > 0:
+		resp.Body.Close()
+		return b.open(ctx, digest, 0, size) // the whole blob, then
 	case resp.StatusCode == http.StatusPartialContent:
 		resp.Body.Close()
 		return nil, 0, fmt.Errorf("blob %s: the registry answered a range we did not ask for (%q)", digest, resp.Header.Get("Content-Range"))

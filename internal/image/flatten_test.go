@@ -28,8 +28,8 @@ func TestDeepImageIsFlattened(t *testing.T) {
 		imagetest.Layer(t, f("e/a", "a"), f("gone", "x"), f("d/a", "a"), f("gone2", "x")),
 		// Deletions among the layers that are flattened...
 		imagetest.Layer(t, f("e/.wh..wh..opq", ""), f("e/c", "c"), f(".wh.gone2", ""))}
-	for i := range 70 {
-		layers = append(layers, imagetest.Layer(t, f(fmt.Sprintf("f%02d", i), fmt.Sprint(i))))
+	for i := range 110 { // a bottom longer than one mount: merged in rounds
+		layers = append(layers, imagetest.Layer(t, f(fmt.Sprintf("f%03d", i), fmt.Sprint(i))))
 	}
 	// ... and over them.
 	layers = append(layers, imagetest.Layer(t, f(".wh.gone", ""), f("d/.wh..wh..opq", ""), f("d/b", "b")))
@@ -51,7 +51,7 @@ func TestDeepImageIsFlattened(t *testing.T) {
 			t.Fatal(err)
 		}
 		spec := &sandbox.Spec{Seccomp: seccomp.Default, Stdio: [3]*os.File{nil, out, out},
-			Args: []string{"/bin/sh", "-c", "ls /d /e; cat /f00 /f69; echo; ls /gone /gone2 2>&1 | wc -l | tr -d ' '"}}
+			Args: []string{"/bin/sh", "-c", "ls /d /e; cat /f000 /f109; echo; ls /gone /gone2 2>&1 | wc -l | tr -d ' '"}}
 		if err := img.Apply(spec, image.ApplyOptions{OneShot: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestDeepImageIsFlattened(t *testing.T) {
 		}
 		return string(b)
 	}
-	if got, want := run(), "/d:\nb\n\n/e:\nc\n069\n2\n"; got != want {
+	if got, want := run(), "/d:\nb\n\n/e:\nc\n0109\n2\n"; got != want {
 		t.Errorf("the flattened image shows %q, want %q", got, want)
 	}
 	stored, _ := os.ReadDir(filepath.Join(dir, "store/layers"))

@@ -90,4 +90,17 @@ func TestPullResumesWithinALayer(t *testing.T) {
 	if _, err := os.Stat(partial); !os.IsNotExist(err) {
 		t.Errorf("the partial blob outlived the pull: %v", err)
 	}
+
+	// Prune removes what an interrupted pull kept of a blob.
+	if _, err := open(t, dir).Remove(ref); err != nil {
+		t.Fatal(err)
+	}
+	pullCut()
+	pr, err := open(t, dir).Prune()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(partial); !os.IsNotExist(err) || pr.Pulls == 0 {
+		t.Errorf("Prune (%+v) left the partial blob: %v", pr, err)
+	}
 }

@@ -86,11 +86,17 @@ type Options struct {
 	// Transport for registry requests; nil: go-containerregistry's default.
 	Transport http.RoundTripper
 	// Network gives dependency builds from a package index their egress
-	// (the daemon's; nil: builds from an index are refused).
-	Network *network.Manager
+	// (the daemon's network manager; nil: builds from an index are refused).
+	Network Egress
 	// Admit, when set, counts each build's sandbox (bytecode, dependencies)
 	// against a budget (the daemon's) while it runs, with its memory limit.
 	Admit AdmitFunc
+}
+
+// Egress attaches a build's sandbox to an egress network under a policy
+// (a *network.Manager).
+type Egress interface {
+	Attach(p network.Policy, inject []network.Injection) (*network.Attachment, error)
 }
 
 // AdmitFunc reserves memoryBytes of a budget for a sandbox, or refuses.
@@ -121,6 +127,9 @@ func Open(stateDir string, opts Options) (*Store, error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open images: %w", err)
 		}
+	}
+	if m, ok := opts.Network.(*network.Manager); ok && m == nil {
+		s.opts.Network = nil // a typed nil is no network
 	}
 	if opts.Keychain == nil {
 		s.opts.Keychain = authn.DefaultKeychain

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,25 @@ func TestHostViewCacheRoundTrip(t *testing.T) {
 	got := readHostViewCache()
 	if got == nil || !got.Built.Equal(sc.Built) || !reflect.DeepEqual(got.Dirs, sc.Dirs) || !reflect.DeepEqual(got.Entries, sc.Entries) {
 		t.Fatalf("read back %+v, wrote %+v", got, sc)
+	}
+}
+
+// A stack of layers whose overlay options outgrow a mount's page is
+// refused with a clear error at plan time (mount(2) would cut the options
+// mid-path); one that fits is planned.
+func TestPlanRefusesAStackTooDeepToMount(t *testing.T) {
+	layers := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, "/var/lib/tine/store/layers/"+strings.Repeat("ab", 32)[:60]+strconv.Itoa(1000+i))
+		}
+		return out
+	}
+	if _, err := NewPlan(&Spec{Args: []string{"true"}, RootFS: "/", Layers: layers(30)}, false); err != nil {
+		t.Fatalf("30 layers: %v", err)
+	}
+	_, err := NewPlan(&Spec{Args: []string{"true"}, RootFS: "/", Layers: layers(50)}, false)
+	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "too many to mount") {
+		t.Fatalf("50 layers: %v, want a clear invalid-spec error", err)
 	}
 }

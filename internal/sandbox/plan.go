@@ -222,6 +222,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		if userns && s.ForkOf == nil {
 			ovl += ",userxattr"
 		}
+		if len(ovl) > maxMountData {
+			// mount(2) would cut the options at a page, mid-path, and
+			// fail on a directory that does not exist.
+			return nil, fmt.Errorf("%w: the root stacks %d layers (%d bytes of overlay options; one mount takes %d): too many to mount (images are flattened to fit; a stack of snapshots is not)", ErrInvalidSpec, len(lowers), len(ovl), maxMountData)
+		}
 		mount("overlay", R, "overlay", nsd, ovl)
 		if s.ForkOf != nil {
 			// A live fork's child: the steps so far run before its user
@@ -518,6 +523,10 @@ func candidates(name string, env []string) []string {
 }
 
 func depth(p string) int { return strings.Count(path.Clean(p), "/") }
+
+// maxMountData is what mount(2) takes of its options: a page, less the
+// terminating NUL (measured: ADR 0019).
+const maxMountData = 4095
 
 // escapeOverlay escapes the characters overlayfs treats as separators.
 func escapeOverlay(p string) string {

@@ -31,7 +31,8 @@ func (s *Server) images() (*image.Store, error) {
 	if s.cfg.StateDir == "" {
 		return nil, fmt.Errorf("%w: the daemon has no --state-dir", ErrNoImages)
 	}
-	st, err := image.Open(s.cfg.StateDir, image.Options{Registries: s.cfg.Registries})
+	// Builds (the bytecode layer) count against the host budget as sandboxes.
+	st, err := image.Open(s.cfg.StateDir, image.Options{Registries: s.cfg.Registries, Network: s.net, Admit: s.capacity.admit})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,11 @@ timeout = "2.5"
 		t.Errorf("parsed %+v", s)
 	}
 
+	withIndex, err := ParseSpec([]byte("name = \"a\"\nentry = \"h.py\"\nimage = \"py\"\nrequirements = \"r.txt\"\nindex_url = \"https://pypi.lan/simple\"\n"), "/srv/fn")
+	if err != nil || withIndex.IndexURL != "https://pypi.lan/simple" || withIndex.Requirements != "/srv/fn/r.txt" || withIndex.FindLinks != "" {
+		t.Errorf("requirements from an index: %+v, %v", withIndex, err)
+	}
+
 	for _, c := range []struct{ src, want string }{
 		{"name = \"a\"\nentry = \"h.py\"\n\n[limits]\nmemroy = \"1g\"\n", `unknown key "limits.memroy" (line 5)`},
 		{"name = \"a\"\nentry = \"h.py\"\ncolour = 1\n", `unknown key "colour" (line 3)`},
@@ -44,6 +49,9 @@ timeout = "2.5"
 		{"name = \"a\"\nentry = \"h.py\"\nconcurrency = 100000\n", "concurrency 100000"},
 		{"name = \"a\"\nentry = \"h.py\"\n\nnetwork = \"host\"\n", `network "host": want "isolated"`},
 		{"name = \"a\"\nentry = \"h.py\"\n\nnetwork = \"host\"\n", "(line 4)"},
+		{"name = \"a\"\nentry = \"h.py\"\nimage = \"py\"\nrequirements = \"r.txt\"\n", "find_links (a directory of wheels and sdists) or index_url"},
+		{"name = \"a\"\nentry = \"h.py\"\nindex_url = \"http://pypi.lan/simple\"\n", "is for requirements"},
+		{"name = \"a\"\nentry = \"h.py\"\nimage = \"py\"\nrequirements = \"r.txt\"\nindex_url = \"pypi.lan/simple\"\n", "want an http:// or https:// URL"},
 	} {
 		_, err := ParseSpec([]byte(c.src), "/srv/fn")
 		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {

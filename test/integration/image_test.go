@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/base64"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/tine-run/tine/internal/image/imagetest"
+	"github.com/tine-run/tine/internal/network/nettest"
+	"github.com/tine-run/tine/internal/require"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -336,5 +340,49 @@ func TestImagesOfAnEmptyStateDir(t *testing.T) {
 	}
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("the commands made %s: %v", state, err)
+	}
+}
+
+// TestRequirementsFromAnIndex: tine run builds the environment from a
+// package index in another network namespace, over a build network of its
+// own that it removes after; the second run reuses the environment.
+func TestRequirementsFromAnIndex(t *testing.T) {
+	h := setup(t)
+	require.Feature(t, "nftables")
+	// 192.0.2.248/30: beside the /30s internal/image's index test picks.
+	peer, err := nettest.NewHost("ix"+nettest.RandTag(4), netip.MustParseAddr("192.0.2.249"), netip.MustParseAddr("192.0.2.250"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(peer.Close)
+	wheels := t.TempDir()
+	imagetest.Wheel(t, wheels, "tinedemo", "1.0", "VALUE = 42\n")
+	ln, err := peer.Listen("tcp4", ":80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := imagetest.ServeIndex(t, ln, wheels)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "python:index", imagetest.PythonImage(t, true))
+	state := imageState(t)
+	req := filepath.Join(t.TempDir(), "requirements.txt")
+	if err := os.WriteFile(req, []byte("tinedemo==1.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "--state-dir", state, "--image", ref, "--requirements", req, "--index-url", "http://" + peer.Addr.String() + "/simple",
+		"--", "python3", "-c", "import tinedemo; print(tinedemo.VALUE)"}
+	r := h.run(args...)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "42" || !strings.Contains(r.Stderr, "built the environment") || index.Requests.Load() == 0 {
+		t.Fatalf("a run with requirements from an index (%d requests to it):\n%s", index.Requests.Load(), r)
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "tineb") {
+			t.Errorf("the build network's link %s outlived the run", l.Attrs().Name)
+		}
+	}
+	n := index.Requests.Load()
+	if r := h.run(args...); r.Code != 0 || strings.TrimSpace(r.Stdout) != "42" || strings.Contains(r.Stderr, "built the environment") || index.Requests.Load() != n {
+		t.Fatalf("the second run (reused):\n%s", r)
 	}
 }
