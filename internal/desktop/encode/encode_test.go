@@ -10,6 +10,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zlib"
 
@@ -38,6 +39,19 @@ func noiseFrame(w, h int) *frame.Frame {
 	for i := range f.Pix {
 		if i%4 != 3 {
 			f.Pix[i] = byte(r.UintN(256))
+		}
+	}
+	return f
+}
+
+// gradientFrame is smooth colour, the case where PNG's None filter
+// falls over.
+func gradientFrame(w, h int) *frame.Frame {
+	f := frame.New(w, h)
+	for y := range h {
+		for x := range w {
+			p := f.Pix[y*f.Stride+x*4:]
+			p[0], p[1], p[2] = byte(x*255/w), byte(y*255/h), byte((x+y)*255/(w+h))
 		}
 	}
 	return f
@@ -195,20 +209,28 @@ func BenchmarkJPEGQ80(b *testing.B) {
 }
 
 // BenchmarkPNGChoices measures the filter and zlib level candidates on the
-// desktop fixture (ADR 0010).
+// desktop fixture, native and scaled to a 1024 long edge (ADR 0010, 0022).
 func BenchmarkPNGChoices(b *testing.B) {
-	f := screenFrame(b)
-	for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, 2, zlib.DefaultCompression} {
-		for _, filter := range []byte{filterNone, filterSub, filterUp} {
-			b.Run(fmt.Sprintf("level%d/filter%d", level, filter), func(b *testing.B) {
-				zw, _ := zlib.NewWriterLevel(nil, level)
-				var buf bytes.Buffer
-				for b.Loop() {
-					buf.Reset()
-					writePNG(&buf, f, filter, zw)
-				}
-				b.ReportMetric(float64(buf.Len()), "bytes")
-			})
+	native := screenFrame(b)
+	for _, f := range []struct {
+		name string
+		f    *frame.Frame
+	}{{"desktop", native}, {"desktop1024", native.Downscale(1024)}, {"gradient", gradientFrame(1280, 800)}, {"gradient1024", gradientFrame(1280, 800).Downscale(1024)}} {
+		for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, 2, zlib.DefaultCompression} {
+			for _, filter := range []byte{filterNone, filterSub, filterUp} {
+				name, f := f.name, f.f
+				b.Run(fmt.Sprintf("%s/level%d/filter%d", name, level, filter), func(b *testing.B) {
+					zw, _ := zlib.NewWriterLevel(nil, level)
+					var buf bytes.Buffer
+					cpu0 := cpuTime()
+					for b.Loop() {
+						buf.Reset()
+						writePNG(&buf, f, filter, zw)
+					}
+					b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64(buf.Len()), "bytes")
+				})
+			}
 		}
 	}
 }
@@ -239,18 +261,22 @@ func BenchmarkScaled1024(b *testing.B) {
 	for _, format := range []Format{FormatPNG, FormatJPEG} {
 		for _, edge := range []int{0, 1024} {
 			b.Run(fmt.Sprintf("%s/%d", format, edge), func(b *testing.B) {
-				var ru0, ru1 syscall.Rusage
-				syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+				cpu0 := cpuTime()
 				for b.Loop() {
 					if _, err := Screenshot(f, Options{Format: format, MaxLongEdge: edge}); err != nil {
 						b.Fatal(err)
 					}
 				}
 				// CPU time too: on a shared host wall time is mostly waiting.
-				syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-				cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-				b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
+}
+
+// cpuTime is the process's CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
