@@ -44,12 +44,22 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 // Decoding it gives back exactly the frame's pixels. A large frame is
 // compressed in bands on all CPUs (parallelPNG).
 func PNG(w io.Writer, f *frame.Frame) error {
+	data, err := pngBytes(f)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// pngBytes is PNG into a new slice.
+func pngBytes(f *frame.Frame) ([]byte, error) {
 	if bands := bandCount(f); bands > 1 {
-		return parallelPNG(w, f, bands)
+		return parallelPNG(f, bands)
 	}
 	zw := zlibPool.Get().(*zlib.Writer)
 	defer zlibPool.Put(zw)
-	return writePNG(w, f, pngFilter, zw)
+	return writePNG(f, pngFilter, zw)
 }
 
 var flatePool = sync.Pool{New: func() any {
@@ -62,7 +72,7 @@ var flatePool = sync.Pool{New: func() any {
 // sync flush (a byte-aligned, non-final block), so their concatenation is
 // a valid deflate stream, and the bands' Adler-32 sums combine into the
 // stream's (as zlib's adler32_combine does).
-func parallelPNG(w io.Writer, f *frame.Frame, bands int) error {
+func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 	type band struct {
 		data  bytes.Buffer
 		adler uint32
@@ -106,13 +116,13 @@ func parallelPNG(w io.Writer, f *frame.Frame, bands int) error {
 	var sum uint32 = 1
 	for i := range out {
 		if out[i].err != nil {
-			return out[i].err
+			return nil, out[i].err
 		}
 		idat = append(idat, out[i].data.Bytes()...)
 		sum = adler32Combine(sum, out[i].adler, out[i].size)
 	}
 	idat = binary.BigEndian.AppendUint32(idat, sum)
-	return writeChunks(w, f, idat)
+	return chunks(f, idat), nil
 }
 
 // adler32Combine returns the Adler-32 of A followed by B from the sums of
@@ -139,9 +149,9 @@ func adler32Combine(a, b uint32, lenB int64) uint32 {
 	return sum2<<16 | sum1
 }
 
-// writePNG is PNG with the filter and the compressor as parameters, for
-// the benchmarks that chose them.
-func writePNG(w io.Writer, f *frame.Frame, filter byte, zw *zlib.Writer) error {
+// writePNG is pngBytes in one pass, with the filter and the compressor as
+// parameters, for the benchmarks that chose them.
+func writePNG(f *frame.Frame, filter byte, zw *zlib.Writer) ([]byte, error) {
 	var idat bytes.Buffer
 	idat.Grow(f.Width * f.Height / 2)
 	zw.Reset(&idat)
@@ -152,18 +162,18 @@ func writePNG(w io.Writer, f *frame.Frame, filter byte, zw *zlib.Writer) error {
 		row := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
 		filterRow(out, row, prev, filter)
 		if _, err := zw.Write(out[:len(out)-2]); err != nil {
-			return err
+			return nil, err
 		}
 		prev = row
 	}
 	if err := zw.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	return writeChunks(w, f, idat.Bytes())
+	return chunks(f, idat.Bytes()), nil
 }
 
-// writeChunks writes the PNG file: signature, IHDR, the one IDAT, IEND.
-func writeChunks(w io.Writer, f *frame.Frame, idat []byte) error {
+// chunks is the PNG file: signature, IHDR, the one IDAT, IEND.
+func chunks(f *frame.Frame, idat []byte) []byte {
 	var ihdr [13]byte
 	binary.BigEndian.PutUint32(ihdr[0:], uint32(f.Width))
 	binary.BigEndian.PutUint32(ihdr[4:], uint32(f.Height))
@@ -173,9 +183,7 @@ func writeChunks(w io.Writer, f *frame.Frame, idat []byte) error {
 	buf = append(buf, pngSignature...)
 	buf = appendChunk(buf, "IHDR", ihdr[:])
 	buf = appendChunk(buf, "IDAT", idat)
-	buf = appendChunk(buf, "IEND", nil)
-	_, err := w.Write(buf)
-	return err
+	return appendChunk(buf, "IEND", nil)
 }
 
 func appendChunk(buf []byte, typ string, data []byte) []byte {
