@@ -35,6 +35,7 @@ type Scaler struct {
 	xs, ys     weights
 	wy         []uint16 // ys.w as 16-bit lanes, for vblendAVX2
 	wx         []uint16 // xs.w of two-tap outputs, each pair four times, for hblend2AVX2
+	wx0, wx1   []uint16 // the same, each first (second) weight four times
 }
 
 var scalers sync.Map // [3]int{srcW, srcH, maxLongEdge} → *Scaler
@@ -59,10 +60,12 @@ func NewScaler(srcW, srcH, maxLongEdge int) *Scaler {
 		s.wy[i] = uint16(v)
 	}
 	if s.xs.n == 2 {
-		s.wx = make([]uint16, w*8)
+		s.wx, s.wx0, s.wx1 = make([]uint16, w*8), make([]uint16, w*4), make([]uint16, w*4)
 		for i := range w {
+			w0, w1 := uint16(s.xs.w[2*i]), uint16(s.xs.w[2*i+1])
 			for c := range 4 {
-				s.wx[i*8+2*c], s.wx[i*8+2*c+1] = uint16(s.xs.w[2*i]), uint16(s.xs.w[2*i+1])
+				s.wx[i*8+2*c], s.wx[i*8+2*c+1] = w0, w1
+				s.wx0[i*4+c], s.wx1[i*4+c] = w0, w1
 			}
 		}
 	}
@@ -114,7 +117,7 @@ func (s *Scaler) Scale(dst, src *Frame, r image.Rectangle) {
 		out := pixels32(dst.Pix[y*dst.Stride+r.Min.X*4:], r.Dx())
 		x := r.Min.X
 		if groups := len(out) / 4; useAVX2 && s.xs.n == 2 && groups > 0 {
-			hblend2AVX2((*byte)(unsafe.Pointer(&out[0])), (*byte)(unsafe.Pointer(&col[0])), c0, &s.xs.start[x], &s.wx[x*8], groups)
+			hblend2AVX2((*byte)(unsafe.Pointer(&out[0])), (*byte)(unsafe.Pointer(&col[0])), c0, &s.xs.start[x], &s.wx[x*8], &s.wx0[x*4], &s.wx1[x*4], groups)
 			x, out = x+groups*4, out[groups*4:]
 		}
 		s.blendAlong(out, col, x, c0)

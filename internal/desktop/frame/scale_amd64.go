@@ -18,7 +18,8 @@ func vblendAVX2(dst, src *byte, stride int, w *uint16, taps, chunks int)
 
 // hblend2AVX2 writes groups×4 output pixels to dst, pixel i from the two
 // pixels col[starts[i]-c0] and the next one, with the weights w[8i:8i+2]
-// (each pair repeated four times, one per channel, for PMADDWD).
+// (each pair repeated four times, one per channel, for PMADDWD), also laid
+// out as w0[4i:4i+4] and w1[4i:4i+4] (each weight four times, for PMULLW).
 //
 //go:noescape
-func hblend2AVX2(dst, col *byte, c0 int, starts *int, w *uint16, groups int)
+func hblend2AVX2(dst, col *byte, c0 int, starts *int, w, w0, w1 *uint16, groups int)

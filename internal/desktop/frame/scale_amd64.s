@@ -106,12 +106,15 @@ done:
 	VZEROUPPER
 	RET
 
-// func hblend2AVX2(dst, col *byte, c0 int, starts *int, w *uint16, groups int)
+// func hblend2AVX2(dst, col *byte, c0 int, starts *int, w, w0, w1 *uint16, groups int)
 //
-// Four output pixels per round: the pixel pairs of outputs 0 and 2 go to
-// the low lane, 1 and 3 to the high one, so each PMADDWD takes the weights
-// of two consecutive outputs as they lie in memory.
-TEXT ·hblend2AVX2(SB), NOSPLIT, $0-48
+// Four output pixels per round. When their sources are consecutive
+// (starts s, s+1, s+2, s+3: every group of a 5:4 reduction), the two taps
+// are two overlapping loads and 16-bit multiplies, as in vblendAVX2.
+// Otherwise the pixel pairs are gathered: those of outputs 0 and 2 to the
+// low lane, 1 and 3 to the high one, so each PMADDWD takes the weights of
+// two consecutive outputs as they lie in memory.
+TEXT ·hblend2AVX2(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
 	MOVQ col+8(FP), SI
 	MOVQ c0+16(FP), AX
@@ -119,18 +122,37 @@ TEXT ·hblend2AVX2(SB), NOSPLIT, $0-48
 	SUBQ AX, SI // SI + 4*start is the start'th source pixel
 	MOVQ starts+24(FP), BX
 	MOVQ w+32(FP), DX
-	MOVQ groups+40(FP), CX
+	MOVQ w0+40(FP), R13
+	MOVQ w1+48(FP), R14
+	MOVQ groups+56(FP), CX
 	VMOVDQU interleave<>(SB), Y15
 	VPXOR Y14, Y14, Y14
 	VMOVDQU round32<>(SB), Y13
+	VMOVDQU round16<>(SB), Y12
 
 group:
 	TESTQ CX, CX
 	JZ hdone
 	MOVQ 0(BX), R8
+	MOVQ 24(BX), R11
+	LEAQ 3(R8), R12
+	CMPQ R11, R12
+	JNE gather
+	VPMOVZXBW (SI)(R8*4), Y0
+	VPMOVZXBW 4(SI)(R8*4), Y1
+	VPMULLW (R13), Y0, Y0
+	VPMULLW (R14), Y1, Y1
+	VPADDW Y1, Y0, Y0
+	VPADDW Y12, Y0, Y0
+	VPSRLW $8, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPACKUSWB X1, X0, X0
+	VMOVDQU X0, (DI)
+	JMP next
+
+gather:
 	MOVQ 8(BX), R9
 	MOVQ 16(BX), R10
-	MOVQ 24(BX), R11
 	VMOVQ (SI)(R8*4), X0
 	VPINSRQ $1, (SI)(R10*4), X0, X0
 	VMOVQ (SI)(R9*4), X1
@@ -150,8 +172,12 @@ group:
 	VPACKUSWB X2, X1, X1 // bytes: 0, 2, 1, 3
 	VPSHUFD $0xd8, X1, X1
 	VMOVDQU X1, (DI)
+
+next:
 	ADDQ $32, BX
 	ADDQ $64, DX
+	ADDQ $32, R13
+	ADDQ $32, R14
 	ADDQ $16, DI
 	DECQ CX
 	JMP group
