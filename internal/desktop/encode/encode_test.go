@@ -79,6 +79,7 @@ func TestPNGRoundTripsExactly(t *testing.T) {
 	strided, _ := noiseFrame(300, 200).Sub(image.Rect(17, 9, 290, 187))
 	for name, f := range map[string]*frame.Frame{
 		"screen":  screen,
+		"scaled":  screen.Downscale(1024), // bands without a filter (trialFilter)
 		"noise":   noiseFrame(257, 129),
 		"strided": strided,
 		"1x1":     noiseFrame(1, 1),
@@ -238,7 +239,7 @@ func BenchmarkPNGChoices(b *testing.B) {
 // included: the joined deflate stream and the combined Adler-32 are valid
 // (image/png checks both).
 func TestParallelPNGBands(t *testing.T) {
-	for _, f := range []*frame.Frame{screenFrame(t), noiseFrame(333, 1031)} {
+	for _, f := range []*frame.Frame{screenFrame(t), screenFrame(t).Downscale(1024), noiseFrame(333, 1031)} {
 		for _, bands := range []int{2, 3, 7} {
 			data, err := parallelPNG(f, bands)
 			if err != nil {
@@ -249,6 +250,31 @@ func TestParallelPNGBands(t *testing.T) {
 				t.Fatalf("%dx%d in %d bands: image/png cannot read it: %v", f.Width, f.Height, bands, err)
 			}
 			samePixels(t, f, img)
+		}
+	}
+}
+
+// trialFilter compresses to choose: Up on the desktop and on smooth
+// gradients, native or scaled; None on the desktop's text scaled by 5:4,
+// where it is the smaller (the sizes say so, here, for the whole frame).
+func TestTrialFilterChoosesTheSmaller(t *testing.T) {
+	screen := screenFrame(t)
+	zw, _ := zlib.NewWriterLevel(nil, pngLevel)
+	for _, c := range []struct {
+		name string
+		f    *frame.Frame
+		want byte
+	}{
+		{"desktop", screen, filterUp},
+		{"desktop scaled to 1024", screen.Downscale(1024), filterNone},
+		{"gradient", gradientFrame(1280, 800), filterUp},
+		{"gradient scaled to 1024", gradientFrame(1280, 800).Downscale(1024), filterUp},
+	} {
+		got := trialFilter(c.f, 0, c.f.Height)
+		none, _ := writePNG(c.f, filterNone, zw)
+		up, _ := writePNG(c.f, filterUp, zw)
+		if got != c.want || (got == filterNone) != (len(none) < len(up)) {
+			t.Errorf("%s: trial chose filter %d, want %d (whole frame: None %d bytes, Up %d)", c.name, got, c.want, len(none), len(up))
 		}
 	}
 }

@@ -27,11 +27,60 @@ const (
 	filterUp   = 2
 )
 
-// pngFilter is the one filter applied to every row. Up wins on screen
-// content: flat areas and vertical repetition become zero runs, and it costs
-// one subtraction per byte; per-row adaptive choice (what image/png does)
+// pngFilter is the filter of most rows. Up wins on screen content: flat
+// areas and vertical repetition become zero runs, and it costs one
+// subtraction per byte; per-row adaptive choice (what image/png does)
 // costs far more filtering work for a few percent of size (ADR 0010).
+// But text scaled by a fractional ratio compresses better unfiltered, so
+// each band of rows tries both first (trialFilter, ADR 0022).
 const pngFilter = filterUp
+
+// trialRows is the height of each of the two blocks trialFilter
+// compresses both ways.
+const trialRows = 4
+
+// trialFilter chooses the filter of rows y0 to y1: None when two blocks
+// of trialRows rows, a third and two thirds of the way down, each
+// compress smaller unfiltered than with Up; pngFilter otherwise. Cheap
+// guesses from the residuals (libpng's sum of absolute values, byte
+// entropy, runs) picked Up on scaled text, where None is 20 % smaller
+// and cheaper to compress; an actual compression tells them apart, and
+// never picks None on smooth gradients, where None falls over.
+func trialFilter(f *frame.Frame, y0, y1 int) byte {
+	if y1-y0 < 3*trialRows {
+		return pngFilter
+	}
+	fw := flatePool.Get().(*flate.Writer)
+	defer flatePool.Put(fw)
+	row := make([]byte, 1+f.Width*3+2)
+	size := func(from int, filter byte) int {
+		var n countingWriter
+		fw.Reset(&n)
+		prev := f.Pix[(from-1)*f.Stride : (from-1)*f.Stride+f.Width*4]
+		for y := from; y < from+trialRows; y++ {
+			cur := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
+			filterRow(row, cur, prev, filter)
+			fw.Write(row[:len(row)-2])
+			prev = cur
+		}
+		fw.Close()
+		return int(n)
+	}
+	for _, from := range []int{y0 + (y1-y0)/3, y0 + (y1-y0)*2/3} {
+		if size(from, filterNone) >= size(from, filterUp) {
+			return pngFilter
+		}
+	}
+	return filterNone
+}
+
+// countingWriter counts what is written to it and keeps nothing.
+type countingWriter int
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}
 
 var zlibPool = sync.Pool{New: func() any {
 	w, _ := zlib.NewWriterLevel(nil, pngLevel)
@@ -59,7 +108,7 @@ func pngBytes(f *frame.Frame) ([]byte, error) {
 	}
 	zw := zlibPool.Get().(*zlib.Writer)
 	defer zlibPool.Put(zw)
-	return writePNG(f, pngFilter, zw)
+	return writePNG(f, trialFilter(f, 0, f.Height), zw)
 }
 
 var flatePool = sync.Pool{New: func() any {
@@ -90,13 +139,14 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 			fw.Reset(&b.data)
 			sum := adler32.New()
 			row := make([]byte, 1+f.Width*3+2)
+			filter := trialFilter(f, y0, y1)
 			var prev []byte
 			if y0 > 0 {
 				prev = f.Pix[(y0-1)*f.Stride : (y0-1)*f.Stride+f.Width*4]
 			}
 			for y := y0; y < y1 && b.err == nil; y++ {
 				cur := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
-				filterRow(row, cur, prev, pngFilter)
+				filterRow(row, cur, prev, filter)
 				sum.Write(row[:len(row)-2])
 				_, b.err = fw.Write(row[:len(row)-2])
 				prev = cur
