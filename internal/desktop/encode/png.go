@@ -45,7 +45,7 @@ const trialRows = 4
 // guesses from the residuals (libpng's sum of absolute values, byte
 // entropy, runs) picked Up on scaled text, where None is 20 % smaller
 // and cheaper to compress; an actual compression tells them apart, and
-// never picks None on smooth gradients, where None falls over.
+// keeps Up on smooth gradients, where None falls over (ADR 0022).
 func trialFilter(f *frame.Frame, y0, y1 int) byte {
 	if y1-y0 < 3*trialRows {
 		return pngFilter
