@@ -36,8 +36,13 @@ const (
 const pngFilter = filterUp
 
 // trialRows is the height of each of the two blocks trialFilter
-// compresses both ways.
-const trialRows = 4
+// compresses both ways; bands under minTrialRows rows (a screencast's
+// small damage tiles) skip the trial, which would cost them too large a
+// share of their encode.
+const (
+	trialRows    = 4
+	minTrialRows = 128
+)
 
 // trialFilter chooses the filter of rows y0 to y1: None when two blocks
 // of trialRows rows, a third and two thirds of the way down, each
@@ -47,7 +52,7 @@ const trialRows = 4
 // and cheaper to compress; an actual compression tells them apart, and
 // keeps Up on smooth gradients, where None falls over (ADR 0022).
 func trialFilter(f *frame.Frame, y0, y1 int) byte {
-	if y1-y0 < 3*trialRows {
+	if y1-y0 < minTrialRows {
 		return pngFilter
 	}
 	fw := flatePool.Get().(*flate.Writer)
