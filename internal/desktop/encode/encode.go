@@ -6,7 +6,6 @@
 package encode
 
 import (
-	"bytes"
 	"fmt"
 	"runtime"
 
@@ -68,24 +67,26 @@ func Screenshot(f *frame.Frame, o Options) (*Image, error) {
 // (0 means DefaultJPEGQuality). The ACI calls it after its own scale and
 // hash, to skip encoding a frame the client already has.
 func Encode(f *frame.Frame, format Format, quality int) ([]byte, error) {
-	var buf bytes.Buffer
+	// The encoders' own buffers are returned as they are: no copy into a
+	// bytes.Buffer of a picture of a few hundred kilobytes.
+	var data []byte
 	var err error
 	switch format {
 	case FormatJPEG:
 		if quality == 0 {
 			quality = DefaultJPEGQuality
 		}
-		err = JPEG(&buf, f, quality)
+		data, err = jpegBytes(f, quality)
 	case FormatPNG, "":
 		format = FormatPNG
-		err = PNG(&buf, f)
+		data, err = pngBytes(f)
 	default:
 		return nil, fmt.Errorf("unknown image format %q (want png or jpeg)", format)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", format, err)
 	}
-	return buf.Bytes(), nil
+	return data, nil
 }
 
 func clampQuality(q int) int { return min(max(q, 1), 100) }

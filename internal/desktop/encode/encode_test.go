@@ -10,6 +10,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zlib"
 
@@ -43,6 +44,19 @@ func noiseFrame(w, h int) *frame.Frame {
 	return f
 }
 
+// gradientFrame is smooth colour, the case where PNG's None filter
+// falls over.
+func gradientFrame(w, h int) *frame.Frame {
+	f := frame.New(w, h)
+	for y := range h {
+		for x := range w {
+			p := f.Pix[y*f.Stride+x*4:]
+			p[0], p[1], p[2] = byte(x*255/w), byte(y*255/h), byte((x+y)*255/(w+h))
+		}
+	}
+	return f
+}
+
 // samePixels fails unless img shows exactly f's pixels.
 func samePixels(t *testing.T, f *frame.Frame, img image.Image) {
 	t.Helper()
@@ -65,6 +79,7 @@ func TestPNGRoundTripsExactly(t *testing.T) {
 	strided, _ := noiseFrame(300, 200).Sub(image.Rect(17, 9, 290, 187))
 	for name, f := range map[string]*frame.Frame{
 		"screen":  screen,
+		"scaled":  screen.Downscale(1024), // bands without a filter (trialFilter)
 		"noise":   noiseFrame(257, 129),
 		"strided": strided,
 		"1x1":     noiseFrame(1, 1),
@@ -88,11 +103,11 @@ func TestPNGFiltersRoundTrip(t *testing.T) {
 	zw, _ := zlib.NewWriterLevel(nil, pngLevel)
 	for _, filter := range []byte{filterNone, filterSub, filterUp} {
 		for _, f := range []*frame.Frame{noiseFrame(257, 33), noiseFrame(1, 5), noiseFrame(2, 2)} {
-			var buf bytes.Buffer
-			if err := writePNG(&buf, f, filter, zw); err != nil {
+			data, err := writePNG(f, filter, zw)
+			if err != nil {
 				t.Fatal(err)
 			}
-			img, err := png.Decode(&buf)
+			img, err := png.Decode(bytes.NewReader(data))
 			if err != nil {
 				t.Fatalf("filter %d, %dx%d: %v", filter, f.Width, f.Height, err)
 			}
@@ -195,20 +210,27 @@ func BenchmarkJPEGQ80(b *testing.B) {
 }
 
 // BenchmarkPNGChoices measures the filter and zlib level candidates on the
-// desktop fixture (ADR 0010).
+// desktop fixture, native and scaled to a 1024 long edge (ADR 0010, 0022).
 func BenchmarkPNGChoices(b *testing.B) {
-	f := screenFrame(b)
-	for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, 2, zlib.DefaultCompression} {
-		for _, filter := range []byte{filterNone, filterSub, filterUp} {
-			b.Run(fmt.Sprintf("level%d/filter%d", level, filter), func(b *testing.B) {
-				zw, _ := zlib.NewWriterLevel(nil, level)
-				var buf bytes.Buffer
-				for b.Loop() {
-					buf.Reset()
-					writePNG(&buf, f, filter, zw)
-				}
-				b.ReportMetric(float64(buf.Len()), "bytes")
-			})
+	native := screenFrame(b)
+	for _, f := range []struct {
+		name string
+		f    *frame.Frame
+	}{{"desktop", native}, {"desktop1024", native.Downscale(1024)}, {"gradient", gradientFrame(1280, 800)}, {"gradient1024", gradientFrame(1280, 800).Downscale(1024)}} {
+		for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, 2, zlib.DefaultCompression} {
+			for _, filter := range []byte{filterNone, filterSub, filterUp} {
+				name, f := f.name, f.f
+				b.Run(fmt.Sprintf("%s/level%d/filter%d", name, level, filter), func(b *testing.B) {
+					zw, _ := zlib.NewWriterLevel(nil, level)
+					var data []byte
+					cpu0 := cpuTime()
+					for b.Loop() {
+						data, _ = writePNG(f, filter, zw)
+					}
+					b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64(len(data)), "bytes")
+				})
+			}
 		}
 	}
 }
@@ -217,17 +239,42 @@ func BenchmarkPNGChoices(b *testing.B) {
 // included: the joined deflate stream and the combined Adler-32 are valid
 // (image/png checks both).
 func TestParallelPNGBands(t *testing.T) {
-	for _, f := range []*frame.Frame{screenFrame(t), noiseFrame(333, 1031)} {
+	for _, f := range []*frame.Frame{screenFrame(t), screenFrame(t).Downscale(1024), noiseFrame(333, 1031)} {
 		for _, bands := range []int{2, 3, 7} {
-			var buf bytes.Buffer
-			if err := parallelPNG(&buf, f, bands); err != nil {
+			data, err := parallelPNG(f, bands)
+			if err != nil {
 				t.Fatal(err)
 			}
-			img, err := png.Decode(&buf)
+			img, err := png.Decode(bytes.NewReader(data))
 			if err != nil {
 				t.Fatalf("%dx%d in %d bands: image/png cannot read it: %v", f.Width, f.Height, bands, err)
 			}
 			samePixels(t, f, img)
+		}
+	}
+}
+
+// trialFilter compresses to choose: Up on the desktop and on smooth
+// gradients, native or scaled; None on the desktop's text scaled by 5:4,
+// where it is the smaller (the sizes say so, here, for the whole frame).
+func TestTrialFilterChoosesTheSmaller(t *testing.T) {
+	screen := screenFrame(t)
+	zw, _ := zlib.NewWriterLevel(nil, pngLevel)
+	for _, c := range []struct {
+		name string
+		f    *frame.Frame
+		want byte
+	}{
+		{"desktop", screen, filterUp},
+		{"desktop scaled to 1024", screen.Downscale(1024), filterNone},
+		{"gradient", gradientFrame(1280, 800), filterUp},
+		{"gradient scaled to 1024", gradientFrame(1280, 800).Downscale(1024), filterUp},
+	} {
+		got := trialFilter(c.f, 0, c.f.Height)
+		none, _ := writePNG(c.f, filterNone, zw)
+		up, _ := writePNG(c.f, filterUp, zw)
+		if got != c.want || (got == filterNone) != (len(none) < len(up)) {
+			t.Errorf("%s: trial chose filter %d, want %d (whole frame: None %d bytes, Up %d)", c.name, got, c.want, len(none), len(up))
 		}
 	}
 }
@@ -239,18 +286,22 @@ func BenchmarkScaled1024(b *testing.B) {
 	for _, format := range []Format{FormatPNG, FormatJPEG} {
 		for _, edge := range []int{0, 1024} {
 			b.Run(fmt.Sprintf("%s/%d", format, edge), func(b *testing.B) {
-				var ru0, ru1 syscall.Rusage
-				syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+				cpu0 := cpuTime()
 				for b.Loop() {
 					if _, err := Screenshot(f, Options{Format: format, MaxLongEdge: edge}); err != nil {
 						b.Fatal(err)
 					}
 				}
 				// CPU time too: on a shared host wall time is mostly waiting.
-				syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-				cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-				b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
+}
+
+// cpuTime is the process's CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

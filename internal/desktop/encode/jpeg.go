@@ -18,15 +18,24 @@ import (
 // one picture with restart markers: a 1280x800 screen in about half the
 // time, decoding to exactly the pixels a single pass gives.
 func JPEG(w io.Writer, f *frame.Frame, quality int) error {
-	if f.Width == 0 || f.Height == 0 {
-		return errors.New("jpeg: empty frame")
-	}
-	data, err := encodeBands(f, clampQuality(quality), bandCount(f))
+	data, err := jpegBytes(f, quality)
 	if err != nil {
-		return fmt.Errorf("jpeg: %w", err)
+		return err
 	}
 	_, err = w.Write(data)
 	return err
+}
+
+// jpegBytes is JPEG into a new slice.
+func jpegBytes(f *frame.Frame, quality int) ([]byte, error) {
+	if f.Width == 0 || f.Height == 0 {
+		return nil, errors.New("jpeg: empty frame")
+	}
+	data, err := encodeBands(f, clampQuality(quality), bandCount(f))
+	if err != nil {
+		return nil, fmt.Errorf("jpeg: %w", err)
+	}
+	return data, nil
 }
 
 // mcuSize is the side of a 4:2:0 MCU, in pixels: bands start on one.

@@ -33,6 +33,9 @@ type Scaler struct {
 	SrcW, SrcH int
 	W, H       int // the scaled size
 	xs, ys     weights
+	wy         []uint16 // ys.w as 16-bit lanes, for vblendAVX2
+	wx         []uint16 // xs.w of two-tap outputs, each pair four times, for hblend2AVX2
+	wx0, wx1   []uint16 // the same, each first (second) weight four times
 }
 
 var scalers sync.Map // [3]int{srcW, srcH, maxLongEdge} → *Scaler
@@ -52,6 +55,20 @@ func NewScaler(srcW, srcH, maxLongEdge int) *Scaler {
 	w := max(1, int(math.Round(float64(srcW)*float64(maxLongEdge)/float64(long))))
 	h := max(1, int(math.Round(float64(srcH)*float64(maxLongEdge)/float64(long))))
 	s := &Scaler{SrcW: srcW, SrcH: srcH, W: w, H: h, xs: boxWeights(srcW, w), ys: boxWeights(srcH, h)}
+	s.wy = make([]uint16, len(s.ys.w))
+	for i, v := range s.ys.w {
+		s.wy[i] = uint16(v)
+	}
+	if s.xs.n == 2 {
+		s.wx, s.wx0, s.wx1 = make([]uint16, w*8), make([]uint16, w*4), make([]uint16, w*4)
+		for i := range w {
+			w0, w1 := uint16(s.xs.w[2*i]), uint16(s.xs.w[2*i+1])
+			for c := range 4 {
+				s.wx[i*8+2*c], s.wx[i*8+2*c+1] = w0, w1
+				s.wx0[i*4+c], s.wx1[i*4+c] = w0, w1
+			}
+		}
+	}
 	scalers.Store(key, s)
 	return s
 }
@@ -80,9 +97,10 @@ func (s *Scaler) ScaleParallel(dst, src *Frame, r image.Rectangle) {
 
 // Scale computes the pixels r of dst (a W×H frame) from src (SrcW×SrcH):
 // first down the columns, blending each output row's source rows over
-// just the columns r needs, then along the row. Both passes work on
-// several channels per integer: 8-bit weights summing to 256 keep every
-// weighted channel sum within 16 bits.
+// just the columns r needs, then along the row. With AVX2 both passes run
+// in scale_amd64.s over 16-bit lanes; the Go passes work on several
+// channels per integer. Either way 8-bit weights summing to 256 keep every
+// weighted channel sum within 16 bits, and both give the same bytes.
 func (s *Scaler) Scale(dst, src *Frame, r image.Rectangle) {
 	if r.Empty() {
 		return
@@ -90,33 +108,65 @@ func (s *Scaler) Scale(dst, src *Frame, r image.Rectangle) {
 	c0 := s.xs.start[r.Min.X]
 	c1 := s.xs.start[r.Max.X-1] + s.xs.n
 	col := make([]uint32, c1-c0+2) // one blended row, padded for word reads
-	xn := s.xs.n
 	for y := r.Min.Y; y < r.Max.Y; y++ {
-		s.blendRows(col, src, y, c0, c1)
-		out := pixels32(dst.Pix[y*dst.Stride+r.Min.X*4:], r.Dx())
-		starts := s.xs.start[r.Min.X:r.Max.X]
-		if xn == 2 { // the common case: a ratio under 2
-			ws := s.xs.w[r.Min.X*2 : r.Max.X*2]
-			for i := range out {
-				o := starts[i] - c0
-				p0, p1 := col[o], col[o+1]
-				w0, w1 := uint32(ws[2*i]), uint32(ws[2*i+1])
-				rb := (p0&0xff00ff)*w0 + (p1&0xff00ff)*w1
-				g := (p0&0xff00)*w0 + (p1&0xff00)*w1
-				out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
-			}
-			continue
+		if useAVX2 {
+			s.blendRowsAVX2(col, src, y, c0, c1)
+		} else {
+			s.blendRows(col, src, y, c0, c1)
 		}
+		out := pixels32(dst.Pix[y*dst.Stride+r.Min.X*4:], r.Dx())
+		x := r.Min.X
+		if groups := len(out) / 4; useAVX2 && s.xs.n == 2 && groups > 0 {
+			hblend2AVX2((*byte)(unsafe.Pointer(&out[0])), (*byte)(unsafe.Pointer(&col[0])), c0, &s.xs.start[x], &s.wx[x*8], &s.wx0[x*4], &s.wx1[x*4], groups)
+			x, out = x+groups*4, out[groups*4:]
+		}
+		s.blendAlong(out, col, x, c0)
+	}
+}
+
+// blendAlong is the horizontal pass in Go: out is the scaled row from
+// pixel x on, col the blended source columns from c0 on.
+func (s *Scaler) blendAlong(out, col []uint32, x, c0 int) {
+	xn := s.xs.n
+	starts := s.xs.start[x : x+len(out)]
+	if xn == 2 { // the common case: a ratio under 2
+		ws := s.xs.w[x*2 : (x+len(out))*2]
 		for i := range out {
-			x := r.Min.X + i
-			px := col[starts[i]-c0:]
-			var rb, g uint32
-			for k, w := range s.xs.w[x*xn : x*xn+xn] {
-				rb += (px[k] & 0xff00ff) * uint32(w)
-				g += (px[k] & 0xff00) * uint32(w)
-			}
+			o := starts[i] - c0
+			p0, p1 := col[o], col[o+1]
+			w0, w1 := uint32(ws[2*i]), uint32(ws[2*i+1])
+			rb := (p0&0xff00ff)*w0 + (p1&0xff00ff)*w1
+			g := (p0&0xff00)*w0 + (p1&0xff00)*w1
 			out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
 		}
+		return
+	}
+	for i := range out {
+		px := col[starts[i]-c0:]
+		var rb, g uint32
+		for k, w := range s.xs.w[(x+i)*xn : (x+i)*xn+xn] {
+			rb += (px[k] & 0xff00ff) * uint32(w)
+			g += (px[k] & 0xff00) * uint32(w)
+		}
+		out[i] = (rb+0x800080)>>8&0xff00ff | (g+0x8000)>>8&0xff00
+	}
+}
+
+// blendRowsAVX2 is blendRows with vblendAVX2 for whole groups of four
+// pixels and blendGeneric for the rest.
+func (s *Scaler) blendRowsAVX2(col []uint32, src *Frame, y, c0, c1 int) {
+	yn := s.ys.n
+	first := s.ys.start[y]
+	px := c1 - c0
+	chunks := px / 4
+	if chunks > 0 {
+		// The kernel reads chunks*16 bytes of each of the yn rows.
+		_ = src.Pix[(first+yn-1)*src.Stride+c0*4+chunks*16-1]
+		_ = col[chunks*4-1]
+		vblendAVX2((*byte)(unsafe.Pointer(&col[0])), &src.Pix[first*src.Stride+c0*4], src.Stride, &s.wy[y*yn], yn, chunks)
+	}
+	if rest := chunks * 4; rest < px {
+		s.blendGeneric(col[rest:], src, first, s.ys.w[y*yn:y*yn+yn], c0+rest, px-rest)
 	}
 }
 
