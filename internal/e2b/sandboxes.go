@@ -51,8 +51,10 @@ type box struct {
 	env      map[string]string
 	internet bool
 	onPause  bool // on timeout: pause (true) or kill
-	resume   bool // auto-resume on traffic
-	started  time.Time
+	// pauseMemory: a timeout's pause is on the memory tier (autoPauseMemory).
+	pauseMemory bool
+	resume      bool // auto-resume on traffic
+	started     time.Time
 
 	// mu is held across lifecycle changes (pause, resume, kill); when
 	// both are taken, it comes before Server.mu.
@@ -69,6 +71,12 @@ type box struct {
 
 	rt    *http.Transport // to envd, for the sandbox whose PID 1 is rtPid (guarded by Server.mu)
 	rtPid int
+
+	// ciMu guards the code interpreter's default context: the session
+	// ciDefault of tine sandbox ciTine (interpreter.go).
+	ciMu      sync.Mutex
+	ciTine    string
+	ciDefault string
 }
 
 func newToken() string {
@@ -131,6 +139,13 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (*template, err
 	if id == "" || slices.Contains(s.cfg.BaseTemplates, id) {
 		return &template{}, nil
 	}
+	if id == DesktopTemplate {
+		return desktopTemplate()
+	}
+	if isImageRef(id) {
+		// The daemon pulls it when missing; its Env and WorkingDir apply.
+		return &template{spec: api.SandboxSpec{Image: id}}, nil
+	}
 	snaps, err := s.cfg.Client.Snapshots(ctx)
 	if err != nil {
 		return nil, err
@@ -143,7 +158,7 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (*template, err
 			return &template{snapshot: sn.ID}, nil
 		}
 	}
-	return nil, errorf(http.StatusNotFound, "template %q not found: tine serves %q (the host's OS, read-only, with a private writable layer) and the ids or names of sandbox snapshots", id, s.cfg.BaseTemplates)
+	return nil, errorf(http.StatusNotFound, "template %q not found: tine serves %q (the host's OS, read-only, with a private writable layer), %q (the same, for @e2b/desktop), OCI image references (a name with a tag, digest or registry: python:3.12-slim) and the ids or names of sandbox snapshots", id, s.cfg.BaseTemplates, DesktopTemplate)
 }
 
 // boot starts envd in a fresh tine sandbox and returns once it accepts
@@ -193,25 +208,26 @@ func (s *Server) startEnvd(ctx context.Context, id string) error {
 	return nil
 }
 
-// spec is the tine sandbox an E2B create asks for.
-func (s *Server) spec(env map[string]string) api.SandboxSpec {
-	sp := api.SandboxSpec{Binds: []api.Bind{{Source: s.cfg.EnvdBinary, Target: EnvdPath, ReadOnly: true}}}
+// spec is the tine sandbox an E2B create asks for: t's, with the
+// environment and the network (mode "" is tine's default, loopback).
+func (s *Server) spec(t *template, env map[string]string, mode string, policy api.NetworkPolicy) api.SandboxSpec {
+	sp := t.spec
+	sp.Binds = append(slices.Clone(sp.Binds), api.Bind{Source: s.cfg.EnvdBinary, Target: EnvdPath, ReadOnly: true})
 	for k, v := range env {
 		sp.Env = append(sp.Env, k+"="+v)
 	}
 	slices.Sort(sp.Env)
+	sp.Network, sp.Allow, sp.Deny = mode, policy.Allow, policy.Deny
 	return sp
 }
 
-// start makes a running tine sandbox for b: fresh from its template, or a
-// fork of a snapshot.
-func (s *Server) start(ctx context.Context, t *template, env map[string]string) (*api.Sandbox, error) {
+// start makes a running tine sandbox for b: sp fresh from its template,
+// or a fork of t's snapshot with sp's environment added (a fork keeps the
+// rest of its source's spec).
+func (s *Server) start(ctx context.Context, t *template, sp api.SandboxSpec) (*api.Sandbox, error) {
 	var sb *api.Sandbox
 	if t.snapshot != "" {
-		req := &api.ForkRequest{Count: 1}
-		for k, v := range env {
-			req.Env = append(req.Env, k+"="+v)
-		}
+		req := &api.ForkRequest{Count: 1, Env: sp.Env}
 		res, err := s.cfg.Client.Fork(ctx, t.snapshot, req)
 		if err != nil {
 			return nil, err
@@ -221,7 +237,6 @@ func (s *Server) start(ctx context.Context, t *template, env map[string]string) 
 		}
 		sb = &res.Sandboxes[0]
 	} else {
-		sp := s.spec(env)
 		var err error
 		if sb, err = s.cfg.Client.Create(ctx, &sp); err != nil {
 			return nil, err
@@ -232,6 +247,11 @@ func (s *Server) start(ctx context.Context, t *template, env map[string]string) 
 	}
 	return sb, nil
 }
+
+// isImageRef says whether an E2B template id names an OCI image: E2B's
+// own ids and aliases are bare names, an image reference has a tag, a
+// digest or a registry path (python:3.12-slim, ghcr.io/o/app).
+func isImageRef(id string) bool { return strings.ContainsAny(id, ":/@") }
 
 // timeoutOf is a request's timeout in seconds, or def.
 func timeoutOf(t *int64, def int64) (time.Duration, error) {
@@ -245,7 +265,7 @@ func timeoutOf(t *int64, def int64) (time.Duration, error) {
 }
 
 func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, error) {
-	for name, set := range map[string]bool{"network": len(req.Network) > 0, "mcp": len(req.MCP) > 0, "iam": len(req.IAM) > 0, "volumeMounts": len(req.VolumeMounts) > 0} {
+	for name, set := range map[string]bool{"mcp": len(req.MCP) > 0, "iam": len(req.IAM) > 0, "volumeMounts": len(req.VolumeMounts) > 0} {
 		if set {
 			return nil, errorf(http.StatusBadRequest, "%s is not supported by tine's E2B API; leave it out", name)
 		}
@@ -262,7 +282,19 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 	if err != nil {
 		return nil, err
 	}
-	sb, err := s.start(ctx, t, req.EnvVars)
+	mode, policy, err := networkOf(req.AllowInternet, req.Network)
+	if err != nil {
+		return nil, err
+	}
+	if t.snapshot != "" {
+		// A fork keeps its source's network (e2b 2.50 sends
+		// allow_internet_access true on every create: not refused).
+		if len(req.Network) > 0 {
+			return nil, errorf(http.StatusBadRequest, "template %q is a snapshot, whose sandboxes keep its network; leave network out", req.TemplateID)
+		}
+		mode, policy = "", api.NetworkPolicy{}
+	}
+	sb, err := s.start(ctx, t, s.spec(t, req.EnvVars, mode, policy))
 	if err != nil {
 		return nil, err
 	}
@@ -270,8 +302,9 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 	b := &box{
 		id: sb.ID, template: req.TemplateID, token: newToken(),
 		metadata: req.Metadata, env: req.EnvVars,
-		internet: req.AllowInternet == nil || *req.AllowInternet,
-		onPause:  req.AutoPause, resume: req.AutoResume != nil && req.AutoResume.Enabled,
+		internet: sb.Spec.Network == "egress",
+		onPause:  req.AutoPause, pauseMemory: req.AutoPauseMemory != nil && *req.AutoPauseMemory,
+		resume:  req.AutoResume != nil && req.AutoResume.Enabled,
 		started: now, state: stateRunning, tineID: sb.ID, pid: sb.Pid, spec: sb.Spec, endAt: now.Add(timeout),
 	}
 	if b.template == "" {
@@ -285,6 +318,12 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 
 // kill destroys b's tine sandbox and its pause snapshots and forgets it.
 func (s *Server) kill(ctx context.Context, b *box) error {
+	err := s.kill1(ctx, b)
+	s.persist()
+	return err
+}
+
+func (s *Server) kill1(ctx context.Context, b *box) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
@@ -314,6 +353,12 @@ func (s *Server) kill(ctx context.Context, b *box) error {
 // and destroys its tine sandbox: a paused sandbox holds no processes and
 // no budget. 409 when it is already paused.
 func (s *Server) pause(ctx context.Context, b *box, memory bool) error {
+	err := s.pause1(ctx, b, memory)
+	s.persist()
+	return err
+}
+
+func (s *Server) pause1(ctx context.Context, b *box, memory bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
@@ -341,6 +386,14 @@ func (s *Server) pause(ctx context.Context, b *box, memory bool) error {
 // resume forks b's latest pause snapshot into a new tine sandbox under
 // the same E2B id. It reports whether b was paused.
 func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) (bool, error) {
+	resumed, err := s.resume1(ctx, b, timeout)
+	if resumed {
+		s.persist()
+	}
+	return resumed, err
+}
+
+func (s *Server) resume1(ctx context.Context, b *box, timeout time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
@@ -352,7 +405,7 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) (boo
 		}
 		return false, nil
 	}
-	sb, err := s.start(ctx, &template{snapshot: b.snapshots[len(b.snapshots)-1]}, nil)
+	sb, err := s.start(ctx, &template{snapshot: b.snapshots[len(b.snapshots)-1]}, api.SandboxSpec{})
 	if err != nil {
 		return false, err
 	}
@@ -410,7 +463,7 @@ func (s *Server) expire(ctx context.Context, now time.Time) {
 	for _, b := range due {
 		var err error
 		if b.onPause {
-			err = s.pause(ctx, b, false)
+			err = s.pause(ctx, b, b.pauseMemory)
 		} else {
 			err = s.kill(ctx, b)
 		}

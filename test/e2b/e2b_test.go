@@ -1,5 +1,6 @@
 // Package e2b_test drives a real daemon's E2B surface (tine serve --e2b)
 // with the real, unmodified npm SDKs (e2b 2.51.0 and 2.50.0,
+// @e2b/code-interpreter 2.8.0 and 2.7.0, @e2b/desktop 2.4.0,
 // @modelcontextprotocol/sdk), installed from package-lock.json by make deps
 // (npm ci) with the node they need, pointed at tine only by E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY; and checks the surface's walls with plain HTTP.
@@ -35,14 +36,22 @@ func TestMain(m *testing.M) { testbin.Main(m, &tineBin) }
 type daemon struct {
 	sock, addr, key, log string
 	c                    *client.Client
+	stop                 func() // SIGTERM, then wait for the exit
 }
 
 var listening = regexp.MustCompile(`msg=listening e2b=(\S+)`)
 
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
+	return startDaemonIn(t, t.TempDir())
+}
+
+// startDaemonIn starts a daemon whose data and state live in dir (a
+// second daemon in the same dir is the first one restarted); it stops with
+// the test or with d.stop.
+func startDaemonIn(t *testing.T, dir string) *daemon {
+	t.Helper()
 	require.Root(t)
-	dir := t.TempDir()
 	d := &daemon{sock: filepath.Join(dir, "tine.sock"), log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(d.log)
 	if err != nil {
@@ -58,9 +67,12 @@ func startDaemon(t *testing.T) *daemon {
 	logf.Close()
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	d.stop = func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-done
+	}
+	t.Cleanup(func() {
+		d.stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(d.log)
 			t.Logf("daemon log:\n%s", b)
@@ -131,6 +143,18 @@ func TestSDK(t *testing.T) {
 			desktops = "0"
 		}
 	}
+	// @e2b/desktop's programs (the desktop template's, internal/e2b) and
+	// the terminal its test types into.
+	desktop := "1"
+	for _, bin := range []string{"Xvfb", "xdpyinfo", "startxfce4", "xfwm4", "xfdesktop", "dbus-launch", "xdotool", "scrot", "xrandr", "xterm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if strings.Contains(os.Getenv(require.StrictEnv), "bin:startxfce4") {
+				t.Fatalf("no %s, which CI promises (TINE_STRICT has bin:startxfce4): make deps installs it", bin)
+			}
+			t.Logf("no %s: @e2b/desktop is not driven", bin)
+			desktop = "0"
+		}
+	}
 	files, _ := filepath.Glob("*.test.mjs")
 	if len(files) == 0 {
 		t.Fatal("no test programs (*.test.mjs) next to this file")
@@ -142,7 +166,7 @@ func TestSDK(t *testing.T) {
 			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", f)
 			cmd.Env = append(os.Environ(),
 				"E2B_API_URL=http://"+d.addr, "E2B_SANDBOX_URL=http://"+d.addr, "E2B_API_KEY="+d.key,
-				"TINE_BIN="+tineBin, "TINE_SOCKET="+d.sock, "TINE_TEST_DESKTOPS="+desktops)
+				"TINE_BIN="+tineBin, "TINE_SOCKET="+d.sock, "TINE_TEST_DESKTOPS="+desktops, "TINE_TEST_E2B_DESKTOP="+desktop)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("node --test %s: %v\n%s", f, err, out)

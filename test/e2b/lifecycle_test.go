@@ -1,0 +1,157 @@
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/image/imagetest"
+)
+
+// execute posts a cell to the code interpreter's port and returns the
+// status and the NDJSON lines.
+func (d *daemon) execute(t *testing.T, id, token, code string) (int, []map[string]any) {
+	t.Helper()
+	h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49999", "Content-Type": "application/json"}
+	if token != "" {
+		h["X-Access-Token"] = token
+	}
+	st, b := d.do(t, "POST", "/execute", map[string]any{"code": code}, h)
+	var lines []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			lines = append(lines, m)
+		}
+	}
+	return st, lines
+}
+
+// TestInterpreterNeedsTheAccessToken: /execute runs code, so it needs the
+// sandbox's token, as envd's routes do; the same cell with the token runs
+// (the negative control), in a session tine's API lists.
+func TestInterpreterNeedsTheAccessToken(t *testing.T) {
+	d := startDaemon(t)
+	c := d.create(t)
+	other := d.create(t)
+	for name, tok := range map[string]string{"no token": "", "a wrong token": "0123", "another sandbox's token": other.EnvdAccessToken} {
+		if st, lines := d.execute(t, c.SandboxID, tok, "open('/tmp/ran', 'w')"); st != http.StatusUnauthorized {
+			t.Errorf("execute with %s: %d %v, want 401", name, st, lines)
+		}
+	}
+	if sess, err := d.c.Sessions(context.Background(), c.SandboxID); err != nil || len(sess) != 0 {
+		t.Fatalf("a refused execute started a session: %v %v", sess, err)
+	}
+	st, lines := d.execute(t, c.SandboxID, c.EnvdAccessToken, "6 * 7")
+	if st != http.StatusOK || len(lines) < 3 {
+		t.Fatalf("execute with the token: %d %v", st, lines)
+	}
+	if lines[0]["type"] != "result" || lines[0]["text"] != "42" || lines[len(lines)-1]["type"] != "end_of_execution" {
+		t.Errorf("lines %v: want the result 42 first and end_of_execution last", lines)
+	}
+	if sess, err := d.c.Sessions(context.Background(), c.SandboxID); err != nil || len(sess) != 1 || sess[0].ExecutionCount != 1 {
+		t.Errorf("tine's sessions after one cell: %+v %v, want one that ran 1", sess, err)
+	}
+}
+
+// TestPausedSandboxSurvivesRestart: a paused sandbox is its snapshot and
+// its E2B identity, kept in the data directory, so a restarted daemon
+// resumes it with its files, token and metadata; a running one does not
+// survive (tine's sandboxes end with the daemon).
+func TestPausedSandboxSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemonIn(t, dir)
+	key := map[string]string{"X-API-KEY": d.key}
+	st, b := d.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "metadata": map[string]string{"kept": "yes"}}, key)
+	if st != http.StatusCreated {
+		t.Fatalf("create: %d %s", st, b)
+	}
+	var paused created
+	json.Unmarshal(b, &paused)
+	running := d.create(t)
+	if res, err := d.c.Exec(context.Background(), paused.SandboxID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo before > /home/user/mark"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("write the mark: %v %+v", err, res)
+	}
+	if st, b := d.do(t, "POST", "/sandboxes/"+paused.SandboxID+"/pause", nil, key); st != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", st, b)
+	}
+	d.stop()
+	st0, err := os.Stat(filepath.Join(dir, "data", "e2b-paused.json"))
+	if err != nil || st0.Mode().Perm() != 0o600 {
+		t.Fatalf("the state file: %v %v, want mode 0600 (it holds access tokens)", st0, err)
+	}
+
+	d = startDaemonIn(t, dir)
+	st, b = d.do(t, "GET", "/v2/sandboxes", nil, key)
+	var list []struct {
+		SandboxID, State string
+		Metadata         map[string]string
+	}
+	json.Unmarshal(b, &list)
+	if st != http.StatusOK || len(list) != 1 || list[0].SandboxID != paused.SandboxID || list[0].State != "paused" || list[0].Metadata["kept"] != "yes" {
+		t.Fatalf("after the restart, list: %d %s; want only %s, paused, with its metadata (not %s, which was running)", st, b, paused.SandboxID, running.SandboxID)
+	}
+	if st, b := d.do(t, "POST", "/v2/sandboxes/"+paused.SandboxID+"/connect", map[string]any{"timeout": 60}, key); st != http.StatusCreated {
+		t.Fatalf("connect (resume) after the restart: %d %s, want 201", st, b)
+	}
+	// envd answers with the token of before; the file came back.
+	stat := `{"path":"/home/user/mark"}`
+	if st, b := d.connectUnary(t, paused.SandboxID, paused.EnvdAccessToken, "filesystem.Filesystem/Stat", stat); st != http.StatusOK || !strings.Contains(string(b), `"size":"7"`) {
+		t.Fatalf("stat of the mark after resume, with the old token: %d %s", st, b)
+	}
+	if st, b := d.do(t, "DELETE", "/sandboxes/"+paused.SandboxID, nil, key); st != http.StatusNoContent {
+		t.Errorf("kill: %d %s", st, b)
+	}
+	snaps, _ := d.c.Snapshots(context.Background())
+	for _, sn := range snaps {
+		if strings.HasPrefix(sn.Name, "e2b-pause-"+paused.SandboxID) {
+			t.Errorf("pause snapshot %s left after the kill", sn.ID)
+		}
+	}
+}
+
+// TestImageTemplate: a template id that is an image reference runs the
+// sandbox on that OCI image (pulled from a registry on loopback here),
+// with envd serving inside it: a file only the image has is what envd
+// sees.
+func TestImageTemplate(t *testing.T) {
+	d := startDaemon(t)
+	reg := imagetest.NewRegistry(t)
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin"}},
+		imagetest.BusyboxLayer(t),
+		imagetest.HostLayer(t, "/bin/bash"),
+		imagetest.Layer(t, imagetest.File{Name: "etc/", Dir: true, Mode: 0o755}, imagetest.File{Name: "etc/only-in-the-image", Body: "from the image\n", Mode: 0o644}))
+	ref := reg.Push(t, "e2b/bash:1", img)
+	if _, err := os.Stat("/etc/only-in-the-image"); err == nil {
+		t.Fatal("negative control: the host must not have /etc/only-in-the-image")
+	}
+	key := map[string]string{"X-API-KEY": d.key}
+	st, b := d.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": ref}, key)
+	if st != http.StatusCreated {
+		t.Fatalf("create from %s: %d %s", ref, st, b)
+	}
+	var c created
+	json.Unmarshal(b, &c)
+	sb, err := d.c.Get(context.Background(), c.SandboxID)
+	if err != nil || !strings.Contains(sb.Spec.Image, "e2b/bash") {
+		t.Fatalf("tine sandbox %s: %+v %v, want it on the image", c.SandboxID, sb, err)
+	}
+	stat := `{"path":"/etc/only-in-the-image"}`
+	if st, b := d.connectUnary(t, c.SandboxID, c.EnvdAccessToken, "filesystem.Filesystem/Stat", stat); st != http.StatusOK || !strings.Contains(string(b), `"size":"15"`) {
+		t.Fatalf("envd's stat of the image's file: %d %s", st, b)
+	}
+	st, b = d.do(t, "GET", "/sandboxes/"+c.SandboxID, nil, key)
+	if st != http.StatusOK || !strings.Contains(string(b), `"templateID":"`+ref+`"`) {
+		t.Errorf("getInfo: %d %s, want templateID %s", st, b, ref)
+	}
+}
