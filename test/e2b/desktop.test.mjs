@@ -8,6 +8,7 @@
 import test from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/desktop'
+import { WebSocket } from 'undici'
 import { inTine, eventually } from './lib.mjs'
 
 const skip = process.env.TINE_TEST_E2B_DESKTOP !== '1' && 'the host lacks the desktop programs'
@@ -42,6 +43,25 @@ test('desktop: screenshot, mouse, click, write and press on a tine desktop', { s
     await eventually('the typed line arrives', async () => (await desk.files.exists('/home/user/typed')))
     assert.equal(await desk.files.read('/home/user/typed'), 'hello from e2b\n')
     await term.kill().catch(() => {})
+
+    // The VNC stream: x11vnc and Debian's noVNC (bound at /opt/noVNC),
+    // reached on port 6080 through tine's listener; a WebSocket to
+    // websockify gets the VNC server's RFB greeting.
+    await desk.stream.start()
+    const url = new URL(desk.stream.getUrl())
+    assert.equal(url.hostname.split('.')[0], `6080-${desk.sandboxId}`)
+    const route = { 'E2b-Sandbox-Id': desk.sandboxId, 'E2b-Sandbox-Port': '6080' }
+    const page = await fetch(`${process.env.E2B_SANDBOX_URL}/vnc.html`, { headers: route })
+    assert.equal(page.status, 200)
+    assert.match(await page.text(), /noVNC/)
+    const greeting = await new Promise((resolve, reject) => {
+      const ws = new WebSocket(`${process.env.E2B_SANDBOX_URL.replace('http', 'ws')}/websockify`, { headers: route, protocols: ['binary'] })
+      ws.binaryType = 'arraybuffer'
+      ws.onmessage = (m) => { resolve(Buffer.from(m.data).toString()); ws.close() }
+      ws.onerror = (e) => reject(new Error(`websocket: ${e.message ?? e.type}`))
+    })
+    assert.match(greeting, /^RFB 003\.00\d\n/)
+    await desk.stream.stop()
   } finally {
     await desk.kill()
   }

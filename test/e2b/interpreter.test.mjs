@@ -118,9 +118,13 @@ test('contexts: create with a cwd, list, keep their own state, restart, remove',
 
     await sbx.removeCodeContext(ctx.id)
     assert.ok(!(await tineSessions(sbx.sandboxId)).some((s) => s.id === ctx.id))
-    await assert.rejects(sbx.runCode('1', { context: ctx }), NotFoundError)
+    // A short request timeout: the SDK leaves its request timer running
+    // when the request fails, which would hold node's event loop for its
+    // default minute.
+    const short = { requestTimeoutMs: 5000 }
+    await assert.rejects(sbx.runCode('1', { context: ctx, ...short }), NotFoundError)
     await assert.rejects(sbx.createCodeContext({ language: 'r' }), /400/)
-    await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/)
+    await assert.rejects(sbx.runCode('1', { language: 'r', ...short }), /400/)
   } finally {
     await sbx.kill()
   }
