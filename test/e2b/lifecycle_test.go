@@ -16,6 +16,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/image/imagetest"
+	"github.com/tine-run/tine/internal/require"
 )
 
 // execute posts a cell to the code interpreter's port and returns the
@@ -160,5 +161,46 @@ func TestImageTemplate(t *testing.T) {
 	st, b = d.do(t, "GET", "/sandboxes/"+c.SandboxID, nil, key)
 	if st != http.StatusOK || !strings.Contains(string(b), `"templateID":"`+ref+`"`) {
 		t.Errorf("getInfo: %d %s, want templateID %s", st, b, ref)
+	}
+}
+
+// TestMemoryPause: pause with memory true is tine's memory tier (criu):
+// a process started before the pause is running after the resume, with
+// the memory it had.
+func TestMemoryPause(t *testing.T) {
+	require.CRIU(t, "4.1")
+	d := startDaemon(t)
+	key := map[string]string{"X-API-KEY": d.key}
+	c := d.create(t)
+	// A process that keeps a value only in its memory, started through
+	// tine's exec in the background of the sandbox.
+	if res, err := d.c.Exec(context.Background(), c.SandboxID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		`setsid sh -c 'v=$(cat /proc/sys/kernel/random/uuid); echo $v > /home/user/v; while :; do echo $v > /tmp/v; sleep 0.2; done' </dev/null >/dev/null 2>&1 & sleep 0.5; cat /home/user/v`}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the process: %v %+v", err, res)
+	}
+	st, b := d.do(t, "POST", "/sandboxes/"+c.SandboxID+"/pause", map[string]any{"memory": true}, key)
+	if st != http.StatusNoContent {
+		t.Fatalf("pause with memory: %d %s", st, b)
+	}
+	if st, b := d.do(t, "POST", "/v2/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": 60}, key); st != http.StatusCreated {
+		t.Fatalf("resume: %d %s", st, b)
+	}
+	// The resumed sandbox is a new tine sandbox under the same E2B id:
+	// the only one this daemon runs.
+	boxes, err := d.c.List(context.Background())
+	if err != nil || len(boxes) != 1 || boxes[0].ID == c.SandboxID {
+		t.Fatalf("tine's sandboxes after the resume: %+v %v, want one new one", boxes, err)
+	}
+	res, err := d.c.Exec(context.Background(), boxes[0].ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", `rm -f /tmp/v; sleep 0.6; cat /tmp/v /home/user/v`}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("after the resume: %v %+v", err, res)
+	}
+	lines := strings.Fields(string(res.Stdout))
+	if len(lines) != 2 || lines[0] != lines[1] {
+		t.Fatalf("after the resume the process wrote %q, want the value it held before the pause", res.Stdout)
+	}
+	// envd serves the resumed sandbox, with the token of before.
+	if st, b := d.connectUnary(t, c.SandboxID, c.EnvdAccessToken, "filesystem.Filesystem/Stat", `{"path":"/home/user/v"}`); st != http.StatusOK {
+		t.Fatalf("envd after the memory resume: %d %s", st, b)
 	}
 }
