@@ -41,15 +41,15 @@ type daemon struct {
 
 var listening = regexp.MustCompile(`msg=listening e2b=(\S+)`)
 
-func startDaemon(t *testing.T) *daemon {
+func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	return startDaemonIn(t, t.TempDir())
+	return startDaemonIn(t, t.TempDir(), args...)
 }
 
 // startDaemonIn starts a daemon whose data and state live in dir (a
 // second daemon in the same dir is the first one restarted); it stops with
 // the test or with d.stop.
-func startDaemonIn(t *testing.T, dir string) *daemon {
+func startDaemonIn(t *testing.T, dir string, args ...string) *daemon {
 	t.Helper()
 	require.Root(t)
 	d := &daemon{sock: filepath.Join(dir, "tine.sock"), log: filepath.Join(dir, "serve.log")}
@@ -57,8 +57,9 @@ func startDaemonIn(t *testing.T, dir string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tineBin, "serve", "--socket", d.sock, "--data-dir", filepath.Join(dir, "data"),
-		"--state-dir", filepath.Join(dir, "state"), "--pool", "0", "--e2b", "127.0.0.1:0")
+	argv := append([]string{"serve", "--socket", d.sock, "--data-dir", filepath.Join(dir, "data"),
+		"--state-dir", filepath.Join(dir, "state"), "--pool", "0", "--e2b", "127.0.0.1:0"}, args...)
+	cmd := exec.Command(tineBin, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -202,5 +205,57 @@ func TestMemoryPause(t *testing.T) {
 	// envd serves the resumed sandbox, with the token of before.
 	if st, b := d.connectUnary(t, c.SandboxID, c.EnvdAccessToken, "filesystem.Filesystem/Stat", `{"path":"/home/user/v"}`); st != http.StatusOK {
 		t.Fatalf("envd after the memory resume: %d %s", st, b)
+	}
+}
+
+// TestInternetAccess: allow_internet_access and network.allowOut/denyOut
+// become tine's networking: an egress sandbox (an eth0, the policy as tine
+// reports it) or a loopback one (no eth0). tine's own network tests
+// (test/api) check that the policy holds packet by packet.
+func TestInternetAccess(t *testing.T) {
+	require.Feature(t, "nftables")
+	name := fmt.Sprintf("e%04x", rand.IntN(1<<16))
+	pool := fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(256))
+	d := startDaemon(t, "--net-name", name, "--net-pool", pool)
+	key := map[string]string{"X-API-KEY": d.key}
+	for _, c := range []struct {
+		name         string
+		body         map[string]any
+		mode         string
+		allow, deny  []string
+		internetInfo bool
+	}{
+		{name: "internet", body: map[string]any{"allow_internet_access": true}, mode: "egress", internetInfo: true},
+		{name: "no internet", body: map[string]any{"allow_internet_access": false}, mode: "loopback"},
+		{name: "allowOut", body: map[string]any{"network": map[string]any{"allowOut": []string{"pypi.org", "1.1.1.1"}, "denyOut": []string{"0.0.0.0/0"}}}, mode: "egress", allow: []string{"pypi.org", "1.1.1.1"}, internetInfo: true},
+		{name: "denyOut", body: map[string]any{"allow_internet_access": true, "network": map[string]any{"denyOut": []string{"8.8.8.8"}}}, mode: "egress", deny: []string{"8.8.8.8"}, internetInfo: true},
+	} {
+		body := map[string]any{"templateID": "base"}
+		for k, v := range c.body {
+			body[k] = v
+		}
+		st, b := d.do(t, "POST", "/v2/sandboxes", body, key)
+		if st != http.StatusCreated {
+			t.Fatalf("%s: create: %d %s", c.name, st, b)
+		}
+		var cr created
+		json.Unmarshal(b, &cr)
+		sb, err := d.c.Get(context.Background(), cr.SandboxID)
+		if err != nil || sb.Spec.Network != c.mode || !slices.Equal(sb.Spec.Allow, c.allow) || !slices.Equal(sb.Spec.Deny, c.deny) {
+			t.Fatalf("%s: tine sandbox %+v %v; want network %q allow %q deny %q", c.name, sb, err, c.mode, c.allow, c.deny)
+		}
+		res, err := d.c.Exec(context.Background(), cr.SandboxID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "ls /sys/class/net"}})
+		if err != nil || strings.Contains(string(res.Stdout), "eth0") != (c.mode == "egress") {
+			t.Errorf("%s: interfaces %q %v, want eth0 only in egress", c.name, res.Stdout, err)
+		}
+		_, b = d.do(t, "GET", "/sandboxes/"+cr.SandboxID, nil, key)
+		if !strings.Contains(string(b), fmt.Sprintf(`"allowInternetAccess":%v`, c.internetInfo)) {
+			t.Errorf("%s: getInfo %s, want allowInternetAccess %v", c.name, b, c.internetInfo)
+		}
+		d.do(t, "DELETE", "/sandboxes/"+cr.SandboxID, nil, key)
+	}
+	st, b := d.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "network": map[string]any{"egressProxy": map[string]any{"address": "p:1"}}}, key)
+	if st != http.StatusBadRequest || !strings.Contains(string(b), "network.egressProxy is not supported") {
+		t.Errorf("an unsupported network field: %d %s, want 400 naming it", st, b)
 	}
 }
