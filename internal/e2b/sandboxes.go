@@ -296,6 +296,9 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 	}
 	sb, err := s.start(ctx, t, s.spec(t, req.EnvVars, mode, policy))
 	if err != nil {
+		if mode == "egress" && client.ErrorCode(err) == api.CodeUnsupported {
+			return nil, errorf(http.StatusNotImplemented, "allow_internet_access or network rules ask for tine's egress networking, which this daemon cannot give (%v); create with allowInternetAccess: false for a sandbox without it (e2b < 2.51 sends true unless told)", err)
+		}
 		return nil, err
 	}
 	now := time.Now()

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -132,11 +133,18 @@ func nodeModules(t *testing.T) (dir, node string) {
 	return dir, node
 }
 
+// netArgs give a daemon a network name and pool of its own, so that its
+// egress sandboxes (allow_internet_access, which e2b 2.50 always sends)
+// work next to other daemons on the host.
+func netArgs() []string {
+	return []string{"--net-name", fmt.Sprintf("e%04x", rand.IntN(1<<16)), "--net-pool", fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(256))}
+}
+
 // TestSDK runs each test program under node's test runner against one
 // daemon.
 func TestSDK(t *testing.T) {
 	_, node := nodeModules(t)
-	d := startDaemon(t)
+	d := startDaemon(t, netArgs()...)
 	desktops := "1" // the MCP program's desktop part needs these
 	for _, bin := range []string{"Xvfb", "openbox", "xterm"} {
 		if _, err := exec.LookPath(bin); err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -214,9 +213,7 @@ func TestMemoryPause(t *testing.T) {
 // (test/api) check that the policy holds packet by packet.
 func TestInternetAccess(t *testing.T) {
 	require.Feature(t, "nftables")
-	name := fmt.Sprintf("e%04x", rand.IntN(1<<16))
-	pool := fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(256))
-	d := startDaemon(t, "--net-name", name, "--net-pool", pool)
+	d := startDaemon(t, netArgs()...)
 	key := map[string]string{"X-API-KEY": d.key}
 	for _, c := range []struct {
 		name         string
