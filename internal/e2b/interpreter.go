@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -273,4 +274,18 @@ func resultLine(res *api.Result) map[string]any {
 
 func errorLine(e *api.CellError) map[string]any {
 	return map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback}
+}
+
+// endContexts ends every code context (session) of tine sandbox tineID.
+func (s *Server) endContexts(ctx context.Context, tineID string) error {
+	list, err := s.cfg.Client.Sessions(ctx, tineID)
+	if err != nil {
+		return err
+	}
+	for _, sess := range list {
+		if err := s.cfg.Client.Session(tineID, sess.ID).Delete(ctx); err != nil && client.ErrorCode(err) != api.CodeNotFound {
+			return fmt.Errorf("end code context %s before the pause: %w", sess.ID, err)
+		}
+	}
+	return nil
 }

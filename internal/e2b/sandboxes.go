@@ -373,9 +373,19 @@ func (s *Server) pause1(ctx context.Context, b *box, memory bool) error {
 	tier := api.TierFS
 	if memory {
 		tier = api.TierMemory
+		// A code context's interpreter holds a socket to the daemon, which
+		// criu cannot carry: contexts end at a memory pause, as at any
+		// pause (a resume starts a new default context).
+		if err := s.endContexts(ctx, b.tineID); err != nil {
+			return err
+		}
 	}
 	snap, err := s.cfg.Client.Snapshot(ctx, b.tineID, &api.SnapshotRequest{Tier: tier, Name: "e2b-pause-" + b.id})
 	if err != nil {
+		if client.ErrorCode(err) == api.CodeConflict {
+			// Not "already paused", which is what the SDK reads a 409 as.
+			return errorf(http.StatusUnprocessableEntity, "sandbox %q cannot be paused now: %v", b.id, err)
+		}
 		return err
 	}
 	b.snapshots = append(b.snapshots, snap.ID)

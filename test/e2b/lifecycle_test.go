@@ -168,7 +168,9 @@ func TestImageTemplate(t *testing.T) {
 
 // TestMemoryPause: pause with memory true is tine's memory tier (criu):
 // a process started before the pause is running after the resume, with
-// the memory it had.
+// the memory it had. Code contexts, whose interpreters hold a socket to
+// the daemon that criu cannot carry, end at the pause instead of failing
+// it.
 func TestMemoryPause(t *testing.T) {
 	require.CRIU(t, "4.1")
 	d := startDaemon(t)
@@ -179,6 +181,11 @@ func TestMemoryPause(t *testing.T) {
 	if res, err := d.c.Exec(context.Background(), c.SandboxID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c",
 		`setsid sh -c 'v=$(cat /proc/sys/kernel/random/uuid); echo $v > /home/user/v; while :; do echo $v > /tmp/v; sleep 0.2; done' </dev/null >/dev/null 2>&1 & sleep 0.5; cat /home/user/v`}}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("start the process: %v %+v", err, res)
+	}
+	// A code context too: its interpreter's control socket leads to the
+	// daemon, which no snapshot can carry.
+	if st, lines := d.execute(t, c.SandboxID, c.EnvdAccessToken, "kept = 1"); st != http.StatusOK {
+		t.Fatalf("a cell before the pause: %d %v", st, lines)
 	}
 	st, b := d.do(t, "POST", "/sandboxes/"+c.SandboxID+"/pause", map[string]any{"memory": true}, key)
 	if st != http.StatusNoContent {
@@ -200,6 +207,11 @@ func TestMemoryPause(t *testing.T) {
 	lines := strings.Fields(string(res.Stdout))
 	if len(lines) != 2 || lines[0] != lines[1] {
 		t.Fatalf("after the resume the process wrote %q, want the value it held before the pause", res.Stdout)
+	}
+	// The code context ended at the pause; the resumed sandbox's default
+	// context is a new session.
+	if st, lines := d.execute(t, c.SandboxID, c.EnvdAccessToken, "kept"); st != http.StatusOK || len(lines) == 0 || lines[0]["name"] != "NameError" {
+		t.Errorf("a cell after the resume: %d %v, want a NameError from a fresh context", st, lines)
 	}
 	// envd serves the resumed sandbox, with the token of before.
 	if st, b := d.connectUnary(t, c.SandboxID, c.EnvdAccessToken, "filesystem.Filesystem/Stat", `{"path":"/home/user/v"}`); st != http.StatusOK {
