@@ -72,3 +72,53 @@ func networkOf(internet *bool, raw map[string]any) (mode string, policy api.Netw
 	}
 	return "", policy, nil
 }
+
+// handleNetwork is updateNetwork (PUT /sandboxes/{id}/network): the egress
+// policy of a live egress sandbox, replaced at once (tine's live change).
+// A loopback sandbox cannot get an interface while it runs.
+func (s *Server) handleNetwork(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var raw map[string]any
+	if err := decode(r, &raw); err != nil {
+		return err
+	}
+	var internet *bool
+	if v, ok := raw["allow_internet_access"]; ok {
+		on, isBool := v.(bool)
+		if !isBool {
+			return errorf(http.StatusBadRequest, "allow_internet_access %v: want true or false", v)
+		}
+		internet = &on
+		delete(raw, "allow_internet_access")
+	}
+	mode, policy, err := networkOf(internet, raw)
+	if err != nil {
+		return err
+	}
+	tineID, _, err := s.running(r.Context(), b)
+	if err != nil {
+		return err
+	}
+	sb, err := s.cfg.Client.Get(r.Context(), tineID)
+	if err != nil {
+		return err
+	}
+	if sb.Spec.Network != "egress" {
+		if mode == "egress" {
+			return errorf(http.StatusBadRequest, "sandbox %q was created without internet access, and tine cannot give a running sandbox an interface: create it with allowInternetAccess: true (or network rules)", b.id)
+		}
+		w.WriteHeader(http.StatusNoContent) // already has nothing out
+		return nil
+	}
+	if mode == "loopback" {
+		policy = api.NetworkPolicy{Deny: []string{catchAll}} // nothing out
+	}
+	if _, err := s.cfg.Client.SetNetwork(r.Context(), tineID, policy); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -263,6 +263,28 @@ func TestInternetAccess(t *testing.T) {
 		}
 		d.do(t, "DELETE", "/sandboxes/"+cr.SandboxID, nil, key)
 	}
+	// updateNetwork: the live policy of an egress sandbox; a loopback one
+	// cannot get an interface while it runs.
+	for _, internet := range []bool{true, false} {
+		st, b := d.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "allow_internet_access": internet}, key)
+		if st != http.StatusCreated {
+			t.Fatalf("create: %d %s", st, b)
+		}
+		var cr created
+		json.Unmarshal(b, &cr)
+		st, b = d.do(t, "PUT", "/sandboxes/"+cr.SandboxID+"/network", map[string]any{"allowOut": []string{"pypi.org"}}, key)
+		sb, err := d.c.Get(context.Background(), cr.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if internet && (st != http.StatusNoContent || sb.Network == nil || !slices.Equal(sb.Network.Allow, []string{"pypi.org"})) {
+			t.Errorf("updateNetwork of an egress sandbox: %d %s, tine's network now %+v; want 204 and allow [pypi.org]", st, b, sb.Network)
+		}
+		if !internet && (st != http.StatusBadRequest || !strings.Contains(string(b), "cannot give a running sandbox an interface")) {
+			t.Errorf("updateNetwork of a loopback sandbox: %d %s, want 400 saying why", st, b)
+		}
+		d.do(t, "DELETE", "/sandboxes/"+cr.SandboxID, nil, key)
+	}
 	st, b := d.do(t, "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "network": map[string]any{"egressProxy": map[string]any{"address": "p:1"}}}, key)
 	if st != http.StatusBadRequest || !strings.Contains(string(b), "network.egressProxy is not supported") {
 		t.Errorf("an unsupported network field: %d %s, want 400 naming it", st, b)
