@@ -66,7 +66,7 @@ func checkLanguage(lang string) error {
 // /execute needs the sandbox's access token, as the SDK sends it; the
 // context routes, which the SDK sends without one, take it when given.
 func (s *Server) interpreter(w http.ResponseWriter, r *http.Request, b *box) {
-	if r.Header.Get("X-Access-Token") != "" && false {
+	if r.Header.Get("X-Access-Token") != "" || r.URL.Path == "/execute" {
 		if !s.tokenOK(b, r) {
 			writeError(w, errorf(http.StatusUnauthorized, "sandbox %q: missing or wrong X-Access-Token (the envdAccessToken of its create or connect)", b.id))
 			return
