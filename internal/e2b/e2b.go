@@ -95,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.EnvdBinary = self
 	}
 	if len(cfg.BaseTemplates) == 0 {
-		cfg.BaseTemplates = []string{"base", "code-interpreter-v1"}
+		cfg.BaseTemplates = []string{"base", InterpreterTemplate}
 	}
 	if cfg.ResumeTimeout <= 0 {
 		cfg.ResumeTimeout = 5 * time.Minute

@@ -17,6 +17,10 @@ import (
 // addresses it (E2B's Jupyter server).
 const InterpreterPort = "49999"
 
+// InterpreterTemplate is @e2b/code-interpreter's default template: the
+// host's OS view, with the default context started at create.
+const InterpreterTemplate = "code-interpreter-v1"
+
 // The code interpreter is answered by the E2B layer itself, not by a
 // server in the sandbox: an E2B context is a tine code-interpreter session
 // (internal/session) of the sandbox, its id the session's, and /execute a

@@ -316,6 +316,16 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 	s.mu.Lock()
 	s.boxes[b.id] = b
 	s.mu.Unlock()
+	if b.template == InterpreterTemplate {
+		// E2B's code-interpreter template boots with its kernel running:
+		// start the default context now, so the first runCode finds it
+		// (or waits for it) instead of starting it.
+		go func() {
+			if _, err := s.defaultContext(context.WithoutCancel(ctx), b, sb.ID); err != nil {
+				s.log.Debug("e2b: default code context", "sandbox", b.id, "err", err)
+			}
+		}()
+	}
 	return b, nil
 }
 
