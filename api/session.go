@@ -69,6 +69,9 @@ type CellRequest struct {
 	// and the session reported dead. 0: no timeout. The time spent queued
 	// behind another cell does not count.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// Env sets environment variables (os.environ) for this cell only: what
+	// they replaced is put back when it ends.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // Execution statuses.

@@ -23,7 +23,9 @@ it, interleaved with tine's own Go client: -n sequential runs each of the
 SDK's Sandbox.create → commands.run('true') answered (time to interactive),
 tine's create → exec true, and the E2B create alone over plain HTTP (which
 starts envd in the sandbox); then --round-trips of commands.run('true') on a
-live sandbox next to the Go client's exec of true and of bash -l -c true; and
+live sandbox next to the Go client's exec of true and of bash -l -c true, and
+of @e2b/code-interpreter's runCode('1 + 1') next to the Go client's session
+cell; and
 the memory an idle E2B sandbox holds against a plain one. The target:
 ` + bench.E2BTarget.Text + `. Published figures for hosted services
 (0.11–2.7 s) are context, not a same-run comparison.`,
@@ -42,7 +44,7 @@ the memory an idle E2B sandbox holds against a plain one. The target:
 	}
 	cmd.Flags().IntVarP(&o.Runs, "runs", "n", 100, "sequential create → first command runs per variant")
 	cmd.Flags().IntVar(&o.RoundTrips, "round-trips", 300, "commands.run round trips per variant")
-	cmd.Flags().StringVar(&o.SDKDir, "sdk-dir", "test/e2b", "directory whose node_modules holds the e2b package")
+	cmd.Flags().StringVar(&o.SDKDir, "sdk-dir", "test/e2b", "directory whose node_modules holds the e2b and @e2b/code-interpreter packages")
 	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the full report, raw datapoints included, to `FILE`")
 	return cmd
 }

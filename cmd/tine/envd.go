@@ -40,6 +40,12 @@ hands the socket to a child in its own session and exits then.`,
 				f.Close()
 				return envd.Serve(ln, home)
 			}
+			// The home exists before the ready line: the daemon's first
+			// request after it may be a code context's session started
+			// there (envd.Serve makes it again, falling back when it cannot).
+			if home != "" {
+				os.MkdirAll(home, 0o755)
+			}
 			ln, err := envd.Listen(socket)
 			if err != nil {
 				return err

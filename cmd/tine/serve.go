@@ -76,7 +76,8 @@ With --e2b ADDR it also speaks E2B's API on that TCP address (docs/e2b.md):
 the E2B SDKs work unchanged with E2B_API_URL=E2B_SANDBOX_URL=http://ADDR and
 E2B_API_KEY set to the key in <data-dir>/e2b-key (generated, mode 0600) or
 given with --e2b-key; MCP clients connect to http://ADDR/v1/mcp with the same
-key.
+key. Paused E2B sandboxes are kept in <data-dir>/e2b-paused.json (mode 0600)
+and resumed by the next daemon; running ones end with it.
 
 Egress sandboxes (tine create --network egress) get a veth pair to the
 host, an address from --net-pool, NAT, and tine's resolver and proxy on the

@@ -35,6 +35,7 @@ func startE2B(f serveFlags, defaultMemory int64, log *slog.Logger) (stop func(),
 	srv, err := e2b.New(e2b.Config{
 		Client: c, Keys: []string{key}, Domain: f.e2b.domain,
 		DefaultMemoryBytes: defaultMemory, Logger: log, MCP: newMCPHandler(c),
+		StateFile: filepath.Join(f.dataDir, "e2b-paused.json"),
 	})
 	if err != nil {
 		return nil, err

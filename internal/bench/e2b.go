@@ -100,7 +100,8 @@ func (n *e2bNode) step(name string) (time.Duration, error) {
 
 // E2B measures the E2B surface through the real SDK against tine's own Go
 // client in the same run, interleaved: create → first command answered
-// (sequential, Runs each), the round trip of a command on a live sandbox,
+// (sequential, Runs each), the round trip of a command and of a
+// code-interpreter cell on a live sandbox,
 // the E2B create alone over plain HTTP (which includes starting envd in
 // the sandbox), and the memory envd adds to a sandbox.
 func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
@@ -121,7 +122,11 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 		node = "node"
 	}
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = append(os.Environ(), "E2B_SDK_ENTRY="+entry, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+key)
+	ciEntry := filepath.Join(o.SDKDir, "node_modules", "@e2b", "code-interpreter", "dist", "index.mjs")
+	if _, err := os.Stat(ciEntry); err != nil {
+		return nil, fmt.Errorf("@e2b/code-interpreter is not at %s: run make deps (npm ci --prefix test/e2b) or give --sdk-dir: %w", ciEntry, err)
+	}
+	cmd.Env = append(os.Environ(), "E2B_SDK_ENTRY="+entry, "E2B_CI_ENTRY="+ciEntry, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+key)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	in, _ := cmd.StdinPipe()
@@ -216,6 +221,10 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 		return nil, err
 	}
 	defer c.Delete(ctx, own.ID)
+	sess, err := c.CreateSession(ctx, own.ID, nil)
+	if err != nil {
+		return nil, err
+	}
 	rtt := []struct {
 		name string
 		run  func() (time.Duration, error)
@@ -229,6 +238,15 @@ func E2B(ctx context.Context, d *Daemon, o E2BOptions) (*SeriesReport, error) {
 		{"tine Go client: exec bash -l -c true (JSON)", func() (time.Duration, error) {
 			t0 := time.Now()
 			_, err := c.Exec(ctx, own.ID, &api.ExecRequest{Argv: []string{"/bin/bash", "-l", "-c", "true"}})
+			return time.Since(t0), err
+		}},
+		{"E2B SDK: runCode('1 + 1') (@e2b/code-interpreter, a tine session)", func() (time.Duration, error) { return driver.step("code") }},
+		{"tine Go client: session cell 1 + 1 (JSON)", func() (time.Duration, error) {
+			t0 := time.Now()
+			ex, err := sess.Run(ctx, "1 + 1")
+			if err == nil && ex.Text() != "2" {
+				err = fmt.Errorf("the cell answered %+v", ex)
+			}
 			return time.Since(t0), err
 		}},
 	}

@@ -72,6 +72,7 @@ func (s *Server) routes() http.Handler {
 		"POST /sandboxes/{id}/timeout":    s.handleTimeout,
 		"POST /sandboxes/{id}/refreshes":  s.handleRefresh,
 		"POST /sandboxes/{id}/pause":      s.handlePause,
+		"PUT /sandboxes/{id}/network":     s.handleNetwork,
 		"POST /sandboxes/{id}/resume":     s.handleConnect(true),
 		"POST /sandboxes/{id}/connect":    s.handleConnect(false),
 		"POST /v2/sandboxes/{id}/connect": s.handleConnect(false),

@@ -57,6 +57,9 @@ type Config struct {
 	// ResumeTimeout is the timeout a sandbox auto-resumed by traffic gets
 	// (default 5m).
 	ResumeTimeout time.Duration
+	// StateFile keeps the paused sandboxes across a restart (persist.go);
+	// "" keeps nothing: they are deleted with the daemon.
+	StateFile string
 	// MCP, when set, is served at /v1/mcp behind the API key.
 	MCP    http.Handler
 	Logger *slog.Logger
@@ -92,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.EnvdBinary = self
 	}
 	if len(cfg.BaseTemplates) == 0 {
-		cfg.BaseTemplates = []string{"base"}
+		cfg.BaseTemplates = []string{"base", InterpreterTemplate}
 	}
 	if cfg.ResumeTimeout <= 0 {
 		cfg.ResumeTimeout = 5 * time.Minute
@@ -103,6 +106,10 @@ func New(cfg Config) (*Server, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, stop: stop, done: make(chan struct{})}
 	s.api = s.routes()
+	if err := s.restore(); err != nil {
+		stop()
+		return nil, err
+	}
 	go func() {
 		defer close(s.done)
 		s.expireLoop(ctx)
@@ -110,16 +117,24 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close stops the expiry loop and kills every E2B sandbox (the daemon
-// destroys them too when it stops; this frees their pause snapshots).
+// Close stops the expiry loop and kills every running E2B sandbox (the
+// daemon destroys them too when it stops). Paused ones stay, in the state
+// file, for the next daemon; without a state file they are killed too,
+// which frees their pause snapshots.
 func (s *Server) Close() {
 	s.stop()
 	<-s.done
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, b := range s.sorted() {
-		s.kill(ctx, b)
+		b.mu.Lock()
+		keep := b.state == statePaused && s.cfg.StateFile != ""
+		b.mu.Unlock()
+		if !keep {
+			s.kill(ctx, b)
+		}
 	}
+	s.persist()
 }
 
 // hostRoute is {port}-{id}.{domain}: E2B ids are lowercase alphanumeric,

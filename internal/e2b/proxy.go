@@ -74,6 +74,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, port string) 
 		writeError(w, errorf(http.StatusBadRequest, "sandbox port %q: want 1 to 65535", port))
 		return
 	}
+	if port == InterpreterPort {
+		s.interpreter(w, r, b)
+		return
+	}
 	if port == EnvdPort && r.URL.Path != "/health" && !s.tokenOK(b, r) {
 		writeError(w, errorf(http.StatusUnauthorized, "sandbox %q: missing or wrong X-Access-Token (the envdAccessToken of its create or connect), or a bad /files signature", id))
 		return

@@ -51,8 +51,10 @@ type box struct {
 	env      map[string]string
 	internet bool
 	onPause  bool // on timeout: pause (true) or kill
-	resume   bool // auto-resume on traffic
-	started  time.Time
+	// pauseMemory: a timeout's pause is on the memory tier (autoPauseMemory).
+	pauseMemory bool
+	resume      bool // auto-resume on traffic
+	started     time.Time
 
 	// mu is held across lifecycle changes (pause, resume, kill); when
 	// both are taken, it comes before Server.mu.
@@ -69,6 +71,12 @@ type box struct {
 
 	rt    *http.Transport // to envd, for the sandbox whose PID 1 is rtPid (guarded by Server.mu)
 	rtPid int
+
+	// ciMu guards the code interpreter's default context: the session
+	// ciDefault of tine sandbox ciTine (interpreter.go).
+	ciMu      sync.Mutex
+	ciTine    string
+	ciDefault string
 }
 
 func newToken() string {
@@ -131,6 +139,13 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (*template, err
 	if id == "" || slices.Contains(s.cfg.BaseTemplates, id) {
 		return &template{}, nil
 	}
+	if id == DesktopTemplate {
+		return desktopTemplate()
+	}
+	if isImageRef(id) {
+		// The daemon pulls it when missing; its Env and WorkingDir apply.
+		return &template{spec: api.SandboxSpec{Image: id}}, nil
+	}
 	snaps, err := s.cfg.Client.Snapshots(ctx)
 	if err != nil {
 		return nil, err
@@ -143,7 +158,7 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (*template, err
 			return &template{snapshot: sn.ID}, nil
 		}
 	}
-	return nil, errorf(http.StatusNotFound, "template %q not found: tine serves %q (the host's OS, read-only, with a private writable layer) and the ids or names of sandbox snapshots", id, s.cfg.BaseTemplates)
+	return nil, errorf(http.StatusNotFound, "template %q not found: tine serves %q (the host's OS, read-only, with a private writable layer), %q (the same, for @e2b/desktop), OCI image references (a name with a tag, digest or registry: python:3.12-slim) and the ids or names of sandbox snapshots", id, s.cfg.BaseTemplates, DesktopTemplate)
 }
 
 // boot starts envd in a fresh tine sandbox and returns once it accepts
@@ -193,25 +208,26 @@ func (s *Server) startEnvd(ctx context.Context, id string) error {
 	return nil
 }
 
-// spec is the tine sandbox an E2B create asks for.
-func (s *Server) spec(env map[string]string) api.SandboxSpec {
-	sp := api.SandboxSpec{Binds: []api.Bind{{Source: s.cfg.EnvdBinary, Target: EnvdPath, ReadOnly: true}}}
+// spec is the tine sandbox an E2B create asks for: t's, with the
+// environment and the network (mode "" is tine's default, loopback).
+func (s *Server) spec(t *template, env map[string]string, mode string, policy api.NetworkPolicy) api.SandboxSpec {
+	sp := t.spec
+	sp.Binds = append(slices.Clone(sp.Binds), api.Bind{Source: s.cfg.EnvdBinary, Target: EnvdPath, ReadOnly: true})
 	for k, v := range env {
 		sp.Env = append(sp.Env, k+"="+v)
 	}
 	slices.Sort(sp.Env)
+	sp.Network, sp.Allow, sp.Deny = mode, policy.Allow, policy.Deny
 	return sp
 }
 
-// start makes a running tine sandbox for b: fresh from its template, or a
-// fork of a snapshot.
-func (s *Server) start(ctx context.Context, t *template, env map[string]string) (*api.Sandbox, error) {
+// start makes a running tine sandbox for b: sp fresh from its template,
+// or a fork of t's snapshot with sp's environment added (a fork keeps the
+// rest of its source's spec).
+func (s *Server) start(ctx context.Context, t *template, sp api.SandboxSpec) (*api.Sandbox, error) {
 	var sb *api.Sandbox
 	if t.snapshot != "" {
-		req := &api.ForkRequest{Count: 1}
-		for k, v := range env {
-			req.Env = append(req.Env, k+"="+v)
-		}
+		req := &api.ForkRequest{Count: 1, Env: sp.Env}
 		res, err := s.cfg.Client.Fork(ctx, t.snapshot, req)
 		if err != nil {
 			return nil, err
@@ -221,7 +237,6 @@ func (s *Server) start(ctx context.Context, t *template, env map[string]string) 
 		}
 		sb = &res.Sandboxes[0]
 	} else {
-		sp := s.spec(env)
 		var err error
 		if sb, err = s.cfg.Client.Create(ctx, &sp); err != nil {
 			return nil, err
@@ -232,6 +247,11 @@ func (s *Server) start(ctx context.Context, t *template, env map[string]string) 
 	}
 	return sb, nil
 }
+
+// isImageRef says whether an E2B template id names an OCI image: E2B's
+// own ids and aliases are bare names, an image reference has a tag, a
+// digest or a registry path (python:3.12-slim, ghcr.io/o/app).
+func isImageRef(id string) bool { return strings.ContainsAny(id, ":/@") }
 
 // timeoutOf is a request's timeout in seconds, or def.
 func timeoutOf(t *int64, def int64) (time.Duration, error) {
@@ -245,7 +265,7 @@ func timeoutOf(t *int64, def int64) (time.Duration, error) {
 }
 
 func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, error) {
-	for name, set := range map[string]bool{"network": len(req.Network) > 0, "mcp": len(req.MCP) > 0, "iam": len(req.IAM) > 0, "volumeMounts": len(req.VolumeMounts) > 0} {
+	for name, set := range map[string]bool{"mcp": len(req.MCP) > 0, "iam": len(req.IAM) > 0, "volumeMounts": len(req.VolumeMounts) > 0} {
 		if set {
 			return nil, errorf(http.StatusBadRequest, "%s is not supported by tine's E2B API; leave it out", name)
 		}
@@ -262,16 +282,32 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 	if err != nil {
 		return nil, err
 	}
-	sb, err := s.start(ctx, t, req.EnvVars)
+	mode, policy, err := networkOf(req.AllowInternet, req.Network)
 	if err != nil {
+		return nil, err
+	}
+	if t.snapshot != "" {
+		// A fork keeps its source's network (e2b 2.50 sends
+		// allow_internet_access true on every create: not refused).
+		if len(req.Network) > 0 {
+			return nil, errorf(http.StatusBadRequest, "template %q is a snapshot, whose sandboxes keep its network; leave network out", req.TemplateID)
+		}
+		mode, policy = "", api.NetworkPolicy{}
+	}
+	sb, err := s.start(ctx, t, s.spec(t, req.EnvVars, mode, policy))
+	if err != nil {
+		if mode == "egress" && client.ErrorCode(err) == api.CodeUnsupported {
+			return nil, errorf(http.StatusNotImplemented, "allow_internet_access or network rules ask for tine's egress networking, which this daemon cannot give (%v); create with allowInternetAccess: false for a sandbox without it (e2b < 2.51 sends true unless told)", err)
+		}
 		return nil, err
 	}
 	now := time.Now()
 	b := &box{
 		id: sb.ID, template: req.TemplateID, token: newToken(),
 		metadata: req.Metadata, env: req.EnvVars,
-		internet: req.AllowInternet == nil || *req.AllowInternet,
-		onPause:  req.AutoPause, resume: req.AutoResume != nil && req.AutoResume.Enabled,
+		internet: sb.Spec.Network == "egress",
+		onPause:  req.AutoPause, pauseMemory: req.AutoPauseMemory != nil && *req.AutoPauseMemory,
+		resume:  req.AutoResume != nil && req.AutoResume.Enabled,
 		started: now, state: stateRunning, tineID: sb.ID, pid: sb.Pid, spec: sb.Spec, endAt: now.Add(timeout),
 	}
 	if b.template == "" {
@@ -280,11 +316,27 @@ func (s *Server) create(ctx context.Context, req *newSandbox, v2 bool) (*box, er
 	s.mu.Lock()
 	s.boxes[b.id] = b
 	s.mu.Unlock()
+	if b.template == InterpreterTemplate {
+		// E2B's code-interpreter template boots with its kernel running:
+		// start the default context now, so the first runCode finds it
+		// (or waits for it) instead of starting it.
+		go func() {
+			if _, err := s.defaultContext(context.WithoutCancel(ctx), b, sb.ID); err != nil {
+				s.log.Debug("e2b: default code context", "sandbox", b.id, "err", err)
+			}
+		}()
+	}
 	return b, nil
 }
 
 // kill destroys b's tine sandbox and its pause snapshots and forgets it.
 func (s *Server) kill(ctx context.Context, b *box) error {
+	err := s.kill1(ctx, b)
+	s.persist()
+	return err
+}
+
+func (s *Server) kill1(ctx context.Context, b *box) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
@@ -314,6 +366,12 @@ func (s *Server) kill(ctx context.Context, b *box) error {
 // and destroys its tine sandbox: a paused sandbox holds no processes and
 // no budget. 409 when it is already paused.
 func (s *Server) pause(ctx context.Context, b *box, memory bool) error {
+	err := s.pause1(ctx, b, memory)
+	s.persist()
+	return err
+}
+
+func (s *Server) pause1(ctx context.Context, b *box, memory bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
@@ -325,9 +383,19 @@ func (s *Server) pause(ctx context.Context, b *box, memory bool) error {
 	tier := api.TierFS
 	if memory {
 		tier = api.TierMemory
+		// A code context's interpreter holds a socket to the daemon, which
+		// criu cannot carry: contexts end at a memory pause, as at any
+		// pause (a resume starts a new default context).
+		if err := s.endContexts(ctx, b.tineID); err != nil {
+			return err
+		}
 	}
 	snap, err := s.cfg.Client.Snapshot(ctx, b.tineID, &api.SnapshotRequest{Tier: tier, Name: "e2b-pause-" + b.id})
 	if err != nil {
+		if client.ErrorCode(err) == api.CodeConflict {
+			// Not "already paused", which is what the SDK reads a 409 as.
+			return errorf(http.StatusUnprocessableEntity, "sandbox %q cannot be paused now: %v", b.id, err)
+		}
 		return err
 	}
 	b.snapshots = append(b.snapshots, snap.ID)
@@ -341,6 +409,14 @@ func (s *Server) pause(ctx context.Context, b *box, memory bool) error {
 // resume forks b's latest pause snapshot into a new tine sandbox under
 // the same E2B id. It reports whether b was paused.
 func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) (bool, error) {
+	resumed, err := s.resume1(ctx, b, timeout)
+	if resumed {
+		s.persist()
+	}
+	return resumed, err
+}
+
+func (s *Server) resume1(ctx context.Context, b *box, timeout time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
@@ -352,7 +428,7 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) (boo
 		}
 		return false, nil
 	}
-	sb, err := s.start(ctx, &template{snapshot: b.snapshots[len(b.snapshots)-1]}, nil)
+	sb, err := s.start(ctx, &template{snapshot: b.snapshots[len(b.snapshots)-1]}, api.SandboxSpec{})
 	if err != nil {
 		return false, err
 	}
@@ -410,7 +486,7 @@ func (s *Server) expire(ctx context.Context, now time.Time) {
 	for _, b := range due {
 		var err error
 		if b.onPause {
-			err = s.pause(ctx, b, false)
+			err = s.pause(ctx, b, b.pauseMemory)
 		} else {
 			err = s.kill(ctx, b)
 		}

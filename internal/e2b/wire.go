@@ -17,9 +17,11 @@ type newSandbox struct {
 	AllowInternet   *bool             `json:"allow_internet_access,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	EnvVars         map[string]string `json:"envVars,omitempty"`
+	// Network's allowOut and denyOut become the egress policy
+	// (network.go); its other fields are refused by name.
+	Network map[string]any `json:"network,omitempty"`
 	// Fields tine accepts and cannot honour are refused by name (see
-	// create): network rules, MCP gateway, IAM, volumes.
-	Network      map[string]any `json:"network,omitempty"`
+	// create): MCP gateway, IAM, volumes.
 	MCP          map[string]any `json:"mcp,omitempty"`
 	IAM          map[string]any `json:"iam,omitempty"`
 	VolumeMounts []any          `json:"volumeMounts,omitempty"`

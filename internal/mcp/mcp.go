@@ -39,6 +39,7 @@ func NewServer(c *client.Client) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "destroy_sandbox", Description: "Destroy a sandbox or desktop and everything in it."}, t.destroySandbox)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_sandboxes", Description: "List the live sandboxes."}, t.listSandboxes)
 	mcp.AddTool(s, &mcp.Tool{Name: "run_command", Description: "Run a shell command (/bin/sh -c) in a sandbox and return its exit code, stdout and stderr."}, t.runCommand)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run Python in a sandbox's code-interpreter session, whose state (variables, imports) persists from call to call. Without session_id a new session is started (its id is returned). Returns stdout, stderr, the last expression's value, errors with their traceback, and figures as PNG images."}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "read_file", Description: "Read a file in a sandbox (as text; up to 8 MiB)."}, t.readFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "write_file", Description: "Write a file in a sandbox (parents are created)."}, t.writeFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "snapshot", Description: "Snapshot a sandbox's files; forks of the snapshot start from them."}, t.snapshot)
@@ -351,4 +352,62 @@ func (t *tools) readResource(ctx context.Context, req *mcp.ReadResourceRequest) 
 
 func utf8Text(b []byte) bool {
 	return bytes.IndexByte(b, 0) < 0 && strings.ToValidUTF8(string(b), "\uFFFD") == string(b)
+}
+
+type codeIn struct {
+	ID             string `json:"id" jsonschema:"the sandbox's id"`
+	SessionID      string `json:"session_id,omitempty" jsonschema:"a session of the sandbox to run in (default: start a new one)"`
+	Code           string `json:"code" jsonschema:"Python source; the value of its last expression is returned"`
+	TimeoutSeconds int64  `json:"timeout_seconds,omitempty" jsonschema:"interrupt the cell after this long (default 60)"`
+}
+
+type codeOut struct {
+	SessionID      string `json:"session_id"`
+	Status         string `json:"status"`
+	ExecutionCount int    `json:"execution_count"`
+	Stdout         string `json:"stdout"`
+	Stderr         string `json:"stderr"`
+	Text           string `json:"text,omitempty"`
+	Error          string `json:"error,omitempty"`
+}
+
+func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, in codeIn) (*mcp.CallToolResult, codeOut, error) {
+	sess := t.c.Session(in.ID, in.SessionID)
+	if in.SessionID == "" {
+		var err error
+		if sess, err = t.c.CreateSession(ctx, in.ID, nil); err != nil {
+			return nil, codeOut{}, err
+		}
+	}
+	timeout := in.TimeoutSeconds
+	if timeout <= 0 {
+		timeout = 60
+	}
+	ex, err := sess.RunCell(ctx, &api.CellRequest{Code: in.Code, TimeoutMs: timeout * 1000})
+	if err != nil {
+		return nil, codeOut{}, err
+	}
+	out := codeOut{SessionID: sess.ID, Status: ex.Status, ExecutionCount: ex.ExecutionCount, Stdout: ex.Stdout, Stderr: ex.Stderr, Text: ex.Text()}
+	var b strings.Builder
+	fmt.Fprintf(&b, "session %s, cell %d: %s\n", sess.ID, ex.ExecutionCount, ex.Status)
+	if ex.Stdout != "" {
+		fmt.Fprintf(&b, "stdout:\n%s", ex.Stdout)
+	}
+	if ex.Stderr != "" {
+		fmt.Fprintf(&b, "stderr:\n%s", ex.Stderr)
+	}
+	if out.Text != "" {
+		fmt.Fprintf(&b, "result: %s\n", out.Text)
+	}
+	if ex.Error != nil {
+		out.Error = ex.Error.Name + ": " + ex.Error.Value
+		fmt.Fprintf(&b, "%s", ex.Error.Traceback)
+	}
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}, IsError: ex.Error != nil}
+	for _, r := range ex.Results {
+		if png := r.PNG(); png != nil {
+			res.Content = append(res.Content, &mcp.ImageContent{Data: png, MIMEType: "image/png"})
+		}
+	}
+	return res, out, nil
 }

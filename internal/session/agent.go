@@ -407,7 +407,7 @@ func (a *agent) run(ctx context.Context, cell api.CellRequest, o *Options, emit 
 	stop := context.AfterFunc(ctx, a.interrupt)
 	defer stop()
 
-	if err := a.send(map[string]any{"op": "run", "code": cell.Code}); err != nil {
+	if err := a.send(map[string]any{"op": "run", "code": cell.Code, "env": cell.Env}); err != nil {
 		a.died(ex, err)
 		return finish()
 	}

@@ -205,6 +205,11 @@ func (s *Session) Run(ctx context.Context, cell api.CellRequest, emit func(Event
 	if cell.TimeoutMs < 0 {
 		return nil, fmt.Errorf("%w: timeout_ms %d: want milliseconds > 0, or 0 for none", ErrInvalid, cell.TimeoutMs)
 	}
+	for k, v := range cell.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("%w: env %q: want a name without '=' or NUL and a value without NUL", ErrInvalid, k)
+		}
+	}
 	if err := s.take(ctx); err != nil {
 		return nil, err
 	}

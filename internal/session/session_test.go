@@ -389,3 +389,27 @@ func TestSandboxGoneMidCell(t *testing.T) {
 		t.Fatalf("the cell of a destroyed sandbox: %+v, %+v", ex, s.Info())
 	}
 }
+
+// A cell's env holds for that cell only: what it replaced (or its absence)
+// comes back, and a child process the cell starts sees it too.
+func TestCellEnvIsTheCellsOnly(t *testing.T) {
+	sb := newSandbox(t, 256<<20)
+	s := start(t, sb, Options{Spec: api.SessionSpec{Env: []string{"KEEP=session"}}})
+	ex, err := s.Run(context.Background(), api.CellRequest{
+		Code: "import os, subprocess\nprint(subprocess.run(['sh', '-c', 'echo $KEEP $NEW'], capture_output=True, text=True).stdout, end='')\n(os.environ['KEEP'], os.environ['NEW'])",
+		Env:  map[string]string{"KEEP": "cell", "NEW": "only"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Status != api.ExecOK || ex.Stdout != "cell only\n" || ex.Text() != "('cell', 'only')" {
+		t.Fatalf("in the cell: status %s stdout %q text %q error %+v", ex.Status, ex.Stdout, ex.Text(), ex.Error)
+	}
+	after := run(t, s, "import os\n(os.environ.get('KEEP'), os.environ.get('NEW'))")
+	if after.Text() != "('session', None)" {
+		t.Fatalf("after the cell: %q, want the session's KEEP back and no NEW", after.Text())
+	}
+	if _, err := s.Run(context.Background(), api.CellRequest{Code: "1", Env: map[string]string{"A=B": "x"}}, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("env name with '=': %v, want ErrInvalid", err)
+	}
+}

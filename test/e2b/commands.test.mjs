@@ -92,7 +92,7 @@ test('a server in the sandbox is reached through its port (E2b-Sandbox-Port)', a
   })
   await eventually('the server answers', async () => (await get(8000)).status === 200)
   assert.equal(await (await get(8000)).text(), 'served from the sandbox')
-  // Nothing listens on the code interpreter's port (not built yet): 502.
-  assert.equal((await get(49999)).status, 502)
+  // Nothing listens on port 8001 in the sandbox: 502.
+  assert.equal((await get(8001)).status, 502)
   await server.kill()
 })

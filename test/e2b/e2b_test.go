@@ -1,5 +1,6 @@
 // Package e2b_test drives a real daemon's E2B surface (tine serve --e2b)
 // with the real, unmodified npm SDKs (e2b 2.51.0 and 2.50.0,
+// @e2b/code-interpreter 2.8.0 and 2.7.0, @e2b/desktop 2.4.0,
 // @modelcontextprotocol/sdk), installed from package-lock.json by make deps
 // (npm ci) with the node they need, pointed at tine only by E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY; and checks the surface's walls with plain HTTP.
@@ -11,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,21 +37,30 @@ func TestMain(m *testing.M) { testbin.Main(m, &tineBin) }
 type daemon struct {
 	sock, addr, key, log string
 	c                    *client.Client
+	stop                 func() // SIGTERM, then wait for the exit
 }
 
 var listening = regexp.MustCompile(`msg=listening e2b=(\S+)`)
 
-func startDaemon(t *testing.T) *daemon {
+func startDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	return startDaemonIn(t, t.TempDir(), args...)
+}
+
+// startDaemonIn starts a daemon whose data and state live in dir (a
+// second daemon in the same dir is the first one restarted); it stops with
+// the test or with d.stop.
+func startDaemonIn(t *testing.T, dir string, args ...string) *daemon {
 	t.Helper()
 	require.Root(t)
-	dir := t.TempDir()
 	d := &daemon{sock: filepath.Join(dir, "tine.sock"), log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(d.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tineBin, "serve", "--socket", d.sock, "--data-dir", filepath.Join(dir, "data"),
-		"--state-dir", filepath.Join(dir, "state"), "--pool", "0", "--e2b", "127.0.0.1:0")
+	argv := append([]string{"serve", "--socket", d.sock, "--data-dir", filepath.Join(dir, "data"),
+		"--state-dir", filepath.Join(dir, "state"), "--pool", "0", "--e2b", "127.0.0.1:0"}, args...)
+	cmd := exec.Command(tineBin, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
@@ -58,9 +69,12 @@ func startDaemon(t *testing.T) *daemon {
 	logf.Close()
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	d.stop = func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-done
+	}
+	t.Cleanup(func() {
+		d.stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(d.log)
 			t.Logf("daemon log:\n%s", b)
@@ -119,16 +133,35 @@ func nodeModules(t *testing.T) (dir, node string) {
 	return dir, node
 }
 
+// netArgs give a daemon a network name and pool of its own, so that its
+// egress sandboxes (allow_internet_access, which e2b 2.50 always sends)
+// work next to other daemons on the host.
+func netArgs() []string {
+	return []string{"--net-name", fmt.Sprintf("e%04x", rand.IntN(1<<16)), "--net-pool", fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(256))}
+}
+
 // TestSDK runs each test program under node's test runner against one
 // daemon.
 func TestSDK(t *testing.T) {
 	_, node := nodeModules(t)
-	d := startDaemon(t)
+	d := startDaemon(t, netArgs()...)
 	desktops := "1" // the MCP program's desktop part needs these
 	for _, bin := range []string{"Xvfb", "openbox", "xterm"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Logf("no %s: the MCP desktop tools are not driven", bin)
 			desktops = "0"
+		}
+	}
+	// @e2b/desktop's programs (the desktop template's, internal/e2b) and
+	// the terminal its test types into.
+	desktop := "1"
+	for _, bin := range []string{"Xvfb", "xdpyinfo", "startxfce4", "xfwm4", "xfdesktop", "dbus-launch", "xdotool", "scrot", "xrandr", "xterm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if strings.Contains(os.Getenv(require.StrictEnv), "bin:startxfce4") {
+				t.Fatalf("no %s, which CI promises (TINE_STRICT has bin:startxfce4): make deps installs it", bin)
+			}
+			t.Logf("no %s: @e2b/desktop is not driven", bin)
+			desktop = "0"
 		}
 	}
 	files, _ := filepath.Glob("*.test.mjs")
@@ -142,7 +175,7 @@ func TestSDK(t *testing.T) {
 			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", f)
 			cmd.Env = append(os.Environ(),
 				"E2B_API_URL=http://"+d.addr, "E2B_SANDBOX_URL=http://"+d.addr, "E2B_API_KEY="+d.key,
-				"TINE_BIN="+tineBin, "TINE_SOCKET="+d.sock, "TINE_TEST_DESKTOPS="+desktops)
+				"TINE_BIN="+tineBin, "TINE_SOCKET="+d.sock, "TINE_TEST_DESKTOPS="+desktops, "TINE_TEST_E2B_DESKTOP="+desktop)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("node --test %s: %v\n%s", f, err, out)

@@ -11,7 +11,7 @@ import { inTine, notInTine } from './lib.mjs'
 async function session(client) {
   const { tools } = await client.listTools()
   const names = tools.map((t) => t.name)
-  for (const want of ['create_sandbox', 'destroy_sandbox', 'run_command', 'read_file', 'write_file', 'snapshot', 'fork', 'screenshot', 'desktop_action']) {
+  for (const want of ['create_sandbox', 'destroy_sandbox', 'run_command', 'run_code', 'read_file', 'write_file', 'snapshot', 'fork', 'screenshot', 'desktop_action']) {
     assert.ok(names.includes(want), `tool ${want} missing from ${names}`)
   }
   const created = await client.callTool({ name: 'create_sandbox', arguments: {} })
@@ -27,6 +27,18 @@ async function session(client) {
     assert.equal(read.content[0].text, 'written')
     const res = await client.readResource({ uri: `tine://sandboxes/${id}/files/tmp/m/x.txt` })
     assert.equal(res.contents[0].text, 'written')
+    // Code in a session: state persists between calls, errors carry
+    // their traceback.
+    const first = await client.callTool({ name: 'run_code', arguments: { id, code: 'n = 20\nprint("hi")' } })
+    const sid = first.structuredContent.session_id
+    assert.equal(first.structuredContent.stdout, 'hi\n')
+    const second = await client.callTool({ name: 'run_code', arguments: { id, session_id: sid, code: 'n + 22' } })
+    assert.equal(second.structuredContent.text, '42')
+    assert.equal(second.structuredContent.execution_count, 2)
+    const bad = await client.callTool({ name: 'run_code', arguments: { id, session_id: sid, code: 'undefined_name' } })
+    assert.equal(bad.isError, true)
+    assert.match(bad.structuredContent.error, /^NameError/)
+    assert.match(bad.content[0].text, /<cell 3>/)
   } finally {
     await client.callTool({ name: 'destroy_sandbox', arguments: { id } })
   }

@@ -7,7 +7,7 @@
 #
 # Protocol, fd 0 (a stream socket to the daemon), frames of a 4-byte
 # big-endian length and a JSON object:
-#   daemon -> agent: {"op": "run", "code": ...} | {"op": "check_fork"} |
+#   daemon -> agent: {"op": "run", "code": ..., "env": {...}?} | {"op": "check_fork"} |
 #                    {"op": "fork_target", "nfds": N} (sent with N
 #                    descriptors, SCM_RIGHTS) ... then {"op": "fork", ...}
 #   agent -> daemon: {"type": "ready", "pid": N} once; per cell
@@ -273,6 +273,20 @@ class Agent:
             self.send(dict(error_of(e), type="error"))
         self.send({"type": "end", "count": self.count})
 
+    def set_env(self, env):
+        # A cell's own variables, on top of the session's for that cell
+        # only; the returned function puts back what was there.
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+
+        def restore():
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return restore
+
     # --- fork ---
 
     def fork(self, msg):
@@ -410,7 +424,11 @@ class Agent:
                 return
             op = msg.get("op")
             if op == "run":
-                self.run(msg.get("code", ""))
+                restore = self.set_env(msg.get("env") or {})
+                try:
+                    self.run(msg.get("code", ""))
+                finally:
+                    restore()
             elif op == "check_fork":
                 self.send(dict(self.held(), type="held"))
             elif op == "fork_target":
