@@ -10,7 +10,7 @@
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
-APT_PKGS := bubblewrap util-linux iproute2 nftables curl python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs containerd runc busybox-static python3-matplotlib ffmpeg wmctrl xdotool socat xclip python3-xlib python3-pyatspi dbus at-spi2-core python3-gi gir1.2-gtk-3.0 chromium python3-pil
+APT_PKGS := bubblewrap util-linux iproute2 nftables curl python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs containerd runc busybox-static python3-matplotlib ffmpeg wmctrl xdotool socat xclip python3-xlib python3-pyatspi dbus at-spi2-core python3-gi gir1.2-gtk-3.0 chromium python3-pil sudo gnome-terminal
 
 .PHONY: build demo test deps criu clean bench fuzz fuzz-ci
 

@@ -152,6 +152,9 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		stage = rootlessStageDir
 	}
 	userns := rootless || s.UserNS
+	if s.Setuid && (userns || s.Zygote || s.RootInPlace) {
+		return nil, fmt.Errorf("%w: set-user-ID programs (setuid) are for a sandbox of root's over tine's own overlay root: not with a user namespace, a zygote or an in-place root", ErrInvalidSpec)
+	}
 	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
@@ -218,7 +221,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		if userns {
 			ovl += ",userxattr"
 		}
-		mount("overlay", R, "overlay", nsd, ovl)
+		rootFlags := uintptr(nsd)
+		if s.Setuid {
+			rootFlags = unix.MS_NODEV // sudo's set-user-ID bit counts (Spec.Setuid)
+		}
+		mount("overlay", R, "overlay", rootFlags, ovl)
 	}
 
 	// /proc, /dev, /tmp, /run, /sys.

@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tine-run/tine/internal/kernel/seccomp"
+	"github.com/tine-run/tine/internal/require"
+)
+
+// With Setuid a set-user-ID program run by an unprivileged user becomes
+// the sandbox's root, and only that: the sandbox's capabilities, seccomp
+// still on. The same program in a default sandbox (no_new_privs, nosuid)
+// stays the user — the control that the bit is what made the difference —
+// and a set-user-ID copy in /tmp (nosuid) stays the user in both.
+func TestSetuidProgramsBecomeTheSandboxsRoot(t *testing.T) {
+	require.Root(t)
+	require.Binary(t, "setpriv")
+	const script = `set -e
+cp /bin/cat /usr/local/bin/tine-scat && chmod 4755 /usr/local/bin/tine-scat
+cp /bin/cat /tmp/tine-scat && chmod 4755 /tmp/tine-scat
+nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+nobody /usr/local/bin/tine-scat /proc/self/status | grep -E '^(Uid|CapEff|Seccomp|NoNewPrivs):'
+echo tmp; nobody /tmp/tine-scat /proc/self/status | grep -E '^Uid:'
+`
+	run := func(setuid bool) map[string]string {
+		sb, err := Create(&Spec{Seccomp: seccomp.Default, Setuid: setuid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy()
+		out, o, err := launchOutput(t, sb, &ExecSpec{Args: []string{"/bin/sh", "-c", script}})
+		if err != nil || o.ExitCode != 0 {
+			t.Fatalf("setuid %v: %+v %v: %s", setuid, o, err, out)
+		}
+		m := map[string]string{}
+		prefix := ""
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if l == "tmp" {
+				prefix = "tmp "
+				continue
+			}
+			k, v, _ := strings.Cut(l, ":")
+			m[prefix+k] = strings.Join(strings.Fields(v), " ")
+		}
+		return m
+	}
+	on, off := run(true), run(false)
+	// Uid: real, effective, saved, filesystem.
+	if on["Uid"] != "65534 0 0 0" || on["CapEff"] != "00000000a80425fb" || on["Seccomp"] != "2" || on["NoNewPrivs"] != "0" {
+		t.Errorf("setuid sandbox: %v, want effective uid 0 with the sandbox's capabilities and seccomp", on)
+	}
+	if on["tmp Uid"] != "65534 65534 65534 65534" {
+		t.Errorf("setuid sandbox, /tmp: %v, want nosuid to hold there", on)
+	}
+	if off["Uid"] != "65534 65534 65534 65534" || off["CapEff"] != "0000000000000000" || off["NoNewPrivs"] != "1" {
+		t.Errorf("default sandbox: %v, want the set-user-ID bit ignored", off)
+	}
+}
