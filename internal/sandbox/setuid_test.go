@@ -57,3 +57,21 @@ echo tmp; nobody /tmp/tine-scat /proc/self/status | grep -E '^Uid:'
 		t.Errorf("default sandbox: %v, want the set-user-ID bit ignored", off)
 	}
 }
+
+// /dev's nodes are usable by a user other than root: mknod applies the
+// umask, so their 0666 must be set after it (else /dev/null is 0644, and
+// dbus-daemon, run as a desktop's session user, cannot open it).
+func TestDeviceNodesForUnprivilegedUsers(t *testing.T) {
+	require.Root(t)
+	require.Binary(t, "setpriv")
+	sb, err := Create(&Spec{Seccomp: seccomp.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	out, o, err := launchOutput(t, sb, &ExecSpec{Args: []string{"setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+		"/bin/sh", "-c", "id -u; echo x > /dev/null && head -c 4 /dev/zero | wc -c && head -c 4 /dev/urandom | wc -c"}})
+	if err != nil || o.ExitCode != 0 || out != "65534\n4\n4\n" {
+		t.Fatalf("as uid 65534: %+v %v: %q", o, err, out)
+	}
+}

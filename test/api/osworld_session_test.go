@@ -91,7 +91,7 @@ func TestDesktopOSWorldAccount(t *testing.T) {
 	require.Binary(t, "openbox")
 	require.Binary(t, "sudo")
 	hostEtc := map[string][]byte{}
-	for _, f := range []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers"} {
+	for _, f := range []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers", "/etc/hosts"} {
 		hostEtc[f], _ = os.ReadFile(f)
 	}
 	dt, err := d.c.CreateDesktop(context.Background(), &api.DesktopSpec{Width: 800, Height: 600, OSWorld: true})
@@ -152,7 +152,7 @@ func TestDesktopOSWorldAccount(t *testing.T) {
 		t.Errorf("root through sudo mounted a filesystem: %q", out)
 	}
 	// The host's /etc is the read-only base: the account is the desktop's.
-	for _, f := range []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers"} {
+	for _, f := range []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers", "/etc/hosts"} {
 		if now, _ := os.ReadFile(f); !bytes.Equal(now, hostEtc[f]) {
 			t.Errorf("the host's %s changed", f)
 		}

@@ -108,6 +108,9 @@ func EnsureAccount(root, name string) (*Account, error) {
 	if err := ensureSudoers(etc, name); err != nil {
 		return nil, err
 	}
+	if err := ensureHostname(etc); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{a.Home, filepath.Join(a.Home, "Desktop")} {
 		p := filepath.Join(root, d)
 		if err := os.MkdirAll(p, 0o755); err != nil {
@@ -258,4 +261,25 @@ func writeFile(p, text string, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
 	return nil
+}
+
+// ensureHostname maps the sandbox's host name to 127.0.1.1 in hosts, as
+// Debian's installer does, when hosts does not name it: sudo looks its
+// host up and would warn on every call (the desktop has no DNS).
+func ensureHostname(etc string) error {
+	name, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("host name: %w", err)
+	}
+	p := filepath.Join(etc, "hosts")
+	b, err := os.ReadFile(p)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && !strings.HasPrefix(f[0], "#") && slices.Contains(f[1:], name) {
+			return nil
+		}
+	}
+	return appendLine(p, "127.0.1.1\t"+name)
 }

@@ -75,8 +75,12 @@ func TestEnsureAccount(t *testing.T) {
 			t.Fatalf("%s is owned by %d", d, uid)
 		}
 	}
+	host, _ := os.Hostname()
+	if got := readEtc(t, root, "hosts"); got != "127.0.1.1\t"+host+"\n" {
+		t.Fatalf("hosts: %q, want the host name at 127.0.1.1", got)
+	}
 	before := map[string]string{}
-	for _, f := range []string{"passwd", "group", "shadow", "sudoers"} {
+	for _, f := range []string{"passwd", "group", "shadow", "sudoers", "hosts"} {
 		before[f] = readEtc(t, root, f)
 	}
 	b, err := EnsureAccount(root, "user")
