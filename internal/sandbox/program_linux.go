@@ -567,6 +567,12 @@ func (pg *program) stepOp(st Step) ([]op, error) {
 		return pg.beneathOps(st)
 	}
 	o, err := pg.pathOp(st)
+	if err == nil && st.Kind == StepMknod {
+		// mknod applies the umask (tine's, 022 from a shell): the node's
+		// mode is set exactly, or /dev/null would be 0644 and unwritable
+		// for any user but root (an image's USER, a desktop's session).
+		return []op{o, sys(unix.SYS_FCHMODAT, atFdcwd, pg.cstr(st.Target), uintptr(st.Mode&0o7777))}, nil
+	}
 	return []op{o}, err
 }
 
