@@ -106,8 +106,12 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		}
 		cred = acct.Credential()
 		// Every process the guest starts sees the account's home (OSWorld's
-		// `~`, desktop_path); restored when the guest ends.
+		// `~`, desktop_path) and starts in it (a terminal's first prompt is
+		// `user@host:~$`); restored when the guest ends.
 		defer setenv(acct.Env())()
+		if err := os.Chdir(acct.Home); err != nil {
+			return fmt.Errorf("session user %s: %w", o.User, err)
+		}
 	}
 	display := o.Display
 	framebuffer := -1
