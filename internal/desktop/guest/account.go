@@ -127,9 +127,9 @@ func EnsureAccount(root, name string) (*Account, error) {
 type table [][]string
 
 func readTable(p string) (table, error) {
-	b, err := os.ReadFile(p)
-	if err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("read %s: %w", p, err)
+	b, err := readOptional(p)
+	if err != nil {
+		return nil, err
 	}
 	var t table
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -191,9 +191,9 @@ func addMember(p, g, name string) error {
 }
 
 func ensureShadow(p, name string, gid int) error {
-	b, err := os.ReadFile(p)
-	if err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("read %s: %w", p, err)
+	b, err := readOptional(p)
+	if err != nil {
+		return err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(l, name+":") {
@@ -232,15 +232,24 @@ root	ALL=(ALL:ALL) ALL
 }
 
 func appendLine(p, line string) error {
-	b, err := os.ReadFile(p)
-	if err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("read %s: %w", p, err)
+	b, err := readOptional(p)
+	if err != nil {
+		return err
 	}
 	text := string(b)
 	if text != "" && !strings.HasSuffix(text, "\n") {
 		text += "\n"
 	}
 	return writeFile(p, text+line+"\n", 0o644)
+}
+
+// readOptional reads p, empty when it does not exist.
+func readOptional(p string) ([]byte, error) {
+	b, err := os.ReadFile(p)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return b, nil
 }
 
 // writeFile replaces p by rename, so that a reader never sees half of it.
@@ -272,9 +281,9 @@ func ensureHostname(etc string) error {
 		return fmt.Errorf("host name: %w", err)
 	}
 	p := filepath.Join(etc, "hosts")
-	b, err := os.ReadFile(p)
-	if err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("read %s: %w", p, err)
+	b, err := readOptional(p)
+	if err != nil {
+		return err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(l); len(f) > 1 && !strings.HasPrefix(f[0], "#") && slices.Contains(f[1:], name) {
