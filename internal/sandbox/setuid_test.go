@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 // the sandbox's root, and only that: the sandbox's capabilities, seccomp
 // still on. The same program in a default sandbox (no_new_privs, nosuid)
 // stays the user — the control that the bit is what made the difference —
-// and a set-user-ID copy in /tmp (nosuid) stays the user in both.
+// and a set-user-ID copy in /tmp (nosuid) stays the user in both. A file
+// capability outside the sandbox's bounding set grants nothing in either.
 func TestSetuidProgramsBecomeTheSandboxsRoot(t *testing.T) {
 	require.Root(t)
 	require.Binary(t, "setpriv")
@@ -22,6 +24,11 @@ cp /bin/cat /tmp/tine-scat && chmod 4755 /tmp/tine-scat
 nobody() { setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
 nobody /usr/local/bin/tine-scat /proc/self/status | grep -E '^(Uid|CapEff|Seccomp|NoNewPrivs):'
 echo tmp; nobody /tmp/tine-scat /proc/self/status | grep -E '^Uid:'
+python3 -c 'import os, shutil, struct
+p = "/usr/local/bin/tine-pycap"
+shutil.copy("/usr/bin/python3", p)
+os.setxattr(p, "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 21, 0, 0, 0))'
+echo fcap; nobody /usr/local/bin/tine-pycap -c 'print("CapEff:", [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0])' || echo "CapEff: refused"
 `
 	run := func(setuid bool) map[string]string {
 		sb, err := Create(&Spec{Seccomp: seccomp.Default, Setuid: setuid})
@@ -36,8 +43,8 @@ echo tmp; nobody /tmp/tine-scat /proc/self/status | grep -E '^Uid:'
 		m := map[string]string{}
 		prefix := ""
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l == "tmp" {
-				prefix = "tmp "
+			if l == "tmp" || l == "fcap" {
+				prefix = l + " "
 				continue
 			}
 			k, v, _ := strings.Cut(l, ":")
@@ -53,6 +60,14 @@ echo tmp; nobody /tmp/tine-scat /proc/self/status | grep -E '^Uid:'
 	if on["tmp Uid"] != "65534 65534 65534 65534" {
 		t.Errorf("setuid sandbox, /tmp: %v, want nosuid to hold there", on)
 	}
+	// A file capability beyond the bounding set (CAP_SYS_ADMIN) grants
+	// nothing either way (the kernel refuses the exec, or drops it).
+	for name, m := range map[string]map[string]string{"setuid": on, "default": off} {
+		if c, err := strconv.ParseUint(m["fcap CapEff"], 16, 64); m["fcap CapEff"] != "refused" && (err != nil || c&(1<<21) != 0) {
+			t.Errorf("%s sandbox: a file with CAP_SYS_ADMIN ran with CapEff %q", name, m["fcap CapEff"])
+		}
+	}
+	t.Logf("setuid sandbox %v; default %v", on, off)
 	if off["Uid"] != "65534 65534 65534 65534" || off["CapEff"] != "0000000000000000" || off["NoNewPrivs"] != "1" {
 		t.Errorf("default sandbox: %v, want the set-user-ID bit ignored", off)
 	}
