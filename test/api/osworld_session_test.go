@@ -103,6 +103,10 @@ func TestDesktopOSWorldAccount(t *testing.T) {
 		!strings.Contains(out, "sudo") || !strings.Contains(out, "\n/home/user\nPython 3.") {
 		t.Fatalf("the session: %d %q, want user, in group sudo, home /home/user, python 3", rc, out)
 	}
+	// python is python3 for the whole desktop, not only the facade's PATH.
+	if out, rc := c.sh(`PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; python --version`); rc != 0 || !strings.HasPrefix(out, "Python 3.") {
+		t.Fatalf("python on the system's PATH: %d %q", rc, out)
+	}
 	if code, b := c.json("POST", "/desktop_path", nil); code != 200 || !bytes.Contains(b, []byte(`"/home/user/Desktop"`)) {
 		t.Fatalf("desktop_path: %d %s", code, b)
 	}

@@ -46,8 +46,9 @@ const accountPasswordHash = "$6$tineosworld$UJB8BHqqoELdz/SvK7fw/9DuLMy0RBckrf8a
 // already (a fork of a snapshot of a desktop keeps it): an entry in
 // passwd, group and shadow with AccountPassword, membership of the sudo
 // group with a sudoers that lets it (the host view shows sudoers, mode
-// 0440, empty), and a home with a Desktop. Its uid is 1000 when the host
-// has no such uid, else the first free one above.
+// 0440, empty), and a home with a Desktop; also the host name in hosts
+// (sudo looks it up) and `python` for python3. Its uid is 1000 when the
+// host has no such uid, else the first free one above.
 func EnsureAccount(root, name string) (*Account, error) {
 	etc := filepath.Join(root, "etc")
 	passwd, err := readTable(filepath.Join(etc, "passwd"))
@@ -109,6 +110,9 @@ func EnsureAccount(root, name string) (*Account, error) {
 		return nil, err
 	}
 	if err := ensureHostname(etc); err != nil {
+		return nil, err
+	}
+	if err := ensurePython(root); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{a.Home, filepath.Join(a.Home, "Desktop")} {
@@ -291,4 +295,26 @@ func ensureHostname(etc string) error {
 		}
 	}
 	return appendLine(p, "127.0.1.1\t"+name)
+}
+
+// ensurePython makes `python` python3 for the whole desktop (a terminal's
+// shell too, not only OSWorld's commands), as on OSWorld's VMs: a link in
+// /usr/local/bin unless the system has a python.
+func ensurePython(root string) error {
+	for _, p := range []string{"usr/local/bin/python", "usr/bin/python"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			return nil
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/python3")); err != nil {
+		return nil // no python3: nothing to point at
+	}
+	link := filepath.Join(root, "usr/local/bin/python")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("python: %w", err)
+	}
+	if err := os.Symlink("/usr/bin/python3", link); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("python: %w", err)
+	}
+	return nil
 }

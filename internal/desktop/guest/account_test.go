@@ -43,6 +43,8 @@ func TestEnsureAccount(t *testing.T) {
 		"shadow":  "",
 		"sudoers": "",
 	})
+	os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
+	os.WriteFile(filepath.Join(root, "usr/bin/python3"), nil, 0o755)
 	a, err := EnsureAccount(root, "user")
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +76,9 @@ func TestEnsureAccount(t *testing.T) {
 		if uid := statUID(st); uid != 1001 {
 			t.Fatalf("%s is owned by %d", d, uid)
 		}
+	}
+	if l, err := os.Readlink(filepath.Join(root, "usr/local/bin/python")); err != nil || l != "/usr/bin/python3" {
+		t.Errorf("python: %q %v, want a link to /usr/bin/python3", l, err)
 	}
 	host, _ := os.Hostname()
 	if got := readEtc(t, root, "hosts"); got != "127.0.1.1\t"+host+"\n" {
