@@ -161,6 +161,16 @@ func TestDesktopOSWorldAccount(t *testing.T) {
 	if out, rc := c.sh(`echo password | sudo -S -p '' mount -t tmpfs none /mnt && echo mounted`); rc == 0 || strings.Contains(out, "mounted") {
 		t.Errorf("root through sudo mounted a filesystem: %q", out)
 	}
+	// Root through sudo writes the desktop's root, which is its own upper
+	// over the host's read-only one: the file is there inside, not on the
+	// host.
+	const probe = "/usr/bin/tine-sudo-probe"
+	if out, rc := c.sh(`echo password | sudo -S -p '' touch ` + probe + ` && ls ` + probe); rc != 0 || out != probe {
+		t.Fatalf("sudo touch %s: %d %q", probe, rc, out)
+	}
+	if _, err := os.Lstat(probe); err == nil {
+		t.Errorf("root through sudo in the desktop wrote the host's %s", probe)
+	}
 	// The host's /etc is the read-only base: the account is the desktop's.
 	for _, f := range []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers", "/etc/hosts"} {
 		if now, _ := os.ReadFile(f); !bytes.Equal(now, hostEtc[f]) {
