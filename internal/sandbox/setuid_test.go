@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,19 +37,32 @@ echo fcap; nobody /usr/local/bin/tine-pycap -c 'print("CapEff:", [l.split()[1] f
 			t.Fatal(err)
 		}
 		defer sb.Destroy()
+		parse := func(out string) map[string]string {
+			m := map[string]string{}
+			prefix := ""
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if l == "tmp" || l == "fcap" {
+					prefix = l + " "
+					continue
+				}
+				k, v, _ := strings.Cut(l, ":")
+				m[prefix+k] = strings.Join(strings.Fields(v), " ")
+			}
+			return m
+		}
+		// Through PID 1 (Launch) and through a process that joins the
+		// sandbox and walls itself (Exec): the same walls either way.
 		out, o, err := launchOutput(t, sb, &ExecSpec{Args: []string{"/bin/sh", "-c", script}})
 		if err != nil || o.ExitCode != 0 {
 			t.Fatalf("setuid %v: %+v %v: %s", setuid, o, err, out)
 		}
-		m := map[string]string{}
-		prefix := ""
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l == "tmp" || l == "fcap" {
-				prefix = l + " "
-				continue
-			}
-			k, v, _ := strings.Cut(l, ":")
-			m[prefix+k] = strings.Join(strings.Fields(v), " ")
+		out2, o2 := execOutput(t, sb, &ExecSpec{Args: []string{"/bin/sh", "-c", script}})
+		if o2.ExitCode != 0 {
+			t.Fatalf("setuid %v, exec: %+v: %s", setuid, o2, out2)
+		}
+		m, m2 := parse(out), parse(out2)
+		if fmt.Sprint(m) != fmt.Sprint(m2) {
+			t.Errorf("setuid %v: launched %v, exec'd %v", setuid, m, m2)
 		}
 		return m
 	}
