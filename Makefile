@@ -10,7 +10,12 @@
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/tine
-APT_PKGS := bubblewrap util-linux iproute2 nftables curl python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs containerd runc busybox-static python3-matplotlib ffmpeg wmctrl xdotool socat xclip python3-xlib python3-pyatspi dbus at-spi2-core python3-gi gir1.2-gtk-3.0 chromium python3-pil xfce4-session xfwm4 xfdesktop4 dbus-x11 scrot x11-xserver-utils x11vnc novnc
+APT_PKGS := bubblewrap util-linux iproute2 nftables curl python3 ca-certificates nodejs xvfb openbox xterm x11-utils gcc libc6-dev libjpeg62-turbo-dev e2fsprogs containerd runc busybox-static python3-matplotlib ffmpeg wmctrl xdotool socat xclip python3-xlib python3-pyatspi dbus at-spi2-core python3-gi gir1.2-gtk-3.0 chromium python3-pil dbus-x11 scrot x11-xserver-utils x11vnc novnc
+# Installed without their recommended packages: gnome-terminal's (nautilus,
+# yelp, gvfs) are 145 packages and 235 MiB on Debian 12; an OSWorld
+# desktop needs the terminal and sudo only (docs/osworld.md); the E2B desktop
+# template, XFCE's session, window manager and desktop (docs/e2b.md).
+APT_PKGS_LEAN := sudo gnome-terminal xfce4-session xfwm4 xfdesktop4
 
 .PHONY: build demo test deps criu clean bench fuzz fuzz-ci
 
@@ -39,9 +44,12 @@ endif
 deps:
 	@$(GO) version >/dev/null 2>&1 || { echo "Go 1.26 is needed: put it on PATH or at /usr/local/go (https://go.dev/dl)"; exit 1; }
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	lean=""; for p in $(APT_PKGS_LEAN); do dpkg -s $$p >/dev/null 2>&1 || lean="$$lean $$p"; done; \
+	if [ -n "$$missing$$lean" ]; then \
+		echo "installing:$$missing$$lean"; \
+		apt-get update -qq; \
+		if [ -n "$$missing" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; fi; \
+		if [ -n "$$lean" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$lean >/dev/null || exit 1; fi; \
 	fi
 	$(GO) mod download
 	@# The E2B and MCP SDKs test/e2b drives, pinned by its package-lock.json

@@ -42,7 +42,7 @@ func newDesktopCreateCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&spec.GLX, "glx", false, "give the X server software OpenGL (about 54 MiB more per desktop)")
 	cmd.Flags().BoolVar(&spec.A11y, "a11y", false, "start a session bus so apps export their accessibility trees (the ACI's accessibility op)")
 	cmd.Flags().BoolVar(&spec.CDP, "cdp", false, "publish Chromium's DevTools port (9222 in the desktop) on a loopback port (printed on stderr)")
-	cmd.Flags().BoolVar(&spec.OSWorld, "osworld", false, "serve OSWorld's guest API on a loopback port of its own, with --a11y and --cdp (printed on stderr; docs/osworld.md)")
+	cmd.Flags().BoolVar(&spec.OSWorld, "osworld", false, "serve OSWorld's guest API on a loopback port of its own, with --a11y and --cdp (printed on stderr), the session as user \"user\" with password \"password\" and sudo (docs/osworld.md)")
 	addNetFlags(cmd.Flags(), &net)
 	cmd.Flags().StringVar(&spec.Image, "image", "", "an OCI image with Xvfb, a window manager and the apps, as the desktop's root (the daemon pulls it when missing)")
 	cmd.Flags().BoolVar(&spec.MemoryTier, "memory-tier", false, "accepted and ignored: every desktop is one memory snapshots can capture")

@@ -11,8 +11,8 @@ import (
 	"github.com/tine-run/tine/internal/desktop/record"
 )
 
-// record_start films the display into an mp4 (H.264, Debian's ffmpeg fed
-// from the guest's own capture); record_stop ends it and answers with the
+// record_start films the display into an mp4 (H.264, Debian's ffmpeg
+// grabbing the screen: internal/desktop/record); record_stop ends it and answers with the
 // file. One recording per desktop at a time; it outlives the session that
 // started it.
 func (ss *session) record(ctx context.Context, req *api.ACIRequest) (*api.ACIReply, []byte) {

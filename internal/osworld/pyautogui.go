@@ -430,6 +430,13 @@ func (t target) resolve(p *PyAutoGUI) (x11.Point, error) {
 	return pos, nil
 }
 
+// onScreen is where t points, clamped to the screen as the X server
+// clamps a motion.
+func (t target) onScreen(p *PyAutoGUI) (x11.Point, error) {
+	dest, err := t.resolve(p)
+	return p.clamp(dest), err
+}
+
 // clamp is what the X server does to a motion off the screen.
 func (p *PyAutoGUI) clamp(pt x11.Point) x11.Point {
 	w, h := p.D.Size()
@@ -693,11 +700,10 @@ func bindClick(a args) (func(context.Context, *PyAutoGUI) error, error) {
 		return nil, err
 	}
 	return func(ctx context.Context, p *PyAutoGUI) error {
-		dest, err := to.resolve(p)
+		dest, err := to.onScreen(p)
 		if err != nil {
 			return err
 		}
-		dest = p.clamp(dest)
 		if err := p.glide(ctx, dest, duration, tween); err != nil {
 			return err
 		}
@@ -724,11 +730,10 @@ func bindButton(down bool) func(a args) (func(context.Context, *PyAutoGUI) error
 			return nil, err
 		}
 		return func(ctx context.Context, p *PyAutoGUI) error {
-			dest, err := to.resolve(p)
+			dest, err := to.onScreen(p)
 			if err != nil {
 				return err
 			}
-			dest = p.clamp(dest)
 			if down {
 				return p.D.Down(&dest, b)
 			}
@@ -748,11 +753,10 @@ func bindScroll(horizontal bool) func(a args) (func(context.Context, *PyAutoGUI)
 			return nil, err
 		}
 		return func(ctx context.Context, p *PyAutoGUI) error {
-			dest, err := to.resolve(p)
+			dest, err := to.onScreen(p)
 			if err != nil {
 				return err
 			}
-			dest = p.clamp(dest)
 			// Positive clicks are up (button 4) and, for hscroll, right
 			// (button 7), as pyautogui's X11 backend sends them.
 			for clicks != 0 {
@@ -861,6 +865,20 @@ func (p *PyAutoGUI) keyEvent(k string, down bool) error {
 	return p.D.KeyUp(x)
 }
 
+// tapEach taps keys in order with interval seconds after each
+// (typewrite's and press's loop).
+func (p *PyAutoGUI) tapEach(ctx context.Context, keys []string, interval float64) error {
+	for _, k := range keys {
+		if err := p.tap(k); err != nil {
+			return err
+		}
+		if err := sleep(ctx, interval); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (p *PyAutoGUI) tap(k string) error {
 	x := xKey(k)
 	if x == "" {
@@ -914,17 +932,7 @@ func bindTypewrite(a args) (func(context.Context, *PyAutoGUI) error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, p *PyAutoGUI) error {
-		for _, k := range keys {
-			if err := p.tap(k); err != nil {
-				return err
-			}
-			if err := sleep(ctx, interval); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil
+	return func(ctx context.Context, p *PyAutoGUI) error { return p.tapEach(ctx, keys, interval) }, nil
 }
 
 func bindPress(a args) (func(context.Context, *PyAutoGUI) error, error) {
@@ -942,13 +950,8 @@ func bindPress(a args) (func(context.Context, *PyAutoGUI) error, error) {
 	}
 	return func(ctx context.Context, p *PyAutoGUI) error {
 		for range presses {
-			for _, k := range keys {
-				if err := p.tap(k); err != nil {
-					return err
-				}
-				if err := sleep(ctx, interval); err != nil {
-					return err
-				}
+			if err := p.tapEach(ctx, keys, interval); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -74,6 +74,9 @@ type Server struct {
 	// A11y, when set, reads the accessibility tree for /accessibility and
 	// /terminal.
 	A11y func(ctx context.Context) ([]*a11y.Node, error)
+	// Cred, when set, is the session account the commands run as, and
+	// owns the files the routes write (OSWorld's server runs as `user`).
+	Cred *syscall.Credential
 
 	p       *PyAutoGUI
 	pyDir   string // tine's python modules and bin/python
@@ -98,6 +101,7 @@ func New(d *x11.Display, socket string) (*Server, error) {
 		return nil, fmt.Errorf("osworld: %w", err)
 	}
 	s.pyDir = dir
+	os.Chmod(dir, 0o755) // the session account's python3 reads the module
 	sub, _ := fs.Sub(pythonFiles, "python")
 	if err := os.CopyFS(filepath.Join(dir, "lib"), sub); err != nil {
 		os.RemoveAll(dir)
@@ -336,7 +340,7 @@ func (s *Server) cmd(ctx context.Context, argv []string, shell bool) *exec.Cmd {
 	c := exec.CommandContext(ctx, name, argv[1:]...)
 	c.Args[0] = argv[0]
 	c.Env = env
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.Cred}
 	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 	// subprocess.run waits for the output to close; a background child
 	// holding it must not hold the answer for ever.
@@ -418,43 +422,38 @@ func (s *Server) runCommand(ctx context.Context, w http.ResponseWriter, argv []s
 	return s.run(ctx, argv, shell, executeTimeout, false, "")
 }
 
-func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
-	m, ok := jsonBody(w, r)
-	if !ok {
-		return
+// runBody runs a request's {command, shell} as /execute does; ok is
+// false when it has answered the error (500 {status, message}).
+func (s *Server) runBody(w http.ResponseWriter, r *http.Request) (m obj, body obj, ok bool) {
+	if m, ok = jsonBody(w, r); !ok {
+		return nil, nil, false
 	}
 	argv, shell, err := command(m)
+	var res runResult
+	if err == nil {
+		res, err = s.runCommand(r.Context(), w, argv, shell)
+	}
 	if err != nil {
 		reply(w, 500, obj{"status": "error", "message": err.Error()})
-		return
+		return nil, nil, false
 	}
-	res, err := s.runCommand(r.Context(), w, argv, shell)
-	if err != nil {
-		reply(w, 500, obj{"status": "error", "message": err.Error()})
-		return
+	return m, obj{"status": "success", "output": res.stdout, "error": res.stderr, "returncode": res.code}, true
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	if _, body, ok := s.runBody(w, r); ok {
+		reply(w, 200, body)
 	}
-	reply(w, 200, obj{"status": "success", "output": res.stdout, "error": res.stderr, "returncode": res.code})
 }
 
 func (s *Server) executeWithVerification(w http.ResponseWriter, r *http.Request) {
-	m, ok := jsonBody(w, r)
+	m, body, ok := s.runBody(w, r)
 	if !ok {
-		return
-	}
-	argv, shell, err := command(m)
-	if err != nil {
-		reply(w, 500, obj{"status": "error", "message": err.Error()})
 		return
 	}
 	verification, _ := m["verification"].(map[string]any)
 	maxWait := number(m, "max_wait_time", 10)
 	interval := number(m, "check_interval", 1)
-	res, err := s.runCommand(r.Context(), w, argv, shell)
-	if err != nil {
-		reply(w, 500, obj{"status": "error", "message": err.Error()})
-		return
-	}
-	body := obj{"status": "success", "output": res.stdout, "error": res.stderr, "returncode": res.code}
 	if len(verification) == 0 {
 		reply(w, 200, body)
 		return
@@ -666,6 +665,31 @@ func (s *Server) getWallpaper(w http.ResponseWriter, r *http.Request) {
 	w.Write(data)
 }
 
+// own gives p to the session account, as if it had written it.
+func (s *Server) own(p string) {
+	if s.Cred != nil {
+		os.Lchown(p, int(s.Cred.Uid), int(s.Cred.Gid))
+	}
+}
+
+// mkdirAll makes dir and its missing parents, owned by the session
+// account (os.makedirs in OSWorld's server, which runs as it).
+func (s *Server) mkdirAll(dir string) error {
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := s.mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	s.own(dir)
+	return nil
+}
+
 // expand is os.path.expandvars(os.path.expanduser(p)).
 func expand(p string) string {
 	if p == "~" || strings.HasPrefix(p, "~/") {
@@ -771,7 +795,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	defer file.Close()
 	p := expand(r.FormValue("file_path"))
-	n, err := saveFile(p, file)
+	n, err := s.saveFile(p, file)
 	if err != nil {
 		os.Remove(p)
 		reply(w, 500, obj{"error": "Failed to upload file: " + err.Error()})
@@ -780,16 +804,15 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	text(w, 200, fmt.Sprintf("File Uploaded: %d bytes", n))
 }
 
-func saveFile(p string, src io.Reader) (int64, error) {
-	if dir := filepath.Dir(p); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return 0, err
-		}
+func (s *Server) saveFile(p string, src io.Reader) (int64, error) {
+	if err := s.mkdirAll(filepath.Dir(p)); err != nil {
+		return 0, err
 	}
 	f, err := os.Create(p)
 	if err != nil {
 		return 0, err
 	}
+	s.own(p)
 	n, err := io.Copy(f, src)
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -806,26 +829,39 @@ func (s *Server) cursorPosition(w http.ResponseWriter, r *http.Request) {
 	reply(w, 200, []int{p.X, p.Y})
 }
 
-func (s *Server) changeWallpaper(w http.ResponseWriter, r *http.Request) {
+// pathBody reads a {path} body; ok is false when it has answered (400
+// without a path).
+func pathBody(w http.ResponseWriter, r *http.Request) (path string, ok bool) {
 	m, ok := jsonBody(w, r)
+	if !ok {
+		return "", false
+	}
+	if path = str(m, "path"); path == "" {
+		text(w, 400, "Path not supplied!")
+		return "", false
+	}
+	return path, true
+}
+
+func (s *Server) changeWallpaper(w http.ResponseWriter, r *http.Request) {
+	path, ok := pathBody(w, r)
 	if !ok {
 		return
 	}
-	p := str(m, "path")
-	if p == "" {
-		text(w, 400, "Path not supplied!")
-		return
-	}
-	p = expand(p)
+	p := expand(path)
 	if _, err := os.Stat(p); err != nil {
 		text(w, 404, "File not found: "+p)
 		return
 	}
-	// What gsettings' picture-uri would hold: /wallpaper serves it. The
-	// picture itself is not drawn (tine's desktops have no GNOME).
+	// What gsettings' picture-uri would hold: /wallpaper serves it, and
+	// the root window shows it (tine's desktops have no GNOME to draw it).
+	// A file that is no picture is kept but not drawn, as GNOME would.
 	s.mu.Lock()
 	s.wallpaper = p
 	s.mu.Unlock()
+	if err := s.paintWallpaper(p); err != nil {
+		fmt.Fprintf(os.Stderr, "tine guest: wallpaper not drawn: %v\n", err)
+	}
 	text(w, 200, "Wallpaper changed successfully")
 }
 
@@ -840,10 +876,10 @@ func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p = expand(p)
-	os.MkdirAll(filepath.Dir(p), 0o755)
+	s.mkdirAll(filepath.Dir(p))
 	var lastErr error
 	for range 3 {
-		n, err := download(r.Context(), url, p)
+		n, err := s.download(r.Context(), url, p)
 		if err == nil {
 			text(w, 200, fmt.Sprintf("File downloaded successfully: %d bytes", n))
 			return
@@ -857,7 +893,7 @@ func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) {
 	text(w, 500, fmt.Sprintf("Failed to download %s. No retries left. Error: %v", url, lastErr))
 }
 
-func download(ctx context.Context, url, p string) (int64, error) {
+func (s *Server) download(ctx context.Context, url, p string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
@@ -872,7 +908,7 @@ func download(ctx context.Context, url, p string) (int64, error) {
 	if resp.StatusCode >= 400 {
 		return 0, fmt.Errorf("%d %s for url: %s", resp.StatusCode, http.StatusText(resp.StatusCode), url)
 	}
-	n, err := saveFile(p, resp.Body)
+	n, err := s.saveFile(p, resp.Body)
 	if err != nil {
 		return n, err
 	}
@@ -883,13 +919,8 @@ func download(ctx context.Context, url, p string) (int64, error) {
 }
 
 func (s *Server) openFile(w http.ResponseWriter, r *http.Request) {
-	m, ok := jsonBody(w, r)
+	path, ok := pathBody(w, r)
 	if !ok {
-		return
-	}
-	path := str(m, "path")
-	if path == "" {
-		text(w, 400, "Path not supplied!")
 		return
 	}
 	p := expand(path)
@@ -1029,6 +1060,7 @@ func (s *Server) runPython(w http.ResponseWriter, r *http.Request) {
 		reply(w, 500, obj{"status": "error", "message": "Execution error: " + err.Error(), "error": err.Error(), "need_more": false, "output": nil})
 		return
 	}
+	s.own(p)
 	py := "/usr/bin/python3" // OSWorld's, when there is one
 	if !isExecutable(py) {
 		py = cmp.Or(s.python3, "python3")
@@ -1093,6 +1125,7 @@ func (s *Server) runBashScript(w http.ResponseWriter, r *http.Request) {
 		fail(500, err.Error())
 		return
 	}
+	s.own(p)
 	res, err := s.run(r.Context(), []string{"/bin/bash", p}, false, time.Duration(timeout*float64(time.Second)), true, dir)
 	if err != nil {
 		if errors.As(err, new(timeoutError)) {

@@ -156,6 +156,9 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		stage = rootlessStageDir
 	}
 	userns := rootless || s.UserNS || s.ForkOf != nil
+	if s.Setuid && (userns || s.Zygote || s.RootInPlace) {
+		return nil, fmt.Errorf("%w: set-user-ID programs (setuid) are for a sandbox of root's over tine's own overlay root: not with a user namespace, a zygote or an in-place root", ErrInvalidSpec)
+	}
 	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
@@ -227,7 +230,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 			// fail on a directory that does not exist.
 			return nil, fmt.Errorf("%w: the root stacks %d layers (%d bytes of overlay options; one mount takes %d): too many to mount (images are flattened to fit; a stack of snapshots is not)", ErrInvalidSpec, len(lowers), len(ovl), maxMountData)
 		}
-		mount("overlay", R, "overlay", nsd, ovl)
+		rootFlags := uintptr(nsd)
+		if s.Setuid {
+			rootFlags = unix.MS_NODEV // sudo's set-user-ID bit counts (Spec.Setuid)
+		}
+		mount("overlay", R, "overlay", rootFlags, ovl)
 		if s.ForkOf != nil {
 			// A live fork's child: the steps so far run before its user
 			// namespace exists (nestedHop), with the host's privilege, as

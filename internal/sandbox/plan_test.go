@@ -201,3 +201,48 @@ func TestPlanBindTargetsResolvedInsideTheRoot(t *testing.T) {
 		t.Errorf("symlink source: got %v", err)
 	}
 }
+
+// Setuid takes nosuid off the root's overlay only (a bind keeps it; /tmp,
+// a bind of the stage's nosuid tmpfs, is checked running, in
+// TestSetuidProgramsBecomeTheSandboxsRoot), and is refused where its
+// walls are not the ones it was made for.
+func TestPlanSetuid(t *testing.T) {
+	root := func(p *Plan) Step {
+		i := stepIndex(p, func(s Step) bool { return s.FSType == "overlay" && s.Target == p.Root })
+		if i < 0 {
+			t.Fatal("no root overlay")
+		}
+		return p.Steps[i]
+	}
+	plain, err := NewPlan(&Spec{Args: []string{"true"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root(plain).Flags&unix.MS_NOSUID == 0 {
+		t.Fatal("the default root overlay is mounted without nosuid")
+	}
+	dir := t.TempDir()
+	p, err := NewPlan(&Spec{Args: []string{"true"}, Setuid: true, Binds: []Bind{{Source: dir, Target: "/data"}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := root(p).Flags; f&unix.MS_NOSUID != 0 || f&unix.MS_NODEV == 0 {
+		t.Fatalf("setuid root overlay flags %#x, want nodev without nosuid", f)
+	}
+	for _, s := range p.Steps {
+		if s.Target == p.Root+"/data" && s.Kind == StepBind && s.Flags&unix.MS_NOSUID == 0 {
+			t.Errorf("%v lost nosuid", s)
+		}
+	}
+	for name, s := range map[string]*Spec{
+		"userns": {Args: []string{"true"}, Setuid: true, UserNS: true},
+		"zygote": {Setuid: true, Zygote: true},
+	} {
+		if _, err := NewPlan(s, false); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "setuid") {
+			t.Errorf("%s: %v, want an invalid-spec error naming setuid", name, err)
+		}
+	}
+	if _, err := NewPlan(&Spec{Args: []string{"true"}, Setuid: true}, true); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("rootless: %v, want an invalid-spec error", err)
+	}
+}

@@ -417,13 +417,18 @@ func (pg *program) moveDescriptors(in inputs) {
 }
 
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
-// order, since each later step would forbid an earlier one.
+// order, since each later step would forbid an earlier one. Without
+// no_new_privs (Spec.Setuid) seccomp is loaded before the capabilities
+// go, since loading a filter then needs CAP_SYS_ADMIN; the filter allows
+// the prctl and capset that follow (runc's order in that case).
 func (pg *program) addWalls(p *Plan, in inputs) {
 	// The reaper keeps the same credentials as the command it reaps; not
 	// dumpable, it cannot be ptraced (or its memory read) by that command.
 	// The command itself becomes dumpable again at execve.
 	pg.addSetup("make the reaper undumpable", sys(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0))
-	pg.addSetup("set no_new_privs", sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+	if !p.Spec.Setuid {
+		pg.addSetup("set no_new_privs", sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+	}
 	if in.ruleset >= 0 {
 		for _, r := range p.Landlock {
 			attr := &landlock.PathBeneathAttr{Allowed: landlock.Supported(r.Rights, in.landlockABI)}
@@ -439,6 +444,9 @@ func (pg *program) addWalls(p *Plan, in inputs) {
 		pg.addSetup("landlock: restrict", sys(unix.SYS_LANDLOCK_RESTRICT_SELF, slotRuleset, 0))
 		pg.addSetup("landlock: close ruleset", sys(unix.SYS_CLOSE, slotRuleset))
 	}
+	if p.Spec.Setuid {
+		pg.addSeccomp(in.filter)
+	}
 	for _, c := range in.dropCaps {
 		pg.addSetup("drop capabilities", sys(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0).tolerating(unix.EINVAL))
 	}
@@ -448,13 +456,21 @@ func (pg *program) addWalls(p *Plan, in inputs) {
 		{Effective: uint32(in.keepCaps >> 32), Permitted: uint32(in.keepCaps >> 32), Inheritable: uint32(in.keepCaps >> 32)},
 	}
 	pg.addSetup("set capabilities", sys(unix.SYS_CAPSET, pg.ptr(hdr, unsafe.Pointer(hdr)), pg.ptr(data, unsafe.Pointer(data))))
-	if len(in.filter) > 0 {
-		prog := &unix.SockFprog{Len: uint16(len(in.filter)), Filter: &in.filter[0]}
-		pg.keep = append(pg.keep, in.filter)
-		pg.addSetup("load seccomp filter", sys(unix.SYS_SECCOMP, 1 /* SECCOMP_SET_MODE_FILTER */, 0, pg.ptr(prog, unsafe.Pointer(prog))))
+	if !p.Spec.Setuid {
+		pg.addSeccomp(in.filter)
 	}
 	// The reaper waits for every signal but the two it cannot block.
 	pg.waitSet = ^uint64(0) &^ (1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1))
+}
+
+// addSeccomp loads the sandbox's seccomp filter, if it has one.
+func (pg *program) addSeccomp(filter []unix.SockFilter) {
+	if len(filter) == 0 {
+		return
+	}
+	prog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	pg.keep = append(pg.keep, filter)
+	pg.addSetup("load seccomp filter", sys(unix.SYS_SECCOMP, 1 /* SECCOMP_SET_MODE_FILTER */, 0, pg.ptr(prog, unsafe.Pointer(prog))))
 }
 
 // addCommandProcess adds what the forked command process runs before
@@ -563,6 +579,12 @@ func (pg *program) stepOp(st Step) ([]op, error) {
 		return pg.beneathOps(st)
 	}
 	o, err := pg.pathOp(st)
+	if err == nil && st.Kind == StepMknod {
+		// mknod applies the umask (tine's, 022 from a shell): the node's
+		// mode is set exactly, or /dev/null would be 0644 and unwritable
+		// for any user but root (an image's USER, a desktop's session).
+		return []op{o, sys(unix.SYS_FCHMODAT, atFdcwd, pg.cstr(st.Target), uintptr(st.Mode&0o7777))}, nil
+	}
 	return []op{o}, err
 }
 

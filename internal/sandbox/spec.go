@@ -111,6 +111,12 @@ type Spec struct {
 	// User, when set, runs the command as that user (an image's USER);
 	// otherwise it runs as the sandbox's root.
 	User *User
+	// Setuid lets set-user-ID programs work inside (sudo in an OSWorld
+	// desktop): no no_new_privs, and the root's overlay without nosuid.
+	// What such a program gains is bounded by the rest of the walls — the
+	// capability bounding set, seccomp, Landlock, the namespaces — as the
+	// sandbox's root is; Docker runs containers so by default.
+	Setuid bool
 	// Zygote makes a live sandbox for a warm function: what PID 1 launches
 	// may fork requests that wall themselves in (RequestWalls) before user
 	// code runs. PID 1 therefore has no Landlock domain (a domain forbids

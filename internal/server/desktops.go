@@ -102,6 +102,7 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 		req.Image, sbReq.Image = digest, digest // its snapshots fork from this very image
 	}
 	spec.User = nil // the guest runs as root, as over the host's root
+	spec.Setuid = sessionSetuid(&req)
 	b, err := s.startBox(sbReq, spec)
 	if err != nil {
 		lease.Release()
@@ -120,6 +121,14 @@ func (s *Server) createDesktop(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusCreated, s.desktopInfo(b))
 	return nil
 }
+
+// OSWorldUser is the account an OSWorld desktop's session runs as (its
+// VMs' `user`, password `password`, with sudo).
+const OSWorldUser = "user"
+
+// sessionSetuid says whether a desktop's sandbox lets set-user-ID programs
+// work: an OSWorld desktop's user has sudo, as on OSWorld's VMs.
+func sessionSetuid(req *api.DesktopSpec) bool { return req.OSWorld }
 
 // bootDesktop starts the guest (Xvfb, the window manager, the apps) in b
 // and makes b a desktop once it is ready; its ready time counts from t0.
@@ -195,6 +204,9 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	}
 	if req.A11y || req.OSWorld {
 		args = append(args, "--a11y")
+	}
+	if req.OSWorld {
+		args = append(args, "--user", OSWorldUser)
 	}
 	for _, app := range req.Apps {
 		j, _ := json.Marshal(app)

@@ -363,6 +363,9 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 	for _, d := range sn.Layers {
 		spec.Layers = append(spec.Layers, c.Layers.Path(d))
 	}
+	if rec.Desktop != nil {
+		spec.Setuid = sessionSetuid(rec.Desktop)
+	}
 	if adjust != nil {
 		adjust(spec)
 	}

@@ -37,14 +37,17 @@ const dumpTimeout = 30 * time.Second
 type Bus struct {
 	// Env is what the desktop's processes need to reach it and to export
 	// their accessibility trees.
-	Env []string
-	dir string
-	cmd *exec.Cmd
+	Env  []string
+	dir  string
+	cmd  *exec.Cmd
+	cred *syscall.Credential
 }
 
 // Start starts a session bus in a fresh runtime directory and waits until
-// it listens.
-func Start(ctx context.Context) (*Bus, error) {
+// it listens. With cred the bus, its runtime directory and what it
+// activates belong to that user (a bus lets only its own user connect):
+// the desktop's session account. What it activates runs on display.
+func Start(ctx context.Context, cred *syscall.Credential, display string) (*Bus, error) {
 	daemon, err := exec.LookPath("dbus-daemon")
 	if err != nil {
 		return nil, fmt.Errorf("the accessibility tree needs a session bus: dbus-daemon is not installed (Debian packages dbus and at-spi2-core)")
@@ -53,10 +56,16 @@ func Start(ctx context.Context) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("the session bus's directory: %w", err)
+		}
+	}
 	addr := "unix:path=" + filepath.Join(dir, "bus")
 	cmd := exec.Command(daemon, "--session", "--nofork", "--nopidfile", "--address="+addr, "--print-address=1")
-	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+dir, "DISPLAY="+display)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -68,7 +77,7 @@ func Start(ctx context.Context) (*Bus, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start the session bus: %w", err)
 	}
-	b := &Bus{dir: dir, cmd: cmd}
+	b := &Bus{dir: dir, cmd: cmd, cred: cred}
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(out).ReadString('\n')
@@ -121,13 +130,14 @@ type Node struct {
 	Children   []*Node     `json:"children"`
 }
 
-// Dump reads the tree of every application on the bus (env: Bus.Env and
-// DISPLAY).
-func Dump(ctx context.Context, env []string) ([]*Node, error) {
+// Dump reads the tree of every application on the bus (display: the X
+// display's name), as the bus's user.
+func (b *Bus) Dump(ctx context.Context, display string) ([]*Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, dumpTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, Python, "-c", dumpScript)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), b.Env...), "DISPLAY="+display)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {

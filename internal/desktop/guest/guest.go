@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tine-run/tine/internal/aci"
 	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/x11"
@@ -59,6 +61,12 @@ type Options struct {
 	// OSWorld, when set, is a unix socket to serve OSWorld's guest API on
 	// (internal/osworld).
 	OSWorld string
+	// User, when set, is the account the session runs as (EnsureAccount
+	// makes it in the desktop's /etc): the window manager, the apps, the
+	// session bus, and OSWorld's commands; the guest itself, the X server
+	// and the ACI's exec stay root. Only inside a sandbox (Run refuses it
+	// over a root that is not an overlay).
+	User string
 	// Timeout bounds the start (default 30 s).
 	Timeout time.Duration
 }
@@ -89,24 +97,21 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 			c.Wait()
 		}
 	}()
-	var bus *a11y.Bus
-	if o.A11y {
+	var acct *Account
+	var cred *syscall.Credential // the session's processes', nil: the guest's own
+	if o.User != "" {
 		var err error
-		bus, err = a11y.Start(start)
-		switch {
-		case err != nil && o.OSWorld == "":
+		if acct, err = sessionAccount(o); err != nil {
 			return err
-		case err != nil:
-			// OSWorld's API works without the tree; /accessibility says why.
-			fmt.Fprintf(os.Stderr, "tine guest: no accessibility tree: %v\n", err)
 		}
-	}
-	if bus != nil {
-		defer bus.Close()
-		// Every process the desktop starts (apps, launch, exec, OSWorld's
-		// commands) inherits the bus; restored when the guest ends, for
-		// guests run inside a test binary.
-		defer setenv(bus.Env)()
+		cred = acct.Credential()
+		// Every process the guest starts sees the account's home (OSWorld's
+		// `~`, desktop_path) and starts in it (a terminal's first prompt is
+		// `user@host:~$`); restored when the guest ends.
+		defer setenv(acct.Env())()
+		if err := os.Chdir(acct.Home); err != nil {
+			return fmt.Errorf("session user %s: %w", o.User, err)
+		}
 	}
 	display := o.Display
 	framebuffer := -1
@@ -131,6 +136,27 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		}
 		children = append(children, x.Cmd)
 		display, framebuffer, framebufferFile = x.Display, x.Framebuffer, x.FramebufferFile
+	}
+	// The bus starts once the display is known: what it activates (the
+	// AT-SPI registry, gnome-terminal-server) needs DISPLAY.
+	var bus *a11y.Bus
+	if o.A11y {
+		var err error
+		bus, err = a11y.Start(start, cred, display)
+		switch {
+		case err != nil && o.OSWorld == "":
+			return err
+		case err != nil:
+			// OSWorld's API works without the tree; /accessibility says why.
+			fmt.Fprintf(os.Stderr, "tine guest: no accessibility tree: %v\n", err)
+		}
+	}
+	if bus != nil {
+		defer bus.Close()
+		// Every process the desktop starts (apps, launch, exec, OSWorld's
+		// commands) inherits the bus; restored when the guest ends, for
+		// guests run inside a test binary.
+		defer setenv(bus.Env)()
 	}
 	d, err := x11.Connect(display, x11.Options{NoSHM: o.NoSHM})
 	if err != nil {
@@ -160,7 +186,7 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		wm = []string{"openbox", "--sm-disable"}
 	}
 	if wm[0] != "none" {
-		c, err := launch(display, wm)
+		c, err := launch(display, wm, cred)
 		if err != nil {
 			return err
 		}
@@ -180,7 +206,7 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 		for _, w := range before {
 			known[w.ID] = true
 		}
-		c, err := launch(display, app)
+		c, err := launch(display, app, cred)
 		if err != nil {
 			return err
 		}
@@ -211,13 +237,13 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	as := &aci.Server{D: d}
 	var tree func(ctx context.Context) ([]*a11y.Node, error)
 	if bus != nil {
-		env := append(bus.Env, "DISPLAY="+display)
-		tree = func(ctx context.Context) ([]*a11y.Node, error) { return a11y.Dump(ctx, env) }
+		tree = func(ctx context.Context) ([]*a11y.Node, error) { return bus.Dump(ctx, display) }
 		as.A11y = tree
 	}
+	d.SetLaunchCredential(cred)
 	srv := &http.Server{Handler: as}
 	if o.OSWorld != "" {
-		stop, err := serveOSWorld(d, o.OSWorld, tree)
+		stop, err := serveOSWorld(d, o.OSWorld, tree, cred, o.Display == "")
 		if err != nil {
 			l.Close()
 			return err
@@ -245,11 +271,25 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	return nil
 }
 
-// launch starts argv on display in a process group of its own.
-func launch(display string, argv []string) (*exec.Cmd, error) {
+// sessionAccount makes o.User's account, refusing where / is not a
+// sandbox's overlay: on a host it would write the host's /etc.
+func sessionAccount(o Options) (*Account, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/", &st); err != nil {
+		return nil, fmt.Errorf("session user %s: %w", o.User, err)
+	}
+	if st.Type != unix.OVERLAYFS_SUPER_MAGIC || o.Display != "" {
+		return nil, fmt.Errorf("session user %s: the guest makes accounts only in a desktop sandbox of its own (its root an overlay, no --display): here it would write this machine's /etc", o.User)
+	}
+	return EnsureAccount("/", o.User)
+}
+
+// launch starts argv on display in a process group of its own, as cred
+// (nil: as the guest).
+func launch(display string, argv []string, cred *syscall.Credential) (*exec.Cmd, error) {
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Env = append(os.Environ(), "DISPLAY="+display)
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if err := c.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
@@ -257,11 +297,19 @@ func launch(display string, argv []string) (*exec.Cmd, error) {
 }
 
 // serveOSWorld serves OSWorld's guest API on a unix socket until stop.
-func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*a11y.Node, error)) (stop func(), err error) {
+func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*a11y.Node, error), cred *syscall.Credential, painted bool) (stop func(), err error) {
 	os.Remove(socket)
 	l, err := net.Listen("unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	if cred != nil {
+		// tine's pyautogui module, in the session user's python3, calls
+		// back through it.
+		if err := os.Chmod(socket, 0o666); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("open %s to the session user: %w", socket, err)
+		}
 	}
 	ow, err := osworld.New(d, socket)
 	if err != nil {
@@ -269,6 +317,14 @@ func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*
 		return nil, err
 	}
 	ow.A11y = tree
+	ow.Cred = cred
+	if painted {
+		if err := ow.DefaultWallpaper(Backdrop); err != nil {
+			ow.Close()
+			l.Close()
+			return nil, err
+		}
+	}
 	srv := &http.Server{Handler: ow}
 	go srv.Serve(l)
 	return func() {

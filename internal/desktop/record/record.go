@@ -1,26 +1,29 @@
-// Package record films a display into an H.264 mp4: the guest captures
-// frames itself (from Xvfb's framebuffer where it can, the same capture
-// screenshots use) and pipes them raw to Debian's ffmpeg, which only
-// encodes. No second X client grabs the screen, and the cursor is drawn in
-// as screenshots draw it.
+// Package record films a display into an H.264 mp4 with Debian's ffmpeg,
+// which grabs the screen itself (x11grab, OSWorld's way: a second X client
+// reading the screen through MIT-SHM) and encodes at a constant frame
+// rate, repeating a frame when a grab is late so the video keeps the wall
+// clock. That costs less CPU than the guest capturing and piping raw
+// frames to ffmpeg (ADR 0020: the pipe's two copies of every frame cost
+// more than the X server's one).
 package record
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"image"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tine-run/tine/internal/capped"
-	"github.com/tine-run/tine/internal/desktop/frame"
 	"github.com/tine-run/tine/internal/desktop/x11"
 )
 
@@ -28,8 +31,10 @@ import (
 const (
 	DefaultFPS = 15
 	MaxFPS     = 60
-	// stopTimeout bounds ffmpeg's finishing the file.
-	stopTimeout = 30 * time.Second
+	// stopTimeout bounds ffmpeg's finishing the file, startTimeout its
+	// first frame.
+	stopTimeout  = 30 * time.Second
+	startTimeout = 30 * time.Second
 )
 
 // ErrNoFFmpeg is a recording asked for where ffmpeg is not installed.
@@ -44,22 +49,21 @@ type Options struct {
 
 // Recorder is one recording in progress.
 type Recorder struct {
-	d      *x11.Display
-	o      Options
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr *capped.Buffer
-	stop   chan struct{}
-	done   chan error // the capture loop's end
-	once   sync.Once
-	result error
-	ended  atomic.Bool // the capture loop ended (stopped, or ffmpeg died)
+	o       Options
+	cmd     *exec.Cmd
+	stderr  *capped.Buffer
+	frames  atomic.Int64  // output frames so far, from ffmpeg's progress
+	exited  chan struct{} // closed when ffmpeg has exited
+	waitErr error
+	once    sync.Once
+	result  error
 
-	Frames  int // written to ffmpeg, when stopped
+	Frames  int // in the file, when stopped
 	Started time.Time
 }
 
-// Start starts filming d into o.Path.
+// Start starts filming d into o.Path and returns once ffmpeg has grabbed
+// its first frame, so that what happens after Start is in the video.
 func Start(d *x11.Display, o Options) (*Recorder, error) {
 	if o.FPS == 0 {
 		o.FPS = DefaultFPS
@@ -75,116 +79,99 @@ func Start(d *x11.Display, o Options) (*Recorder, error) {
 		return nil, ErrNoFFmpeg
 	}
 	w, h := d.Size()
+	fps := strconv.Itoa(o.FPS)
+	mouse := "0"
+	if o.Cursor {
+		mouse = "1"
+	}
 	// libx264 with yuv420p wants even dimensions: the odd row or column is
-	// cropped.
-	cmd := exec.Command(ffmpeg, "-hide_banner", "-loglevel", "error", "-y",
-		"-f", "rawvideo", "-pix_fmt", "bgr0", "-video_size", fmt.Sprintf("%dx%d", w, h), "-framerate", fmt.Sprint(o.FPS), "-i", "pipe:0",
+	// cropped. fps_mode cfr repeats frames a late grab missed (and drops
+	// extra ones), so frames / fps is the wall-clock duration.
+	cmd := exec.Command(ffmpeg, "-hide_banner", "-loglevel", "error", "-nostdin", "-nostats", "-y",
+		"-f", "x11grab", "-draw_mouse", mouse, "-framerate", fps, "-video_size", fmt.Sprintf("%dx%d", w, h), "-i", d.Name(),
 		"-vf", "crop=trunc(iw/2)*2:trunc(ih/2)*2", "-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p",
-		"-movflags", "+faststart", "-f", "mp4", o.Path)
-	stdin, err := cmd.StdinPipe()
+		"-fps_mode", "cfr", "-r", fps, "-movflags", "+faststart",
+		"-progress", "pipe:1", "-stats_period", "0.05", "-f", "mp4", o.Path)
+	progress, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	if f, ok := stdin.(*os.File); ok {
-		// A frame is megabytes: a pipe of the default 64 KiB would take
-		// dozens of wake-ups on each side per frame.
-		growPipe(f)
-	}
-	r := &Recorder{d: d, o: o, cmd: cmd, stdin: stdin, stderr: capped.New(16 << 10), stop: make(chan struct{}), done: make(chan error, 1)}
+	r := &Recorder{o: o, cmd: cmd, stderr: capped.New(16 << 10), exited: make(chan struct{})}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start ffmpeg: %w", err)
 	}
-	r.Started = time.Now()
-	go func() {
-		err := r.loop()
-		r.ended.Store(true)
-		r.done <- err
-	}()
-	return r, nil
-}
-
-// loop captures a frame each tick and writes it; when the capture falls
-// behind, it writes the last frame again, so the video keeps the
-// wall-clock timeline (duration = frames / fps).
-func (r *Recorder) loop() error {
-	period := time.Second / time.Duration(r.o.FPS)
-	var bufs [2]*frame.Frame
-	var last *frame.Frame
-	t := time.NewTicker(period)
-	defer t.Stop()
-	var version uint64
-	var pointer x11.Point
-	for i := 0; ; i++ {
-		// An unchanged screen (DAMAGE reports nothing drawn, the pointer
-		// where it was) is the last frame again: no capture.
-		v := r.d.ScreenVersion()
-		var p x11.Point
-		if r.o.Cursor {
-			p, _ = r.d.CursorPosition()
-		}
-		if last == nil || !r.d.Damage() || v != version || p != pointer {
-			f, err := r.d.CaptureInto(bufs[i%2], image.Rectangle{}, r.o.Cursor)
-			if err != nil {
-				return fmt.Errorf("capture: %w", err)
-			}
-			bufs[i%2], last = f, f
-			version, pointer = v, p
-		}
-		due := int(time.Since(r.Started)/period) + 1
-		for r.Frames < due {
-			if err := writeFrame(r.stdin, last); err != nil {
-				return fmt.Errorf("write a frame to ffmpeg: %w", err)
-			}
-			r.Frames++
-		}
-		select {
-		case <-r.stop:
-			return nil
-		case <-t.C:
-		}
+	first := make(chan struct{})
+	go r.readProgress(progress, first)
+	select {
+	case <-first:
+		r.Started = time.Now()
+		return r, nil
+	case <-r.exited:
+		return nil, fmt.Errorf("ffmpeg: %v: %s", r.waitErr, bytes.TrimSpace(r.stderr.Bytes()))
+	case <-time.After(startTimeout):
+		cmd.Process.Kill()
+		<-r.exited
+		return nil, fmt.Errorf("ffmpeg grabbed no frame in %s: %s", startTimeout, bytes.TrimSpace(r.stderr.Bytes()))
 	}
 }
 
-func writeFrame(w io.Writer, f *frame.Frame) error {
-	if f.Stride == f.Width*4 {
-		_, err := w.Write(f.Pix[:f.Width*f.Height*4])
-		return err
-	}
-	for y := range f.Height {
-		if _, err := w.Write(f.Pix[y*f.Stride : y*f.Stride+f.Width*4]); err != nil {
-			return err
+// readProgress follows ffmpeg's -progress blocks (key=value lines; frame=
+// counts the frames written) until ffmpeg ends, closing first at the first
+// frame and exited once it has exited.
+func (r *Recorder) readProgress(progress io.Reader, first chan struct{}) {
+	sc := bufio.NewScanner(progress)
+	seen := false
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "frame=")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			r.frames.Store(n)
+			if n > 0 && !seen {
+				seen = true
+				close(first)
+			}
 		}
 	}
-	return nil
+	io.Copy(io.Discard, progress)
+	r.waitErr = r.cmd.Wait()
+	close(r.exited)
 }
 
 // Running says whether the recording still goes on (ffmpeg may have died).
-func (r *Recorder) Running() bool { return !r.ended.Load() }
+func (r *Recorder) Running() bool {
+	select {
+	case <-r.exited:
+		return false
+	default:
+		return true
+	}
+}
 
-// Stop ends the recording and waits for ffmpeg to finish the file.
+// Stop ends the recording (SIGINT: ffmpeg finishes the file, as OSWorld
+// stops it) and waits for the file.
 func (r *Recorder) Stop(ctx context.Context) error {
 	r.once.Do(func() {
-		close(r.stop)
-		loopErr := <-r.done
-		r.stdin.Close()
-		wait := make(chan error, 1)
-		go func() { wait <- r.cmd.Wait() }()
+		r.cmd.Process.Signal(os.Interrupt)
 		ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 		defer cancel()
-		var err error
 		select {
-		case err = <-wait:
+		case <-r.exited:
 		case <-ctx.Done():
 			r.cmd.Process.Kill()
-			err = fmt.Errorf("ffmpeg did not finish the file in time: %w", <-wait)
+			<-r.exited
+			r.result = fmt.Errorf("ffmpeg did not finish the file in time: %s", bytes.TrimSpace(r.stderr.Bytes()))
+			return
 		}
-		if err != nil {
+		r.Frames = int(r.frames.Load())
+		// ffmpeg exits 255 on the SIGINT it was stopped with.
+		var exit *exec.ExitError
+		if err := r.waitErr; err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 255 && len(r.stderr.Bytes()) == 0) {
 			r.result = fmt.Errorf("ffmpeg: %v: %s", err, bytes.TrimSpace(r.stderr.Bytes()))
-		} else if loopErr != nil {
-			r.result = loopErr
 		}
-		if st, err := os.Stat(r.o.Path); r.result == nil && (err != nil || st.Size() == 0) {
+		if st, err := os.Stat(r.o.Path); r.result == nil && (err != nil || st.Size() == 0 || r.Frames == 0) {
 			r.result = fmt.Errorf("ffmpeg wrote no video: %s", bytes.TrimSpace(r.stderr.Bytes()))
 		}
 	})

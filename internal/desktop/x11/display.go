@@ -26,6 +26,7 @@ import (
 	"log"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/damage"
@@ -73,6 +74,8 @@ type Display struct {
 	regions   map[damage.Damage]*DamageRegion // screencasts' damage (damage_region.go)
 
 	closeOnce sync.Once
+
+	launchCred *syscall.Credential // Launch's (SetLaunchCredential)
 
 	evMu    sync.Mutex
 	changed chan struct{} // closed and replaced on every X event

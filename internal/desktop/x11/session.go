@@ -7,6 +7,8 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
+
+	"github.com/tine-run/tine/internal/desktop/frame"
 )
 
 // WaitWindowManager returns once a window manager manages windows: a probe
@@ -47,5 +49,39 @@ func (d *Display) PaintRoot(rgb uint32) error {
 	// The server's visual is 24-bit TrueColor (checked at Connect): the
 	// pixel value is the colour.
 	xproto.ChangeWindowAttributes(d.conn, d.root, xproto.CwBackPixel, []uint32{rgb})
+	return d.connErr(xproto.ClearAreaChecked(d.conn, false, d.root, 0, 0, 0, 0).Check())
+}
+
+// PaintRootPicture makes f, the screen's size, the root window's
+// background (a wallpaper) and repaints it. The pixmap goes up in strips
+// that each fit one request (PutImage has no BIG-REQUESTS here).
+func (d *Display) PaintRootPicture(f *frame.Frame) error {
+	if f.Width != d.width || f.Height != d.height {
+		return fmt.Errorf("root picture %dx%d: the screen is %dx%d", f.Width, f.Height, d.width, d.height)
+	}
+	pm, err := xproto.NewPixmapId(d.conn)
+	if err != nil {
+		return d.connErr(err)
+	}
+	gc, err := xproto.NewGcontextId(d.conn)
+	if err != nil {
+		return d.connErr(err)
+	}
+	xproto.CreatePixmap(d.conn, 24, pm, xproto.Drawable(d.root), uint16(d.width), uint16(d.height))
+	defer xproto.FreePixmap(d.conn, pm) // the root keeps its background
+	xproto.CreateGC(d.conn, gc, xproto.Drawable(pm), 0, nil)
+	defer xproto.FreeGC(d.conn, gc)
+	row := d.width * 4
+	maxBytes := int(xproto.Setup(d.conn).MaximumRequestLength)*4 - 64
+	strip := max(1, maxBytes/row)
+	for y := 0; y < d.height; y += strip {
+		n := min(strip, d.height-y)
+		pix := make([]byte, 0, n*row)
+		for r := y; r < y+n; r++ {
+			pix = append(pix, f.Pix[r*f.Stride:r*f.Stride+row]...)
+		}
+		xproto.PutImage(d.conn, xproto.ImageFormatZPixmap, xproto.Drawable(pm), gc, uint16(d.width), uint16(n), 0, int16(y), 0, 24, pix)
+	}
+	xproto.ChangeWindowAttributes(d.conn, d.root, xproto.CwBackPixmap, []uint32{uint32(pm)})
 	return d.connErr(xproto.ClearAreaChecked(d.conn, false, d.root, 0, 0, 0, 0).Check())
 }

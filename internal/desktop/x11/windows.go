@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jezek/xgb/xproto"
@@ -346,11 +347,18 @@ func (d *Display) waitFor(ctx context.Context, cond func() (bool, error)) error 
 	}
 }
 
+// SetLaunchCredential makes Launch start applications as cred (nil: as
+// this process): a desktop's session account.
+func (d *Display) SetLaunchCredential(cred *syscall.Credential) { d.launchCred = cred }
+
 // Launch starts an application on this display (DISPLAY set to it) and
 // returns at once; wait for its window with WaitForWindow.
 func (d *Display) Launch(name string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), "DISPLAY="+d.name)
+	if d.launchCred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.launchCred}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("launch %s: %w", name, err)
 	}

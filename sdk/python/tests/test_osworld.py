@@ -95,9 +95,12 @@ class OSWorldProviderTest(unittest.TestCase):
             res = ctl.execute_python_command("import platform; print(platform.system())")
             self.assertEqual(res["output"], "Linux\n")
 
-            self.assertEqual(ctl.upload("/root/saved.txt", b"before"), b"File Uploaded: 6 bytes")
+            # OSWorld's VM's session: user, at home.
+            res = ctl.execute_python_command("import getpass, os; print(getpass.getuser(), os.path.expanduser('~'))")
+            self.assertEqual(res["output"], "user /home/user\n")
+            self.assertEqual(ctl.upload("/home/user/saved.txt", b"before"), b"File Uploaded: 6 bytes")
             provider.save_state(path, "init_state")
-            ctl.upload("/root/later.txt", b"after")
+            ctl.upload("/home/user/later.txt", b"after")
             new = provider.revert_to_snapshot(path, "init_state")
             self.assertNotEqual(new, path)
             with tine.Client(d.socket) as c:
@@ -109,8 +112,11 @@ class OSWorldProviderTest(unittest.TestCase):
             provider.start_emulator(path, True, "Ubuntu")
             ip, server, *_ = provider.get_ip_address(path).split(":")
             ctl = Controller(ip, server)
-            self.assertEqual(ctl.get_file("/root/saved.txt"), b"before")
-            self.assertIsNone(ctl.get_file("/root/later.txt"))
+            self.assertEqual(ctl.get_file("/home/user/saved.txt"), b"before")
+            self.assertIsNone(ctl.get_file("/home/user/later.txt"))
+            # The fork keeps the account (its guest finds it in the layers).
+            res = ctl.execute_python_command("import getpass; print(getpass.getuser())")
+            self.assertEqual(res["output"], "user\n")
             self.assertEqual(ctl.execute_python_command("pyautogui.click(10, 10)")["returncode"], 0)
         finally:
             provider.stop_emulator(path)
