@@ -6,6 +6,7 @@ package sandbox
 
 import (
 	"fmt"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -90,6 +91,7 @@ type inputs struct {
 	// namespace's root once it is mapped.
 	asRoot      bool
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
+	cgroupFS    []cgroupFSMount
 	filter      []unix.SockFilter
 	keepCaps    uint64
 	dropCaps    []int
@@ -248,7 +250,9 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	pg.addSetup("detach old root", sys(unix.SYS_UMOUNT2, dot, unix.MNT_DETACH))
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr("/")))
 
-	pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
+	if p.Spec.UTSNS == nil || p.Spec.Hostname != "" {
+		pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
+	}
 	if in.userns {
 		ifr := &ifreqFlags{flags: unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING}
 		copy(ifr.name[:], "lo")
@@ -259,11 +263,12 @@ func compileBoot(p *Plan, in inputs) (*program, error) {
 	if in.newCgroupNS {
 		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
 	}
+	pg.addCgroupFS(in.cgroupFS)
 	if c := p.command(); c != nil && c.tty {
 		pg.addPTY(c.size)
 	}
 	pg.addWalls(p, in)
-	pg.addCommandProcess(p.command(), false, !in.userns)
+	pg.addCommandProcess(p.command(), false, !in.userns, p.Spec.OOMScoreAdj)
 	if in.launch >= 0 {
 		var err error
 		if pg.resident, pg.residentMem, err = newResident(); err != nil {
@@ -310,7 +315,7 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 		pg.addPTY(cmd.size)
 	}
 	pg.addWalls(p, in)
-	pg.addCommandProcess(cmd, true, !in.userns)
+	pg.addCommandProcess(cmd, true, !in.userns, p.Spec.OOMScoreAdj)
 	return pg, nil
 }
 
@@ -449,7 +454,7 @@ func (pg *program) addWalls(p *Plan, in inputs) {
 // execve: its own session, stdio, default signal handling, and (resetOOM)
 // the default OOM score its reaper lowered. An exec's command also dies
 // with the child that reaps it (orphanedByParent).
-func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool) {
+func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool, oomScore int) {
 	if c == nil {
 		return
 	}
@@ -472,7 +477,8 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool
 	}
 	if resetOOM {
 		pg.addCommand("reset oom_score_adj", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/proc/self/oom_score_adj"), unix.O_WRONLY|unix.O_CLOEXEC).saving(1))
-		pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr("0"), 1).using(1, 0))
+		score := strconv.Itoa(oomScore)
+		pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr(score), uintptr(len(score))).using(1, 0))
 		pg.addCommand("reset oom_score_adj", sys(unix.SYS_CLOSE, 0).using(1, 0))
 	}
 	empty := new(uint64)

@@ -122,6 +122,16 @@ type Spec struct {
 	// lo down; egress: a veth to the host), joined instead of a fresh one
 	// with lo up. The caller keeps it open until the sandbox has started.
 	NetNS *os.File
+	// IPCNS and UTSNS are IPC and UTS namespaces joined instead of fresh
+	// ones (an OCI container's pod's, by path), for a detached sandbox
+	// only. With UTSNS and no Hostname, the namespace's host name is kept.
+	IPCNS, UTSNS *os.File
+	// CgroupFS shows the sandbox its own cgroup, read-only, at
+	// /sys/fs/cgroup (an OCI config's cgroup mount).
+	CgroupFS bool
+	// OOMScoreAdj is the command's oom_score_adj (PID 1, tine's reaper,
+	// keeps -1000).
+	OOMScoreAdj int
 }
 
 // StartSignal starts a detached sandbox's command (Spec.Detach).
@@ -259,6 +269,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.NetNS != nil && s.UserNS {
 		return fmt.Errorf("%w: a network other than loopback needs the host's user namespace: a sandbox in a user namespace of its own cannot join a namespace the host made (drop userns, or use the loopback network)", ErrInvalidSpec)
+	}
+	if (s.IPCNS != nil || s.UTSNS != nil) && (!s.Detach || s.UserNS) {
+		return fmt.Errorf("%w: joining an IPC or UTS namespace is for a detached sandbox in the host's user namespace", ErrInvalidSpec)
 	}
 	if len(s.Hostname) > 64 {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -299,7 +300,7 @@ naming it. See docs/kubernetes.md.`,
 		one("pause", "Freeze every process of a running container", (*oci.Runtime).Pause),
 		one("resume", "Thaw a paused container", (*oci.Runtime).Resume), feats,
 		newOCIExecCommand(rt, logged),
-		notYet("update", "changing a running container's resources"),
+		newUpdateCommand(rt, logged),
 		notYet("checkpoint", "CRIU checkpoints through the OCI path"),
 		notYet("restore", "CRIU restores through the OCI path"))
 	return cmd
@@ -408,5 +409,65 @@ waits and exits with the process's exit code.`,
 	f.StringVar(&cwd, "cwd", "", "working directory inside the container")
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for the command (repeatable)")
 	f.SetInterspersed(false)
+	return cmd
+}
+
+// newUpdateCommand is runc's update: the resources as runtime-spec JSON
+// (--resources FILE, or - for stdin, which containerd's shim uses), or
+// the memory, cpu and pids flags.
+func newUpdateCommand(rt func() *oci.Runtime, logged func(func(*cobra.Command, []string) error) func(*cobra.Command, []string) error) *cobra.Command {
+	var file string
+	var memory, pids, cpuQuota int64
+	var cpuPeriod, cpuShares uint64
+	cmd := &cobra.Command{
+		Use:   "update [flags] ID",
+		Short: "Change a running container's memory, cpu and pids limits",
+		Args:  cobra.ExactArgs(1),
+		RunE: logged(func(cmd *cobra.Command, args []string) error {
+			var res specs.LinuxResources
+			if file != "" {
+				var b []byte
+				var err error
+				if file == "-" {
+					b, err = io.ReadAll(cmd.InOrStdin())
+				} else {
+					b, err = os.ReadFile(file)
+				}
+				if err != nil {
+					return fmt.Errorf("read --resources: %w", err)
+				}
+				if err := json.Unmarshal(b, &res); err != nil {
+					return fmt.Errorf("parse --resources: %w", err)
+				}
+			}
+			fl := cmd.Flags()
+			if fl.Changed("memory") {
+				res.Memory = &specs.LinuxMemory{Limit: &memory}
+			}
+			if fl.Changed("pids-limit") {
+				res.Pids = &specs.LinuxPids{Limit: pids}
+			}
+			if fl.Changed("cpu-quota") || fl.Changed("cpu-period") || fl.Changed("cpu-shares") {
+				res.CPU = &specs.LinuxCPU{}
+				if fl.Changed("cpu-quota") {
+					res.CPU.Quota = &cpuQuota
+				}
+				if fl.Changed("cpu-period") {
+					res.CPU.Period = &cpuPeriod
+				}
+				if fl.Changed("cpu-shares") {
+					res.CPU.Shares = &cpuShares
+				}
+			}
+			return rt().Update(args[0], &res)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "resources", "r", "", "the resources as runtime-spec JSON (linux.resources); - reads stdin")
+	f.Int64Var(&memory, "memory", 0, "memory limit in bytes")
+	f.Int64Var(&pids, "pids-limit", 0, "maximum number of processes")
+	f.Int64Var(&cpuQuota, "cpu-quota", 0, "CPU time in microseconds per --cpu-period")
+	f.Uint64Var(&cpuPeriod, "cpu-period", 0, "CPU quota period in microseconds (default 100000)")
+	f.Uint64Var(&cpuShares, "cpu-shares", 0, "CPU weight (2 to 262144)")
 	return cmd
 }
