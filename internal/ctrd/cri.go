@@ -24,7 +24,9 @@ type CRI struct {
 // StartCRI starts containerd with its CRI plugin on (for crictl, as a
 // kubelet drives it): everything under dir, no AppArmor, cgroupfs, the
 // streaming server (exec, attach) on a free loopback port, no CNI
-// configuration (host-network pods only), the runtime's state under dir.
+// configuration (host-network pods only), the runtime's state under dir,
+// OOM scores kept at or above containerd's own (restrict_oom_score_adj:
+// lowering them needs CAP_SYS_RESOURCE, which a CI container may lack).
 func StartCRI(dir string, cri CRI) (*Containerd, error) {
 	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Namespace: CRINamespace,
 		RuncRoot: filepath.Join(dir, "runc-root")}
@@ -36,7 +38,7 @@ func StartCRI(dir string, cri CRI) (*Containerd, error) {
 	p := `plugins."io.containerd.grpc.v1.cri"`
 	rt := p + `.containerd.runtimes.` + cri.Handler
 	tables := []string{
-		fmt.Sprintf("[%s]\n  sandbox_image = %q\n  disable_apparmor = true\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  enable_tls_streaming = false\n", p, cri.SandboxImage),
+		fmt.Sprintf("[%s]\n  sandbox_image = %q\n  disable_apparmor = true\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  enable_tls_streaming = false\n  restrict_oom_score_adj = true\n", p, cri.SandboxImage),
 		fmt.Sprintf("[%s.containerd]\n  snapshotter = \"overlayfs\"\n  default_runtime_name = %q\n", p, cri.Handler),
 		fmt.Sprintf("[%s]\n  runtime_type = \"io.containerd.runc.v2\"\n[%s.options]\n  BinaryName = %q\n  Root = %q\n  SystemdCgroup = false\n", rt, rt, cri.Binary, c.RuncRoot),
 		fmt.Sprintf("[%s.cni]\n  bin_dir = %q\n  conf_dir = %q\n", p, filepath.Join(dir, "cni-bin"), filepath.Join(dir, "cni-conf")),

@@ -333,8 +333,8 @@ func translateMounts(mounts []specs.Mount, s *sandbox.Spec, unsupported unsuppor
 		if bind && (typ == "" || typ == "none" || typ == "bind") {
 			typ = "bind"
 		}
-		if t, ok := ownMounts[dest]; ok && (t == typ || dest == "/dev/shm" && typ == "bind") {
-			continue // tine makes it (a shm bound from a pod's is one of its own)
+		if t, ok := ownMounts[dest]; ok && t == typ {
+			continue // tine makes it
 		}
 		switch typ {
 		case "cgroup", "cgroup2":

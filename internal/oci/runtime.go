@@ -106,6 +106,9 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 	if err := checkCommand(&c.Spec); err != nil {
 		return err
 	}
+	if err := checkOOMScore(c.Spec.OOMScoreAdj); err != nil {
+		return err
+	}
 	for t, path := range c.JoinNS {
 		f, err := openNamespace(t, path)
 		if err != nil {
@@ -309,7 +312,9 @@ func (r *Runtime) Kill(id string, sig syscall.Signal, all bool) error {
 		return err
 	}
 	if st.status() == specs.StateStopped {
-		return fmt.Errorf("container %s is not running", id)
+		// "container not running" is what containerd's shim looks for
+		// (checkKillError) to take a kill of an exited container as done.
+		return fmt.Errorf("signal container %s: container not running", id)
 	}
 	if all {
 		g, err := openGroup(st.CgroupPath)
