@@ -47,7 +47,7 @@ func cgroupFSMounts(h *cgroup.Host) []cgroupFSMount {
 // addCgroupFS mounts them, read-only, once the child is in its cgroup
 // namespace and its new root.
 func (pg *program) addCgroupFS(mounts []cgroupFSMount) {
-	const ro = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	const ro = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	for i, m := range mounts {
 		if m.mkdir {
 			pg.addSetup("make "+m.target, sys(unix.SYS_MKDIRAT, atFdcwd, pg.cstr(m.target), 0o755))
