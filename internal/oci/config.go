@@ -328,7 +328,10 @@ func translateMounts(mounts []specs.Mount, s *sandbox.Spec, unsupported unsuppor
 		if !filepath.IsAbs(dest) {
 			return fmt.Errorf("mount destination %q is not absolute", m.Destination)
 		}
-		flags, data, bind, ro := mountOptions(m.Options)
+		flags, data, bind, ro, propagation := mountOptions(m.Options)
+		if propagation != "" {
+			return unsupported("mount propagation %q at %s (a container's mounts are private)", propagation, dest)
+		}
 		typ := m.Type
 		if bind && (typ == "" || typ == "none" || typ == "bind") {
 			typ = "bind"
@@ -360,13 +363,15 @@ var mountFlags = map[string]uintptr{
 	"nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME, "strictatime": unix.MS_STRICTATIME,
 }
 
-func mountOptions(opts []string) (flags uintptr, data string, bind, ro bool) {
+func mountOptions(opts []string) (flags uintptr, data string, bind, ro bool, propagation string) {
 	var rest []string
 	for _, o := range opts {
 		switch o {
 		case "bind", "rbind":
 			bind = true
 		case "rw", "private", "rprivate", "suid", "dev", "exec", "atime":
+		case "shared", "rshared", "slave", "rslave", "unbindable", "runbindable":
+			propagation = o
 		default:
 			if f, ok := mountFlags[o]; ok {
 				flags |= f
@@ -376,5 +381,5 @@ func mountOptions(opts []string) (flags uintptr, data string, bind, ro bool) {
 			}
 		}
 	}
-	return flags, strings.Join(rest, ","), bind, ro
+	return flags, strings.Join(rest, ","), bind, ro, propagation
 }

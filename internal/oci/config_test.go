@@ -106,6 +106,9 @@ func TestTranslateRefuses(t *testing.T) {
 			}
 		}, "joining the pid namespace"},
 		{"host sysctl", func(c *specs.Spec) { c.Linux.Sysctl = map[string]string{"vm.overcommit_memory": "1"} }, "linux.sysctl vm.overcommit_memory: not a namespaced sysctl"},
+		{"shared propagation", func(c *specs.Spec) {
+			c.Mounts = append(c.Mounts, specs.Mount{Destination: "/mnt", Type: "bind", Source: "/etc", Options: []string{"rbind", "rshared"}})
+		}, `mount propagation "rshared" at /mnt`},
 		{"sysctl of the host's network", func(c *specs.Spec) {
 			c.Linux.Namespaces = slices.DeleteFunc(c.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.NetworkNamespace })
 			c.Linux.Sysctl = map[string]string{"net.ipv4.ip_forward": "1"}

@@ -245,6 +245,18 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
+// TestMountParentsMade: a tmpfs whose target's parents the rootfs lacks
+// is mounted, the parents made (runtime-tools' mounts case).
+func TestMountParentsMade(t *testing.T) {
+	r := newRuntime(t)
+	cfg := config("sh", "-c", `grep ' /new/deep/tmp tmpfs ' /proc/self/mounts && echo mounted`)
+	cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/new/deep/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid"}})
+	out, err := r.run("run", "--bundle", bundle(t, cfg), fmt.Sprintf("mnt-%d", os.Getpid()))
+	if err != nil || !strings.Contains(out, "mounted") {
+		t.Fatalf("tmpfs at /new/deep/tmp: %v\n%s", err, out)
+	}
+}
+
 func TestRunExitCodeAndWalls(t *testing.T) {
 	r := newRuntime(t)
 	b := bundle(t, config("sh", "-c", `hostname; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; cat /proc/kcore 2>&1 | head -c 20; echo; exit 7`))
