@@ -19,29 +19,27 @@ import (
 const crictlModule = "sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0"
 
 var crictlBuild struct {
-	once      sync.Once
-	dir, path string
-	err       error
+	once sync.Once
+	path string
+	err  error
 }
 
-// crictl builds crictl once per test binary, into a directory of its own
-// that TestMain's exit leaves to the OS's temp cleaning only if it fails
-// to remove it (the Go build cache makes later builds quick).
+// crictl builds crictl once per test binary, next to the test's tine (in
+// the directory TestMain removes); the Go build cache makes later builds
+// a link.
 func crictl(t *testing.T) string {
 	t.Helper()
 	require.Binary(t, "go")
 	b := &crictlBuild
 	b.once.Do(func() {
-		if b.dir, b.err = os.MkdirTemp("", "tine-crictl-"); b.err != nil {
-			return
-		}
+		dir := filepath.Dir(tineBin)
 		cmd := exec.Command("go", "install", crictlModule)
-		cmd.Env = append(os.Environ(), "GOBIN="+b.dir, "GOFLAGS=", "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go install %s: %v\n%s", crictlModule, err, out)
 			return
 		}
-		b.path = filepath.Join(b.dir, "crictl")
+		b.path = filepath.Join(dir, "crictl")
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
