@@ -2,7 +2,7 @@
 // (the runtime-spec), turns it into a detached sandbox (sandbox.Spec with
 // Detach), and keeps the containers' state under a root directory, for the
 // command line containerd's runc shim and CRI-O call (create, start,
-// state, kill, delete, ps, pause, resume, features).
+// state, kill, delete, exec, ps, pause, resume, update, features).
 package oci
 
 import (
