@@ -72,3 +72,27 @@ func (c *Containerd) Crictl(crictl string, args ...string) (string, error) {
 	b, _ := os.ReadFile(out.Name())
 	return strings.TrimSpace(string(b)), err
 }
+
+// RemoveCgroupTree removes the cgroup directory at path and the empty
+// groups below it, in every hierarchy: a pod's cgroup_parent, with what
+// a failed test's containers left there.
+func RemoveCgroupTree(path string) {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + path)
+	for _, d := range append(dirs, "/sys/fs/cgroup"+path) {
+		removeTree(d)
+	}
+}
+
+// removeTree removes the empty directories of a cgroup tree, deepest first.
+func removeTree(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			removeTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir)
+}

@@ -77,7 +77,7 @@ func startCRIPod(t *testing.T) *criPod {
 	p.c = c
 	t.Cleanup(func() {
 		c.Stop()
-		ctrd.RemoveEmptyCgroup(p.cgRoot)
+		ctrd.RemoveCgroupTree(p.cgRoot)
 	})
 	// The pause container waits: busybox's sleep, for as long as the pod lives.
 	if err := c.ImportBusybox(criPause, "sleep", "2147483647"); err != nil {
