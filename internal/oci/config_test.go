@@ -106,6 +106,10 @@ func TestTranslateRefuses(t *testing.T) {
 			}
 		}, "joining the pid namespace"},
 		{"host sysctl", func(c *specs.Spec) { c.Linux.Sysctl = map[string]string{"vm.overcommit_memory": "1"} }, "linux.sysctl vm.overcommit_memory: not a namespaced sysctl"},
+		{"hostname in the host's uts namespace", func(c *specs.Spec) {
+			c.Hostname = "renamed"
+			c.Linux.Namespaces = slices.DeleteFunc(c.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.UTSNamespace })
+		}, `hostname "renamed" without a uts namespace`},
 		{"shared propagation", func(c *specs.Spec) {
 			c.Mounts = append(c.Mounts, specs.Mount{Destination: "/mnt", Type: "bind", Source: "/etc", Options: []string{"rbind", "rshared"}})
 		}, `mount propagation "rshared" at /mnt`},
@@ -135,7 +139,7 @@ func TestTranslateRefuses(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error naming %q", err, tc.want)
 			}
-			if !errors.Is(err, ErrUnsupported) && tc.name != "extra capability" && tc.name != "bad oom score" && tc.name != "bad cpu shares" {
+			if !errors.Is(err, ErrUnsupported) && !slices.Contains([]string{"extra capability", "bad oom score", "bad cpu shares", "hostname in the host's uts namespace"}, tc.name) {
 				t.Errorf("%v is not ErrUnsupported", err)
 			}
 		})

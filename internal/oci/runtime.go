@@ -580,7 +580,7 @@ func openNamespace(t specs.LinuxNamespaceType, path string) (*os.File, error) {
 	}
 	if got, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE); err != nil || got != nsTypes[t] {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a %s namespace", path, t)
+		return nil, fmt.Errorf("%s: not a namespace of type %s", path, t)
 	}
 	return f, nil
 }

@@ -414,3 +414,43 @@ func writeFile(t *testing.T, content string) string {
 	}
 	return p
 }
+
+// TestJoinNamespacesByPath: a container joins another's uts and ipc
+// namespaces by path (as a pod's containers join the pause container's):
+// it has that one's host name, which it did not set, and the same
+// namespaces; one of another type at the path is refused.
+func TestJoinNamespacesByPath(t *testing.T) {
+	r := newRuntime(t)
+	pod := fmt.Sprintf("pod-%d", os.Getpid())
+	cfg := config("sleep", "3600")
+	cfg.Hostname = "the-pod"
+	cfg.Linux.CgroupsPath = "/tine-test/" + pod
+	r.must("create", "--bundle", bundle(t, cfg), pod)
+	t.Cleanup(func() { r.run("delete", "--force", pod) })
+	r.must("start", pod)
+	pid := r.state(pod).Pid
+
+	member := config("sh", "-c", `echo "host $(hostname) ipc $(readlink /proc/self/ns/ipc) uts $(readlink /proc/self/ns/uts)"`)
+	member.Hostname = ""
+	for i, n := range member.Linux.Namespaces {
+		if n.Type == specs.IPCNamespace || n.Type == specs.UTSNamespace {
+			member.Linux.Namespaces[i].Path = fmt.Sprintf("/proc/%d/ns/%s", pid, n.Type)
+		}
+	}
+	out, err := r.run("run", "--bundle", bundle(t, member), pod+"-member")
+	want := fmt.Sprintf("host the-pod ipc %s uts %s", nsLink(pid, "ipc"), nsLink(pid, "uts"))
+	if err != nil || !strings.Contains(out, want) {
+		t.Fatalf("member: %v\n%s\nwant %q", err, out, want)
+	}
+	if nsLink(pid, "ipc") == nsLink(os.Getpid(), "ipc") {
+		t.Fatal("the pod's ipc namespace is the host's: the check proves nothing")
+	}
+	for i, n := range member.Linux.Namespaces {
+		if n.Type == specs.IPCNamespace {
+			member.Linux.Namespaces[i].Path = fmt.Sprintf("/proc/%d/ns/net", pid)
+		}
+	}
+	if out, err := r.run("run", "--bundle", bundle(t, member), pod+"-wrong"); err == nil || !strings.Contains(out, "not a namespace of type ipc") {
+		t.Errorf("a net namespace as the ipc one: %v\n%s", err, out)
+	}
+}
