@@ -65,6 +65,9 @@ type CreateOptions struct {
 	Bundle        string
 	PidFile       string
 	ConsoleSocket string
+	// PreserveFDs passes this process's descriptors 3 to 3+N-1 to the
+	// container's command as its 3 to 3+N-1 (--preserve-fds).
+	PreserveFDs int
 }
 
 // Create sets a container up from its bundle: its PID 1 is made, in its
@@ -108,6 +111,14 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 	}
 	if err := checkOOMScore(c.Spec.OOMScoreAdj); err != nil {
 		return err
+	}
+	for i := 0; i < o.PreserveFDs; i++ {
+		f := os.NewFile(uintptr(3+i), fmt.Sprintf("preserved descriptor %d", 3+i))
+		var st unix.Stat_t
+		if f == nil || unix.Fstat(3+i, &st) != nil {
+			return fmt.Errorf("--preserve-fds %d: descriptor %d is not open", o.PreserveFDs, 3+i)
+		}
+		c.Spec.ExtraFiles = append(c.Spec.ExtraFiles, f)
 	}
 	for t, path := range c.JoinNS {
 		f, err := openNamespace(t, path)

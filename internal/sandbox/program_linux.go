@@ -49,6 +49,8 @@ type program struct {
 	// no parent-death signal, it waits for the parent's commit, and exits
 	// with the command's exit code instead of reporting it on a pipe.
 	detached bool
+	// extraBase and nextra are the slots of Spec.ExtraFiles in PID 1.
+	extraBase, nextra int
 	// startSet is a detached sandbox's start signal, which PID 1 waits for
 	// before it forks the command; 0 otherwise.
 	startSet uint64
@@ -102,6 +104,8 @@ type inputs struct {
 	// path.
 	binds  []int
 	nbinds int
+	// extra are the command's descriptors 3, 4, ... (Spec.ExtraFiles).
+	extra []int
 }
 
 func (pg *program) cstr(s string) uintptr {
@@ -387,7 +391,13 @@ func (pg *program) moveDescriptors(in inputs) {
 	for i, fd := range in.binds {
 		fds, slots = append(fds, fd), append(slots, slotBinds+i)
 	}
-	high := slotBinds + len(in.binds)
+	// The command's extra descriptors sit above the bind slots until the
+	// command's process moves them to 3, 4, ...
+	pg.extraBase, pg.nextra = slotBinds+in.nbinds, len(in.extra)
+	for i, fd := range in.extra {
+		fds, slots = append(fds, fd), append(slots, pg.extraBase+i)
+	}
+	high := pg.extraBase + pg.nextra
 	for _, fd := range fds {
 		high = max(high, fd+1)
 	}
@@ -406,7 +416,7 @@ func (pg *program) moveDescriptors(in inputs) {
 	for i := len(in.binds); i < in.nbinds; i++ {
 		pg.addSetup("move descriptors", sys(unix.SYS_DUP3, slotErr, uintptr(slotBinds+i), unix.O_CLOEXEC))
 	}
-	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotBinds+in.nbinds), ^uintptr(0)>>1, 0))
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(pg.extraBase+pg.nextra), ^uintptr(0)>>1, 0))
 }
 
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
@@ -483,7 +493,21 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool
 	}
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
-	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	if pg.nextra > 0 {
+		// A detached sandbox's PID 1 closed the error pipe (slot 3): the
+		// extra descriptors go to 3, 4, ..., through slots above them all
+		// (the two ranges may overlap), without close-on-exec.
+		tmp := pg.extraBase + pg.nextra
+		for i := 0; i < pg.nextra; i++ {
+			pg.addCommand("pass descriptors", sys(unix.SYS_DUP3, uintptr(pg.extraBase+i), uintptr(tmp+i), 0))
+		}
+		for i := 0; i < pg.nextra; i++ {
+			pg.addCommand("pass descriptors", sys(unix.SYS_DUP3, uintptr(tmp+i), uintptr(3+i), 0))
+		}
+		pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(3+pg.nextra), ^uintptr(0)>>1, 0))
+	} else {
+		pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	}
 	if u := c.user; u != nil {
 		// Groups first: setgroups and setresgid need the capabilities that
 		// setresuid to a non-zero uid drops.

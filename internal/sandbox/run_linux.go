@@ -131,6 +131,9 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	in.asRoot = userns && !rootless
 	in.narrowCaps(s.Capabilities)
+	for _, f := range s.ExtraFiles {
+		in.extra = append(in.extra, int(f.Fd()))
+	}
 	if s.CgroupFS && !rootless {
 		in.cgroupFS = cgroupFSMounts(h.cgroup)
 	}

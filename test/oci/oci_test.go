@@ -454,3 +454,37 @@ func TestJoinNamespacesByPath(t *testing.T) {
 		t.Errorf("a net namespace as the ipc one: %v\n%s", err, out)
 	}
 }
+
+// TestPreserveFDs: --preserve-fds N passes descriptors 3 to 3+N-1 to the
+// container's command as its own 3 to 3+N-1, and no other.
+func TestPreserveFDs(t *testing.T) {
+	r := newRuntime(t)
+	dir := t.TempDir()
+	var files []*os.File
+	for _, n := range []string{"three", "four", "five"} {
+		f, err := os.Create(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+	cfg := config("sh", "-c", `echo to-three >&3; echo to-four >&4; echo to-five >&5 || echo five-closed; ls /proc/self/fd | tr '\n' ' '`)
+	out, err := os.CreateTemp(dir, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(r.link, "--root", r.root, "run", "--preserve-fds", "2", "--bundle", bundle(t, cfg), fmt.Sprintf("fds-%d", os.Getpid()))
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = out, out, files // 3, 4 and 5; 5 is not preserved
+	err = cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	if err != nil || !strings.Contains(string(b), "five-closed") {
+		t.Fatalf("run --preserve-fds 2: %v\n%s", err, b)
+	}
+	for n, want := range map[string]string{"three": "to-three\n", "four": "to-four\n", "five": ""} {
+		if got, _ := os.ReadFile(filepath.Join(dir, n)); string(got) != want {
+			t.Errorf("%s got %q, want %q (output %s)", n, got, want, b)
+		}
+	}
+}

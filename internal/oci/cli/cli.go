@@ -121,9 +121,7 @@ naming it. See docs/kubernetes.md.`,
 		Short: "Make a container from a bundle; its command waits for start",
 		Args:  cobra.ExactArgs(1),
 		RunE: logged(func(cmd *cobra.Command, args []string) error {
-			if preserveFDs > 0 {
-				return errors.New("--preserve-fds: passing extra descriptors into a container is not supported")
-			}
+			co.PreserveFDs = preserveFDs
 			return rt().Create(args[0], co)
 		}),
 	}
@@ -133,7 +131,7 @@ naming it. See docs/kubernetes.md.`,
 		c.Flags().StringVar(&co.ConsoleSocket, "console-socket", "", "send the terminal's master to this unix socket (with process.terminal)")
 		c.Flags().BoolVar(&noPivot, "no-pivot", false, "accepted; tine always pivots into the root")
 		c.Flags().BoolVar(&noNewKeyring, "no-new-keyring", false, "accepted; tine makes no session keyring")
-		c.Flags().IntVar(&preserveFDs, "preserve-fds", 0, "refused when > 0")
+		c.Flags().IntVar(&preserveFDs, "preserve-fds", 0, "pass this many descriptors from 3 up to the container's command")
 	}
 	addCreateFlags(create)
 
@@ -143,6 +141,7 @@ naming it. See docs/kubernetes.md.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: logged(func(cmd *cobra.Command, args []string) error {
 			r, id := rt(), args[0]
+			co.PreserveFDs = preserveFDs
 			if err := r.Create(id, co); err != nil {
 				return err
 			}
