@@ -22,7 +22,11 @@ import (
 // Containerd is a running containerd and the ctr namespace its callers use.
 type Containerd struct {
 	Dir, Socket, Namespace string
-	cmd                    *exec.Cmd
+	// RuncRoot is where the runc shim's runtime keeps its state: the
+	// shim's default (/run/containerd/runc/NAMESPACE) for ctr, under Dir
+	// with the CRI plugin.
+	RuncRoot string
+	cmd      *exec.Cmd
 }
 
 // Binaries are what Start needs on PATH.
@@ -31,36 +35,50 @@ var Binaries = []string{"containerd", "ctr", "containerd-shim-runc-v2"}
 // Start starts containerd with everything under dir, and waits until it
 // answers.
 func Start(dir, namespace string) (*Containerd, error) {
+	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Namespace: namespace,
+		RuncRoot: filepath.Join("/run/containerd/runc", namespace)}
+	if err := c.start(c.config("disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// config is containerd's config with everything under Dir: top-level
+// keys top, then tables.
+func (c *Containerd) config(top string, tables ...string) string {
+	return fmt.Sprintf("version = 2\nroot = %q\nstate = %q\n%s[grpc]\n  address = %q\n[plugins.\"io.containerd.internal.v1.opt\"]\n  path = %q\n",
+		filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), top, c.Socket, filepath.Join(c.Dir, "opt")) + strings.Join(tables, "")
+}
+
+func (c *Containerd) start(config string) error {
 	for _, b := range Binaries {
 		if _, err := exec.LookPath(b); err != nil {
-			return nil, fmt.Errorf("%s is not installed (Debian: apt-get install containerd)", b)
+			return fmt.Errorf("%s is not installed (Debian: apt-get install containerd)", b)
 		}
 	}
-	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Namespace: namespace}
-	config := fmt.Sprintf("version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = %q\n",
-		filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Socket)
+	dir := c.Dir
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	log, err := os.Create(filepath.Join(dir, "containerd.log"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer log.Close()
 	c.cmd = exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := c.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := c.Ctr("version"); err == nil {
-			return c, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
 			c.Stop()
 			b, _ := os.ReadFile(filepath.Join(dir, "containerd.log"))
-			return nil, fmt.Errorf("containerd did not come up:\n%s", b)
+			return fmt.Errorf("containerd did not come up:\n%s", b)
 		}
 	}
 }
@@ -111,12 +129,14 @@ func (c *Containerd) Stop() {
 			syscall.Unmount(f[4], syscall.MNT_DETACH)
 		}
 	}
-	os.RemoveAll(filepath.Join("/run/containerd/runc", c.Namespace))
+	os.RemoveAll(c.RuncRoot)
 	RemoveEmptyCgroup("/" + c.Namespace)
 }
 
-// BusyboxTools are the applets linked in a busybox root.
-var BusyboxTools = []string{"sh", "cat", "echo", "grep", "sleep", "touch", "ls", "hostname", "true", "head"}
+// BusyboxTools are the applets linked in a busybox root (the escape
+// attempts of test/oci use the tools of a root: mount, mknod, nsenter, ...).
+var BusyboxTools = []string{"sh", "cat", "echo", "grep", "sleep", "touch", "ls", "hostname", "true", "head",
+	"id", "readlink", "mount", "umount", "mknod", "mkfifo", "mkdir", "rm", "nsenter", "unshare", "chroot", "dd", "kill", "sysctl", "stat"}
 
 // BusyboxRoot writes a root holding Debian's static busybox (package
 // busybox-static) and its applets' links.
@@ -146,8 +166,12 @@ func BusyboxRoot(dir string) error {
 }
 
 // ImportBusybox imports an image tagged ref whose one layer is a busybox
-// root, written as a docker save archive.
-func (c *Containerd) ImportBusybox(ref string) error {
+// root, written as a docker save archive; its command is cmd (sh if none:
+// a pause image's is one that waits).
+func (c *Containerd) ImportBusybox(ref string, cmd ...string) error {
+	if len(cmd) == 0 {
+		cmd = []string{"sh"}
+	}
 	root := filepath.Join(c.Dir, "busybox-root")
 	os.RemoveAll(root)
 	if err := BusyboxRoot(root); err != nil {
@@ -189,7 +213,7 @@ func (c *Containerd) ImportBusybox(ref string) error {
 	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 	layerID := sum(layer.Bytes())
 	config, _ := json.Marshal(map[string]any{"architecture": "amd64", "os": "linux",
-		"config": map[string]any{"Env": []string{"PATH=/bin"}, "Cmd": []string{"sh"}},
+		"config": map[string]any{"Env": []string{"PATH=/bin"}, "Cmd": cmd},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerID}}})
 	manifest, _ := json.Marshal([]map[string]any{{"Config": sum(config) + ".json", "RepoTags": []string{ref}, "Layers": []string{layerID + "/layer.tar"}}})
 	var archive bytes.Buffer

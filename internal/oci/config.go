@@ -2,7 +2,7 @@
 // (the runtime-spec), turns it into a detached sandbox (sandbox.Spec with
 // Detach), and keeps the containers' state under a root directory, for the
 // command line containerd's runc shim and CRI-O call (create, start,
-// state, kill, delete, ps, pause, resume, features).
+// state, kill, delete, exec, ps, pause, resume, update, features).
 package oci
 
 import (
@@ -33,10 +33,16 @@ type Container struct {
 	Rlimits []Rlimit
 	// Config is the bundle's config as read.
 	Config *specs.Spec
-	// NetNSPath is a network namespace to join (a pod's), opened at
-	// create into Spec.NetNS.
-	NetNSPath string
+	// JoinNS are the network, ipc and uts namespaces to join (a pod's, by
+	// path, or the host's), opened at create into Spec.NetNS, IPCNS and
+	// UTSNS.
+	JoinNS map[specs.LinuxNamespaceType]string
+	// CPUShares is the cgroup's CPU weight (0: the default).
+	CPUShares uint64
 }
+
+// nsFile names a namespace type's file in /proc/PID/ns.
+var nsFile = map[specs.LinuxNamespaceType]string{specs.NetworkNamespace: "net", specs.IPCNamespace: "ipc", specs.UTSNamespace: "uts"}
 
 // Rlimit is a process resource limit set on the container's process.
 type Rlimit struct {
@@ -62,7 +68,7 @@ func LoadBundle(bundle string) (*Container, error) {
 // walls (seccomp, Landlock, its masks, no_new_privs) are added where the
 // config leaves room.
 func Translate(cfg *specs.Spec, bundle string) (*Container, error) {
-	c := &Container{Config: cfg}
+	c := &Container{Config: cfg, JoinNS: map[specs.LinuxNamespaceType]string{}}
 	s := &c.Spec
 	s.Detach = true
 	s.Seccomp = seccomp.Default // tine's wall, on top of what the config asks
@@ -90,14 +96,20 @@ func Translate(cfg *specs.Spec, bundle string) (*Container, error) {
 		return nil, unsupported("process.commandLine (Windows)")
 	}
 	s.Args, s.Env, s.Workdir, s.TTY = p.Args, p.Env, p.Cwd, p.Terminal
-	if p.User.UID != 0 || p.User.GID != 0 || slices.ContainsFunc(p.User.AdditionalGids, func(g uint32) bool { return g != 0 }) || p.User.Umask != nil {
-		return nil, unsupported("process.user %d:%d (groups %v): the container's process runs as root of its namespaces", p.User.UID, p.User.GID, p.User.AdditionalGids)
+	if p.User.Umask != nil {
+		return nil, unsupported("process.user.umask")
+	}
+	if u := p.User; u.UID != 0 || u.GID != 0 || len(u.AdditionalGids) > 0 {
+		s.User = &sandbox.User{UID: u.UID, GID: u.GID, Groups: u.AdditionalGids}
 	}
 	if p.ApparmorProfile != "" || p.SelinuxLabel != "" {
 		return nil, unsupported("process.apparmorProfile / selinuxLabel (tine's walls are seccomp, Landlock and capabilities)")
 	}
-	if p.OOMScoreAdj != nil && *p.OOMScoreAdj != 0 {
-		return nil, unsupported("process.oomScoreAdj %d", *p.OOMScoreAdj)
+	if p.OOMScoreAdj != nil {
+		if *p.OOMScoreAdj < -1000 || *p.OOMScoreAdj > 1000 {
+			return nil, fmt.Errorf("process.oomScoreAdj %d: want -1000 to 1000", *p.OOMScoreAdj)
+		}
+		s.OOMScoreAdj = *p.OOMScoreAdj
 	}
 	if p.Scheduler != nil || p.IOPriority != nil || p.ExecCPUAffinity != nil {
 		return nil, unsupported("process.scheduler, ioPriority and execCPUAffinity")
@@ -107,6 +119,11 @@ func Translate(cfg *specs.Spec, bundle string) (*Container, error) {
 			return nil, err
 		}
 		s.Capabilities = append([]string{}, p.Capabilities.Bounding...)
+		// A user other than root keeps no capability across execve
+		// unless it is ambient, which tine does not raise.
+		if s.User != nil && s.User.UID != 0 && len(p.Capabilities.Ambient) > 0 {
+			return nil, unsupported("process.capabilities.ambient for user %d (a non-root command gets no capabilities)", s.User.UID)
+		}
 	}
 	for _, r := range p.Rlimits {
 		res, ok := rlimits[r.Type]
@@ -135,30 +152,42 @@ func translateLinux(l *specs.Linux, c *Container, unsupported unsupportedFunc) e
 	s := &c.Spec
 	for _, ns := range l.Namespaces {
 		switch ns.Type {
-		case specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.CgroupNamespace:
+		case specs.PIDNamespace, specs.MountNamespace, specs.CgroupNamespace:
 			if ns.Path != "" {
-				return unsupported("joining the %s namespace at %s (tine makes its own; only a network namespace can be joined)", ns.Type, ns.Path)
+				return unsupported("joining the %s namespace at %s (tine makes its own; only network, ipc and uts namespaces can be joined)", ns.Type, ns.Path)
 			}
-		case specs.NetworkNamespace:
-			c.NetNSPath = ns.Path
+		case specs.NetworkNamespace, specs.IPCNamespace, specs.UTSNamespace:
+			if ns.Path != "" {
+				c.JoinNS[ns.Type] = ns.Path
+			}
 		case specs.UserNamespace:
 			return unsupported("a user namespace")
 		default:
 			return unsupported("namespace %q", ns.Type)
 		}
 	}
-	// tine always makes new pid, mount, ipc, uts and network namespaces: a
-	// config that shares one with the host asks for less isolation.
-	for _, want := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.NetworkNamespace} {
+	// tine always makes new pid and mount namespaces: a config that
+	// shares one with the host asks for what tine's walls are built on.
+	for _, want := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.MountNamespace} {
 		if !slices.ContainsFunc(l.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == want }) {
 			return unsupported("sharing the host's %s namespace (tine always makes its own)", want)
 		}
 	}
+	// A network, ipc or uts namespace left out is the host's (a pod with
+	// hostNetwork or hostIPC): the runtime's own is joined.
+	for _, t := range []specs.LinuxNamespaceType{specs.NetworkNamespace, specs.IPCNamespace, specs.UTSNamespace} {
+		if !slices.ContainsFunc(l.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == t }) {
+			c.JoinNS[t] = "/proc/self/ns/" + nsFile[t]
+		}
+	}
+	if _, joined := c.JoinNS[specs.UTSNamespace]; joined && s.Hostname != "" && !slices.ContainsFunc(l.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.UTSNamespace }) {
+		return fmt.Errorf("hostname %q without a uts namespace: it would rename the host (runc refuses it too)", s.Hostname)
+	}
 	if len(l.UIDMappings)+len(l.GIDMappings) > 0 {
 		return unsupported("uid and gid mappings")
 	}
-	if len(l.Sysctl) > 0 {
-		return unsupported("linux.sysctl")
+	if err := checkSysctls(l.Sysctl, c, unsupported); err != nil {
+		return err
 	}
 	if l.Seccomp != nil {
 		// Stacked on tine's own policy: both apply.
@@ -187,6 +216,9 @@ func translateLinux(l *specs.Linux, c *Container, unsupported unsupportedFunc) e
 			return err
 		}
 		s.Limits = lim
+		if r.CPU != nil && r.CPU.Shares != nil {
+			c.CPUShares = *r.CPU.Shares
+		}
 	}
 	return nil
 }
@@ -221,13 +253,11 @@ func limits(r *specs.LinuxResources, unsupported unsupportedFunc) (cgroup.Limits
 			}
 			lim.CPUs = float64(*c.Quota) / float64(period)
 		}
-		// Shares are a weight, not a limit: the kernel's default (1024)
-		// is what tine's cgroups have.
-		if c.Shares != nil && *c.Shares != 0 && *c.Shares != 1024 {
-			return lim, unsupported("cpu.shares %d (only the default weight, 1024)", *c.Shares)
+		if c.Shares != nil && *c.Shares != 0 && (*c.Shares < 2 || *c.Shares > 262144) {
+			return lim, fmt.Errorf("cpu.shares %d: want 2 to 262144", *c.Shares)
 		}
 		if c.RealtimeRuntime != nil || c.RealtimePeriod != nil || c.Cpus != "" || c.Mems != "" || c.Idle != nil || c.Burst != nil {
-			return lim, unsupported("cpu settings other than quota, period and the default shares")
+			return lim, unsupported("cpu settings other than shares, quota and period")
 		}
 	}
 	if r.BlockIO != nil || len(r.HugepageLimits) > 0 || r.Network != nil || len(r.Rdma) > 0 || len(r.Unified) > 0 {
@@ -298,15 +328,23 @@ func translateMounts(mounts []specs.Mount, s *sandbox.Spec, unsupported unsuppor
 		if !filepath.IsAbs(dest) {
 			return fmt.Errorf("mount destination %q is not absolute", m.Destination)
 		}
-		flags, data, bind, ro := mountOptions(m.Options)
+		flags, data, bind, ro, propagation := mountOptions(m.Options)
+		if propagation != "" {
+			return unsupported("mount propagation %q at %s (a container's mounts are private)", propagation, dest)
+		}
 		typ := m.Type
 		if bind && (typ == "" || typ == "none" || typ == "bind") {
 			typ = "bind"
 		}
-		if t, ok := ownMounts[dest]; ok && (t == typ || dest == "/dev/shm" && typ == "bind") {
-			continue // tine makes it (a shm bound from a pod's is one of its own)
+		if t, ok := ownMounts[dest]; ok && t == typ {
+			continue // tine makes it
 		}
 		switch typ {
+		case "cgroup", "cgroup2":
+			if dest != "/sys/fs/cgroup" || !ro {
+				return unsupported("a %s mount at %s (only a read-only one at /sys/fs/cgroup, which shows the container its own cgroup)", typ, dest)
+			}
+			s.CgroupFS = true
 		case "bind":
 			s.Binds = append(s.Binds, sandbox.Bind{Source: m.Source, Target: dest, ReadOnly: ro})
 		case "tmpfs", "mqueue":
@@ -325,13 +363,15 @@ var mountFlags = map[string]uintptr{
 	"nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME, "strictatime": unix.MS_STRICTATIME,
 }
 
-func mountOptions(opts []string) (flags uintptr, data string, bind, ro bool) {
+func mountOptions(opts []string) (flags uintptr, data string, bind, ro bool, propagation string) {
 	var rest []string
 	for _, o := range opts {
 		switch o {
 		case "bind", "rbind":
 			bind = true
 		case "rw", "private", "rprivate", "suid", "dev", "exec", "atime":
+		case "shared", "rshared", "slave", "rslave", "unbindable", "runbindable":
+			propagation = o
 		default:
 			if f, ok := mountFlags[o]; ok {
 				flags |= f
@@ -341,5 +381,5 @@ func mountOptions(opts []string) (flags uintptr, data string, bind, ro bool) {
 			}
 		}
 	}
-	return flags, strings.Join(rest, ","), bind, ro
+	return flags, strings.Join(rest, ","), bind, ro, propagation
 }

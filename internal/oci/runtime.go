@@ -65,6 +65,9 @@ type CreateOptions struct {
 	Bundle        string
 	PidFile       string
 	ConsoleSocket string
+	// PreserveFDs passes this process's descriptors 3 to 3+N-1 to the
+	// container's command as its 3 to 3+N-1 (--preserve-fds).
+	PreserveFDs int
 }
 
 // Create sets a container up from its bundle: its PID 1 is made, in its
@@ -106,11 +109,31 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 	if err := checkCommand(&c.Spec); err != nil {
 		return err
 	}
-	if c.NetNSPath != "" {
-		if c.Spec.NetNS, err = openNamespace(c.NetNSPath); err != nil {
+	if err := checkOOMScore(c.Spec.OOMScoreAdj); err != nil {
+		return err
+	}
+	for i := 0; i < o.PreserveFDs; i++ {
+		f := os.NewFile(uintptr(3+i), fmt.Sprintf("preserved descriptor %d", 3+i))
+		var st unix.Stat_t
+		if f == nil || unix.Fstat(3+i, &st) != nil {
+			return fmt.Errorf("--preserve-fds %d: descriptor %d is not open", o.PreserveFDs, 3+i)
+		}
+		c.Spec.ExtraFiles = append(c.Spec.ExtraFiles, f)
+	}
+	for t, path := range c.JoinNS {
+		f, err := openNamespace(t, path)
+		if err != nil {
 			return err
 		}
-		defer c.Spec.NetNS.Close()
+		defer f.Close()
+		switch t {
+		case specs.NetworkNamespace:
+			c.Spec.NetNS = f
+		case specs.IPCNamespace:
+			c.Spec.IPCNS = f
+		case specs.UTSNamespace:
+			c.Spec.UTSNS = f
+		}
 	}
 	p, err := sandbox.Start(&c.Spec)
 	if err != nil {
@@ -123,6 +146,19 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 			removeGroup(c.Spec.CgroupPath)
 		}
 	}()
+	if c.CPUShares != 0 {
+		// PID 1 waits for start: the weight is there before the command.
+		g, err := openGroup(c.Spec.CgroupPath)
+		if err != nil {
+			return err
+		}
+		if err := g.SetCPUShares(c.CPUShares); err != nil {
+			return fmt.Errorf("linux.resources.cpu.shares: %w", err)
+		}
+	}
+	if err := setSysctls(pid, c.Config.Linux.Sysctl); err != nil {
+		return err
+	}
 	for _, rl := range c.Rlimits {
 		if err := unix.Prlimit(pid, rl.Resource, &unix.Rlimit{Cur: rl.Soft, Max: rl.Hard}, nil); err != nil {
 			return fmt.Errorf("set rlimit %d: %w", rl.Resource, err)
@@ -287,7 +323,9 @@ func (r *Runtime) Kill(id string, sig syscall.Signal, all bool) error {
 		return err
 	}
 	if st.status() == specs.StateStopped {
-		return fmt.Errorf("container %s is not running", id)
+		// "container not running" is what containerd's shim looks for
+		// (checkKillError) to take a kill of an exited container as done.
+		return fmt.Errorf("signal container %s: container not running", id)
 	}
 	if all {
 		g, err := openGroup(st.CgroupPath)
@@ -483,12 +521,20 @@ func (r *Runtime) Exec(id string, p *specs.Process, o ExecOptions) (int, error) 
 	if len(p.Args) == 0 {
 		return 0, errors.New("exec: no command given")
 	}
-	if p.User.UID != 0 || p.User.GID != 0 {
-		return 0, fmt.Errorf("exec as %d:%d: %w", p.User.UID, p.User.GID, ErrUnsupported)
+	if p.User.Umask != nil {
+		return 0, fmt.Errorf("exec: process.user.umask: %w", ErrUnsupported)
+	}
+	// The exec's process says who it runs as, root included.
+	c.Spec.User = nil
+	if u := p.User; u.UID != 0 || u.GID != 0 || len(u.AdditionalGids) > 0 {
+		c.Spec.User = &sandbox.User{UID: u.UID, GID: u.GID, Groups: u.AdditionalGids}
 	}
 	if p.Capabilities != nil {
 		if err := sameCaps(p.Capabilities); err != nil {
 			return 0, err
+		}
+		if c.Spec.User != nil && c.Spec.User.UID != 0 && len(p.Capabilities.Ambient) > 0 {
+			return 0, fmt.Errorf("exec: process.capabilities.ambient for user %d (a non-root command gets no capabilities): %w", c.Spec.User.UID, ErrUnsupported)
 		}
 		c.Spec.Capabilities = p.Capabilities.Bounding
 	}
@@ -527,17 +573,60 @@ func (r *Runtime) Exec(id string, p *specs.Process, o ExecOptions) (int, error) 
 	return 0, proc.Commit()
 }
 
-// openNamespace opens the namespace at path (a bind-mounted one, or
-// /proc/PID/ns/net), refusing anything else.
-func openNamespace(path string) (*os.File, error) {
+// nsTypes are the setns(2) types of the namespaces a container may join.
+var nsTypes = map[specs.LinuxNamespaceType]int{specs.NetworkNamespace: unix.CLONE_NEWNET, specs.IPCNamespace: unix.CLONE_NEWIPC, specs.UTSNamespace: unix.CLONE_NEWUTS}
+
+// openNamespace opens the namespace of type t at path (a bind-mounted one,
+// or /proc/PID/ns/...), refusing anything else, a namespace of another
+// type included.
+func openNamespace(t specs.LinuxNamespaceType, path string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("network namespace %s: %w", path, err)
+		return nil, fmt.Errorf("%s namespace %s: %w", t, path, err)
 	}
 	var st unix.Statfs_t
 	if unix.Fstatfs(int(f.Fd()), &st) != nil || st.Type != unix.NSFS_MAGIC {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a namespace (want a bind-mounted netns or /proc/PID/ns/net)", path)
+		return nil, fmt.Errorf("%s is not a namespace (want a bind-mounted one or /proc/PID/ns/%s)", path, nsFile[t])
+	}
+	if got, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE); err != nil || got != nsTypes[t] {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a namespace of type %s", path, t)
 	}
 	return f, nil
+}
+
+// Update changes a live container's resources (runc update): the limits
+// tine enforces are set on its cgroup, anything else is refused, as at
+// create. A limit left out (zero) stays as it is.
+func (r *Runtime) Update(id string, res *specs.LinuxResources) error {
+	st, _, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	if s := st.status(); s == specs.StateStopped {
+		return fmt.Errorf("container %s is stopped", id)
+	}
+	if c := res.CPU; c != nil && c.Quota != nil && *c.Quota < 0 || res.Memory != nil && res.Memory.Limit != nil && *res.Memory.Limit < 0 {
+		return fmt.Errorf("update: lifting a cpu quota or memory limit (-1): %w", ErrUnsupported)
+	}
+	lim, err := limits(res, func(format string, a ...any) error {
+		return fmt.Errorf("update: %s: %w", fmt.Sprintf(format, a...), ErrUnsupported)
+	})
+	if err != nil {
+		return err
+	}
+	g, err := openGroup(st.CgroupPath)
+	if err != nil {
+		return err
+	}
+	if err := g.SetLimits(lim); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	if res.CPU != nil && res.CPU.Shares != nil && *res.CPU.Shares != 0 {
+		if err := g.SetCPUShares(*res.CPU.Shares); err != nil {
+			return fmt.Errorf("update container %s: cpu shares: %w", id, err)
+		}
+	}
+	return nil
 }

@@ -106,13 +106,14 @@ func ancestors(p string) []string {
 }
 
 // checkReserved refuses a bind target in the trees tine builds itself
-// (beneath /dev/shm is allowed).
+// (/dev/shm and beneath it are allowed: a bind there hides or lands in
+// the sandbox's own tmpfs, as a pod's shared shm does).
 func checkReserved(target string) error {
 	t := path.Clean(target)
 	if t == "/" {
 		return fmt.Errorf("%w: bind target / would hide the whole root; use --rootfs", ErrInvalidSpec)
 	}
-	if strings.HasPrefix(t, "/dev/shm/") {
+	if t == "/dev/shm" || strings.HasPrefix(t, "/dev/shm/") {
 		return nil // the sandbox's own tmpfs, nodev like every bind
 	}
 	for _, r := range reservedTargets {

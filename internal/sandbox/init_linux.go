@@ -131,7 +131,12 @@ func childMain(p *program) {
 		// stdio, starts on the start signal (see Spec.Detach).
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotErr, slotErr, 0)
 		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotSync+1, slotStdio-1, 0)
-		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotStdio+3, ^uintptr(0)>>1, 0)
+		if p.nextra > 0 { // the command's extra descriptors stay
+			syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotStdio+3, uintptr(p.extraBase-1), 0)
+			syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(p.extraBase+p.nextra), ^uintptr(0)>>1, 0)
+		} else {
+			syscall.RawSyscall(unix.SYS_CLOSE_RANGE, slotStdio+3, ^uintptr(0)>>1, 0)
+		}
 		// The parent commits (Process.Commit) once it recorded the
 		// container; if it died first, nobody knows of this one.
 		if n, _, _ := syscall.RawSyscall(syscall.SYS_READ, slotSync, uintptr(unsafe.Pointer(&p.siginfo[0])), 1); n != 1 {

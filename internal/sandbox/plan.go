@@ -309,7 +309,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 
 	for _, m := range s.Mounts {
 		if !strings.HasPrefix(m.Target, "/dev/") {
-			mkdir(R+m.Target, 0o755)
+			// Made beneath the root, parents too (an OCI bundle's rootfs
+			// may lack them), never through a symlink out of it.
+			for _, d := range append(ancestors(m.Target), m.Target) {
+				add(Step{Kind: StepMkdir, Target: R + d, Mode: 0o755, Beneath: true})
+			}
 		}
 		mount(m.Source, R+m.Target, m.Type, m.Flags, m.Data)
 	}

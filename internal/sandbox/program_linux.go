@@ -6,6 +6,7 @@ package sandbox
 
 import (
 	"fmt"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -48,6 +49,8 @@ type program struct {
 	// no parent-death signal, it waits for the parent's commit, and exits
 	// with the command's exit code instead of reporting it on a pipe.
 	detached bool
+	// extraBase and nextra are the slots of Spec.ExtraFiles in PID 1.
+	extraBase, nextra int
 	// startSet is a detached sandbox's start signal, which PID 1 waits for
 	// before it forks the command; 0 otherwise.
 	startSet uint64
@@ -94,6 +97,7 @@ type inputs struct {
 	// namespace's root once it is mapped.
 	asRoot      bool
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
+	cgroupFS    []cgroupFSMount
 	filter      []unix.SockFilter
 	keepCaps    uint64
 	dropCaps    []int
@@ -104,6 +108,8 @@ type inputs struct {
 	// path.
 	binds  []int
 	nbinds int
+	// extra are the command's descriptors 3, 4, ... (Spec.ExtraFiles).
+	extra []int
 }
 
 func (pg *program) cstr(s string) uintptr {
@@ -260,7 +266,9 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg.addSetup("detach old root", sys(unix.SYS_UMOUNT2, dot, unix.MNT_DETACH))
 	pg.addSetup("enter new root", sys(unix.SYS_CHDIR, pg.cstr("/")))
 
-	pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
+	if p.Spec.UTSNS == nil || p.Spec.Hostname != "" {
+		pg.addSetup("set hostname", sys(unix.SYS_SETHOSTNAME, pg.cstr(p.Hostname), uintptr(len(p.Hostname))))
+	}
 	if in.userns {
 		ifr := &ifreqFlags{flags: unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING}
 		copy(ifr.name[:], "lo")
@@ -271,11 +279,12 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	if in.newCgroupNS {
 		pg.addSetup("unshare cgroup namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP))
 	}
+	pg.addCgroupFS(in.cgroupFS)
 	if c := p.command(); c != nil && c.tty {
 		pg.addPTY(c.size)
 	}
 	pg.addWalls(p, in)
-	pg.addCommandProcess(p.command(), false, !in.userns)
+	pg.addCommandProcess(p.command(), false, !in.userns, p.Spec.OOMScoreAdj)
 	if in.launch >= 0 {
 		var err error
 		if pg.resident, pg.residentMem, err = newResident(); err != nil {
@@ -322,7 +331,7 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 		pg.addPTY(cmd.size)
 	}
 	pg.addWalls(p, in)
-	pg.addCommandProcess(cmd, true, !in.userns)
+	pg.addCommandProcess(cmd, true, !in.userns, p.Spec.OOMScoreAdj)
 	return pg, nil
 }
 
@@ -394,7 +403,13 @@ func (pg *program) moveDescriptors(in inputs) {
 	for i, fd := range in.binds {
 		fds, slots = append(fds, fd), append(slots, slotBinds+i)
 	}
-	high := slotBinds + len(in.binds)
+	// The command's extra descriptors sit above the bind slots until the
+	// command's process moves them to 3, 4, ...
+	pg.extraBase, pg.nextra = slotBinds+in.nbinds, len(in.extra)
+	for i, fd := range in.extra {
+		fds, slots = append(fds, fd), append(slots, pg.extraBase+i)
+	}
+	high := pg.extraBase + pg.nextra
 	for _, fd := range fds {
 		high = max(high, fd+1)
 	}
@@ -413,7 +428,7 @@ func (pg *program) moveDescriptors(in inputs) {
 	for i := len(in.binds); i < in.nbinds; i++ {
 		pg.addSetup("move descriptors", sys(unix.SYS_DUP3, slotErr, uintptr(slotBinds+i), unix.O_CLOEXEC))
 	}
-	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(slotBinds+in.nbinds), ^uintptr(0)>>1, 0))
+	pg.addSetup("close inherited descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(pg.extraBase+pg.nextra), ^uintptr(0)>>1, 0))
 }
 
 // addWalls adds no_new_privs, Landlock, capabilities and seccomp — in that
@@ -477,7 +492,7 @@ func (pg *program) addSeccomp(filter []unix.SockFilter) {
 // execve: its own session, stdio, default signal handling, and (resetOOM)
 // the default OOM score its reaper lowered. An exec's command also dies
 // with the child that reaps it (orphanedByParent).
-func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool) {
+func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool, oomScore int) {
 	if c == nil {
 		return
 	}
@@ -500,12 +515,27 @@ func (pg *program) addCommandProcess(c *command, orphanedByParent, resetOOM bool
 	}
 	if resetOOM {
 		pg.addCommand("reset oom_score_adj", sys(unix.SYS_OPENAT, atFdcwd, pg.cstr("/proc/self/oom_score_adj"), unix.O_WRONLY|unix.O_CLOEXEC).saving(1))
-		pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr("0"), 1).using(1, 0))
+		score := strconv.Itoa(oomScore)
+		pg.addCommand("reset oom_score_adj", sys(unix.SYS_WRITE, 0, pg.cstr(score), uintptr(len(score))).using(1, 0))
 		pg.addCommand("reset oom_score_adj", sys(unix.SYS_CLOSE, 0).using(1, 0))
 	}
 	empty := new(uint64)
 	pg.addCommand("unblock signals", sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, pg.ptr(empty, unsafe.Pointer(empty)), 0, 8))
-	pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	if pg.nextra > 0 {
+		// A detached sandbox's PID 1 closed the error pipe (slot 3): the
+		// extra descriptors go to 3, 4, ..., through slots above them all
+		// (the two ranges may overlap), without close-on-exec.
+		tmp := pg.extraBase + pg.nextra
+		for i := 0; i < pg.nextra; i++ {
+			pg.addCommand("pass descriptors", sys(unix.SYS_DUP3, uintptr(pg.extraBase+i), uintptr(tmp+i), 0))
+		}
+		for i := 0; i < pg.nextra; i++ {
+			pg.addCommand("pass descriptors", sys(unix.SYS_DUP3, uintptr(tmp+i), uintptr(3+i), 0))
+		}
+		pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, uintptr(3+pg.nextra), ^uintptr(0)>>1, 0))
+	} else {
+		pg.addCommand("close descriptors", sys(unix.SYS_CLOSE_RANGE, slotErr+1, ^uintptr(0)>>1, 0))
+	}
 	if u := c.user; u != nil {
 		// Groups first: setgroups and setresgid need the capabilities that
 		// setresuid to a non-zero uid drops.

@@ -131,6 +131,12 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	in.asRoot = userns && !rootless
 	in.narrowCaps(s.Capabilities)
+	for _, f := range s.ExtraFiles {
+		in.extra = append(in.extra, int(f.Fd()))
+	}
+	if s.CgroupFS && !rootless {
+		in.cgroupFS = cgroupFSMounts(h.cgroup)
+	}
 	if in.ruleset >= 0 && s.Zygote {
 		unix.Close(in.ruleset) // requests restrict themselves (RequestWalls)
 		in.ruleset = -1
@@ -234,6 +240,10 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 
 	flags := uint64(unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
+	join := joinedNamespaces(s)
+	for _, j := range join {
+		flags &^= uint64(j.nstype)
+	}
 	if userns {
 		// A namespace made by the parent would belong to the host's user
 		// namespace, where the child cannot mount sysfs for it.
@@ -270,7 +280,12 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		pg.hop.setFlags(flags)
 		cloneFlags = 0
 	}
-	pid, pidfd, err := cloneOnParentThread(pg, cloneFlags, cgroupFD, nestIn)
+	var pid, pidfd int
+	if len(join) > 0 {
+		pid, pidfd, err = cloneInNamespaces(pg, cloneFlags, cgroupFD, join)
+	} else {
+		pid, pidfd, err = cloneOnParentThread(pg, cloneFlags, cgroupFD, nestIn)
+	}
 	pg.residentMem.release() // PID 1 has its own copy
 	runtime.KeepAlive(s)
 	ch.closeChildEnds()
@@ -576,6 +591,46 @@ func cloneOnParentThread(pg *program, flags uint64, cgroupFD, nestIn int) (pid, 
 	})
 	reply := make(chan cloneResult, 1)
 	cloneRequests <- cloneRequest{pg, flags, cgroupFD, nestIn, reply}
+	r := <-reply
+	return r.pid, r.pidfd, r.err
+}
+
+// joinedNS is a namespace a sandbox joins instead of making one.
+type joinedNS struct {
+	f      *os.File
+	nstype int
+}
+
+func joinedNamespaces(s *Spec) []joinedNS {
+	var join []joinedNS
+	if s.IPCNS != nil {
+		join = append(join, joinedNS{s.IPCNS, unix.CLONE_NEWIPC})
+	}
+	if s.UTSNS != nil {
+		join = append(join, joinedNS{s.UTSNS, unix.CLONE_NEWUTS})
+	}
+	return join
+}
+
+// cloneInNamespaces clones the child from a thread of its own that has
+// entered the namespaces first, so the child is born in them (its mqueue
+// mount belongs to the IPC namespace it joined). The thread is never given
+// back to Go: its goroutine ends locked, and the runtime ends the thread,
+// namespaces and all. Only a detached sandbox may do this: a parent-death
+// signal would fire when that thread ends.
+func cloneInNamespaces(pg *program, flags uint64, cgroupFD int, join []joinedNS) (pid, pidfd int, err error) {
+	reply := make(chan cloneResult, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		for _, j := range join {
+			if err := unix.Setns(int(j.f.Fd()), j.nstype); err != nil {
+				reply <- cloneResult{err: fmt.Errorf("%w: join namespace %s: %v", ErrSetup, j.f.Name(), err)}
+				return
+			}
+		}
+		pid, pidfd, err := cloneChild(pg, flags, cgroupFD, -1)
+		reply <- cloneResult{pid, pidfd, err}
+	}()
 	r := <-reply
 	return r.pid, r.pidfd, r.err
 }

@@ -136,7 +136,23 @@ type Spec struct {
 	// nested in ForkOf's, the only kind a process of ForkOf can join. It
 	// implies UserNS, and it dies with ForkOf's PID 1.
 	ForkOf *Sandbox
+	// IPCNS and UTSNS are IPC and UTS namespaces joined instead of fresh
+	// ones (an OCI container's pod's, by path), for a detached sandbox
+	// only. With UTSNS and no Hostname, the namespace's host name is kept.
+	IPCNS, UTSNS *os.File
+	// ExtraFiles are descriptors the command gets as 3, 4, ... (an OCI
+	// create's --preserve-fds), for a detached sandbox only.
+	ExtraFiles []*os.File
+	// CgroupFS shows the sandbox its own cgroup, read-only, at
+	// /sys/fs/cgroup (an OCI config's cgroup mount).
+	CgroupFS bool
+	// OOMScoreAdj is the command's oom_score_adj (PID 1, tine's reaper,
+	// keeps -1000).
+	OOMScoreAdj int
 }
+
+// maxExtraFiles bounds Spec.ExtraFiles.
+const maxExtraFiles = 64
 
 // StartSignal starts a detached sandbox's command (Spec.Detach).
 const StartSignal = syscall.SIGUSR2
@@ -273,6 +289,12 @@ func (s *Spec) Validate() error {
 	}
 	if s.NetNS != nil && s.UserNS {
 		return fmt.Errorf("%w: a network other than loopback needs the host's user namespace: a sandbox in a user namespace of its own cannot join a namespace the host made (drop userns, or use the loopback network)", ErrInvalidSpec)
+	}
+	if len(s.ExtraFiles) > 0 && (!s.Detach || len(s.ExtraFiles) > maxExtraFiles) {
+		return fmt.Errorf("%w: extra descriptors are for a detached sandbox, at most %d", ErrInvalidSpec, maxExtraFiles)
+	}
+	if (s.IPCNS != nil || s.UTSNS != nil) && (!s.Detach || s.UserNS) {
+		return fmt.Errorf("%w: joining an IPC or UTS namespace is for a detached sandbox in the host's user namespace", ErrInvalidSpec)
 	}
 	if len(s.Hostname) > 64 {
 		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)

@@ -245,6 +245,18 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
+// TestMountParentsMade: a tmpfs whose target's parents the rootfs lacks
+// is mounted, the parents made (runtime-tools' mounts case).
+func TestMountParentsMade(t *testing.T) {
+	r := newRuntime(t)
+	cfg := config("sh", "-c", `grep ' /new/deep/tmp tmpfs ' /proc/self/mounts && echo mounted`)
+	cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/new/deep/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid"}})
+	out, err := r.run("run", "--bundle", bundle(t, cfg), fmt.Sprintf("mnt-%d", os.Getpid()))
+	if err != nil || !strings.Contains(out, "mounted") {
+		t.Fatalf("tmpfs at /new/deep/tmp: %v\n%s", err, out)
+	}
+}
+
 func TestRunExitCodeAndWalls(t *testing.T) {
 	r := newRuntime(t)
 	b := bundle(t, config("sh", "-c", `hostname; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; cat /proc/kcore 2>&1 | head -c 20; echo; exit 7`))
@@ -266,17 +278,17 @@ func TestRunExitCodeAndWalls(t *testing.T) {
 func TestBadConfigLeavesNothing(t *testing.T) {
 	r := newRuntime(t)
 	cfg := config("true")
-	cfg.Process.User.UID = 1000
+	cfg.Linux.Sysctl = map[string]string{"vm.overcommit_memory": "1"}
 	id := fmt.Sprintf("bad-%d", os.Getpid())
 	cfg.Linux.CgroupsPath = "/tine-test/" + id
 	log := filepath.Join(t.TempDir(), "log.json")
 	out, err := r.run("--log", log, "--log-format", "json", "create", "--bundle", bundle(t, cfg), id)
-	if err == nil || !strings.Contains(out, "process.user 1000") {
-		t.Fatalf("create with uid 1000: %v\n%s", err, out)
+	if err == nil || !strings.Contains(out, "linux.sysctl vm.overcommit_memory") {
+		t.Fatalf("create with a host sysctl: %v\n%s", err, out)
 	}
 	var entry struct{ Level, Msg string }
 	b, _ := os.ReadFile(log)
-	if json.Unmarshal(bytes.TrimSpace(b), &entry); entry.Level != "error" || !strings.Contains(entry.Msg, "process.user") {
+	if json.Unmarshal(bytes.TrimSpace(b), &entry); entry.Level != "error" || !strings.Contains(entry.Msg, "linux.sysctl") {
 		t.Errorf("log: %q", b)
 	}
 	if _, err := os.Stat(filepath.Join(r.root, id)); !os.IsNotExist(err) {
@@ -314,5 +326,165 @@ func TestConfigSeccompProfileIsStacked(t *testing.T) {
 	out, _ = r.run("run", "--bundle", bundle(t, cfg), fmt.Sprintf("seccomp-%d", os.Getpid()))
 	if !strings.Contains(out, "made") {
 		t.Fatalf("mkdir without the profile:\n%s", out)
+	}
+}
+
+// TestSysctlsInTheContainersNamespaces: namespaced sysctls are set in the
+// container's network and IPC namespaces, and the host's stay as they
+// were (the negative control: the host's values differ from those set).
+func TestSysctlsInTheContainersNamespaces(t *testing.T) {
+	r := newRuntime(t)
+	host := func(k string) string { b, _ := os.ReadFile("/proc/sys/" + k); return strings.TrimSpace(string(b)) }
+	shm, port := host("kernel/shmmni"), host("net/ipv4/ip_unprivileged_port_start")
+	if shm == "1234" || port == "81" {
+		t.Fatalf("the host already has the values the test sets (%s, %s)", shm, port)
+	}
+	cfg := config("sh", "-c", `echo "shmmni $(cat /proc/sys/kernel/shmmni) port $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start)"`)
+	cfg.Linux.Sysctl = map[string]string{"kernel.shmmni": "1234", "net.ipv4.ip_unprivileged_port_start": "81"}
+	out, err := r.run("run", "--bundle", bundle(t, cfg), fmt.Sprintf("sysctl-%d", os.Getpid()))
+	if err != nil || !strings.Contains(out, "shmmni 1234 port 81") {
+		t.Fatalf("sysctls inside: %v\n%s", err, out)
+	}
+	if host("kernel/shmmni") != shm || host("net/ipv4/ip_unprivileged_port_start") != port {
+		t.Errorf("the host's sysctls changed")
+	}
+}
+
+// TestUpdate changes a running container's limits (runc update, flags and
+// --resources - as containerd's shim sends it) and refuses what tine
+// does not enforce.
+func TestUpdate(t *testing.T) {
+	r := newRuntime(t)
+	id := fmt.Sprintf("update-%d", os.Getpid())
+	cfg := config("sleep", "3600")
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	r.must("create", "--bundle", bundle(t, cfg), id)
+	t.Cleanup(func() { r.run("delete", "--force", id) })
+	r.must("start", id)
+	cg := memoryCgroup(cfg.Linux.CgroupsPath)
+	read := func(dir, f string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		return strings.TrimSpace(string(b))
+	}
+	limitFile := "memory.limit_in_bytes"
+	if _, err := os.Stat(filepath.Join(cg, limitFile)); err != nil {
+		limitFile = "memory.max"
+	}
+	if got := read(cg, limitFile); got != strconv.Itoa(96<<20) {
+		t.Fatalf("memory limit before update %q", got)
+	}
+	r.must("update", "--memory", strconv.Itoa(48<<20), "--pids-limit", "77", id)
+	if got := read(cg, limitFile); got != strconv.Itoa(48<<20) {
+		t.Errorf("memory limit after update %q, want %d", got, 48<<20)
+	}
+	pidsDir := strings.Replace(cg, "/memory/", "/pids/", 1)
+	if got := read(pidsDir, "pids.max"); got != "77" {
+		t.Errorf("pids.max after update %q", got)
+	}
+	// containerd's shim: the resources as JSON on stdin.
+	cmd := exec.Command(r.link, "--root", r.root, "update", "--resources", "-", id)
+	cmd.Stdin = strings.NewReader(`{"cpu":{"shares":300,"quota":20000,"period":100000}}`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("update --resources -: %v\n%s", err, out)
+	}
+	cpuDir := ""
+	for _, d := range []string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(d + cfg.Linux.CgroupsPath); err == nil {
+			cpuDir = d + cfg.Linux.CgroupsPath
+			break
+		}
+	}
+	if s, w := read(cpuDir, "cpu.shares"), read(cpuDir, "cpu.weight"); s != "300" && w != "12" {
+		t.Errorf("cpu weight after update: shares %q, weight %q (in %s)", s, w, cpuDir)
+	}
+	if q, m := read(cpuDir, "cpu.cfs_quota_us"), read(cpuDir, "cpu.max"); q != "20000" && m != "20000 100000" {
+		t.Errorf("cpu quota after update: %q / %q", q, m)
+	}
+	out, err := r.run("update", "--resources", writeFile(t, `{"blockIO":{"weight":100}}`), id)
+	if err == nil || !strings.Contains(out, "blockIO") {
+		t.Errorf("update of blockIO: %v\n%s", err, out)
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestJoinNamespacesByPath: a container joins another's uts and ipc
+// namespaces by path (as a pod's containers join the pause container's):
+// it has that one's host name, which it did not set, and the same
+// namespaces; one of another type at the path is refused.
+func TestJoinNamespacesByPath(t *testing.T) {
+	r := newRuntime(t)
+	pod := fmt.Sprintf("pod-%d", os.Getpid())
+	cfg := config("sleep", "3600")
+	cfg.Hostname = "the-pod"
+	cfg.Linux.CgroupsPath = "/tine-test/" + pod
+	r.must("create", "--bundle", bundle(t, cfg), pod)
+	t.Cleanup(func() { r.run("delete", "--force", pod) })
+	r.must("start", pod)
+	pid := r.state(pod).Pid
+
+	member := config("sh", "-c", `echo "host $(hostname) ipc $(readlink /proc/self/ns/ipc) uts $(readlink /proc/self/ns/uts)"`)
+	member.Hostname = ""
+	for i, n := range member.Linux.Namespaces {
+		if n.Type == specs.IPCNamespace || n.Type == specs.UTSNamespace {
+			member.Linux.Namespaces[i].Path = fmt.Sprintf("/proc/%d/ns/%s", pid, n.Type)
+		}
+	}
+	out, err := r.run("run", "--bundle", bundle(t, member), pod+"-member")
+	want := fmt.Sprintf("host the-pod ipc %s uts %s", nsLink(pid, "ipc"), nsLink(pid, "uts"))
+	if err != nil || !strings.Contains(out, want) {
+		t.Fatalf("member: %v\n%s\nwant %q", err, out, want)
+	}
+	if nsLink(pid, "ipc") == nsLink(os.Getpid(), "ipc") {
+		t.Fatal("the pod's ipc namespace is the host's: the check proves nothing")
+	}
+	for i, n := range member.Linux.Namespaces {
+		if n.Type == specs.IPCNamespace {
+			member.Linux.Namespaces[i].Path = fmt.Sprintf("/proc/%d/ns/net", pid)
+		}
+	}
+	if out, err := r.run("run", "--bundle", bundle(t, member), pod+"-wrong"); err == nil || !strings.Contains(out, "not a namespace of type ipc") {
+		t.Errorf("a net namespace as the ipc one: %v\n%s", err, out)
+	}
+}
+
+// TestPreserveFDs: --preserve-fds N passes descriptors 3 to 3+N-1 to the
+// container's command as its own 3 to 3+N-1, and no other.
+func TestPreserveFDs(t *testing.T) {
+	r := newRuntime(t)
+	dir := t.TempDir()
+	var files []*os.File
+	for _, n := range []string{"three", "four", "five"} {
+		f, err := os.Create(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+	cfg := config("sh", "-c", `echo to-three >&3; echo to-four >&4; echo to-five >&5 || echo five-closed; ls /proc/self/fd | tr '\n' ' '`)
+	out, err := os.CreateTemp(dir, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(r.link, "--root", r.root, "run", "--preserve-fds", "2", "--bundle", bundle(t, cfg), fmt.Sprintf("fds-%d", os.Getpid()))
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = out, out, files // 3, 4 and 5; 5 is not preserved
+	err = cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	if err != nil || !strings.Contains(string(b), "five-closed") {
+		t.Fatalf("run --preserve-fds 2: %v\n%s", err, b)
+	}
+	for n, want := range map[string]string{"three": "to-three\n", "four": "to-four\n", "five": ""} {
+		if got, _ := os.ReadFile(filepath.Join(dir, n)); string(got) != want {
+			t.Errorf("%s got %q, want %q (output %s)", n, got, want, b)
+		}
 	}
 }

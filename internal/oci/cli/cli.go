@@ -1,12 +1,13 @@
 // Package cli is the command line of tine-runc, tine's OCI runtime: runc's
 // (create, start, exec, state, kill, delete, ps, pause, resume, list,
-// features, run), for containerd's runc shim and CRI-O.
+// features, run, update), for containerd's runc shim and CRI-O.
 package cli
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -68,12 +69,14 @@ func NewCommand(use string) *cobra.Command {
 		Use:   use,
 		Short: "Run OCI bundles, as containerd's runc shim and CRI-O expect (tine as an OCI runtime)",
 		Long: `tine as an OCI runtime: the command line of runc (create, start, exec, state,
-kill, delete, ps, pause, resume, list, features, run), for containerd's runc shim
-(io.containerd.runc.v2 with BinaryName pointing at tine-runc) and CRI-O. A
-container is a tine sandbox made from the bundle's config.json: its rootfs
-written in place, new pid, mount, ipc, uts and network namespaces (or a given
-network namespace), the cgroup at its cgroupsPath, the config's seccomp
-profile stacked on tine's walls (Docker's seccomp policy, Landlock, its masks,
+kill, delete, ps, pause, resume, list, features, run, update), for containerd's
+runc shim (io.containerd.runc.v2 with BinaryName pointing at tine-runc, ctr or
+the CRI plugin's runtime handlers) and CRI-O. A container is a tine sandbox
+made from the bundle's config.json: its rootfs written in place, new pid and
+mount namespaces, ipc, uts and network namespaces of its own or joined by path
+(a pod's) or the host's when the config leaves them out, the cgroup at its
+cgroupsPath, the config's user, OOM score, namespaced sysctls and seccomp
+profile (stacked on tine's walls: Docker's seccomp policy, Landlock, its masks,
 no_new_privs). Every config field tine cannot honour is refused with an error
 naming it. See docs/kubernetes.md.`,
 		SilenceUsage:  true,
@@ -118,9 +121,7 @@ naming it. See docs/kubernetes.md.`,
 		Short: "Make a container from a bundle; its command waits for start",
 		Args:  cobra.ExactArgs(1),
 		RunE: logged(func(cmd *cobra.Command, args []string) error {
-			if preserveFDs > 0 {
-				return errors.New("--preserve-fds: passing extra descriptors into a container is not supported")
-			}
+			co.PreserveFDs = preserveFDs
 			return rt().Create(args[0], co)
 		}),
 	}
@@ -130,7 +131,7 @@ naming it. See docs/kubernetes.md.`,
 		c.Flags().StringVar(&co.ConsoleSocket, "console-socket", "", "send the terminal's master to this unix socket (with process.terminal)")
 		c.Flags().BoolVar(&noPivot, "no-pivot", false, "accepted; tine always pivots into the root")
 		c.Flags().BoolVar(&noNewKeyring, "no-new-keyring", false, "accepted; tine makes no session keyring")
-		c.Flags().IntVar(&preserveFDs, "preserve-fds", 0, "refused when > 0")
+		c.Flags().IntVar(&preserveFDs, "preserve-fds", 0, "pass this many descriptors from 3 up to the container's command")
 	}
 	addCreateFlags(create)
 
@@ -140,6 +141,7 @@ naming it. See docs/kubernetes.md.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: logged(func(cmd *cobra.Command, args []string) error {
 			r, id := rt(), args[0]
+			co.PreserveFDs = preserveFDs
 			if err := r.Create(id, co); err != nil {
 				return err
 			}
@@ -299,7 +301,7 @@ naming it. See docs/kubernetes.md.`,
 		one("pause", "Freeze every process of a running container", (*oci.Runtime).Pause),
 		one("resume", "Thaw a paused container", (*oci.Runtime).Resume), feats,
 		newOCIExecCommand(rt, logged),
-		notYet("update", "changing a running container's resources"),
+		newUpdateCommand(rt, logged),
 		notYet("checkpoint", "CRIU checkpoints through the OCI path"),
 		notYet("restore", "CRIU restores through the OCI path"))
 	return cmd
@@ -408,5 +410,65 @@ waits and exits with the process's exit code.`,
 	f.StringVar(&cwd, "cwd", "", "working directory inside the container")
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for the command (repeatable)")
 	f.SetInterspersed(false)
+	return cmd
+}
+
+// newUpdateCommand is runc's update: the resources as runtime-spec JSON
+// (--resources FILE, or - for stdin, which containerd's shim uses), or
+// the memory, cpu and pids flags.
+func newUpdateCommand(rt func() *oci.Runtime, logged func(func(*cobra.Command, []string) error) func(*cobra.Command, []string) error) *cobra.Command {
+	var file string
+	var memory, pids, cpuQuota int64
+	var cpuPeriod, cpuShares uint64
+	cmd := &cobra.Command{
+		Use:   "update [flags] ID",
+		Short: "Change a running container's memory, cpu and pids limits",
+		Args:  cobra.ExactArgs(1),
+		RunE: logged(func(cmd *cobra.Command, args []string) error {
+			var res specs.LinuxResources
+			if file != "" {
+				var b []byte
+				var err error
+				if file == "-" {
+					b, err = io.ReadAll(cmd.InOrStdin())
+				} else {
+					b, err = os.ReadFile(file)
+				}
+				if err != nil {
+					return fmt.Errorf("read --resources: %w", err)
+				}
+				if err := json.Unmarshal(b, &res); err != nil {
+					return fmt.Errorf("parse --resources: %w", err)
+				}
+			}
+			fl := cmd.Flags()
+			if fl.Changed("memory") {
+				res.Memory = &specs.LinuxMemory{Limit: &memory}
+			}
+			if fl.Changed("pids-limit") {
+				res.Pids = &specs.LinuxPids{Limit: pids}
+			}
+			if fl.Changed("cpu-quota") || fl.Changed("cpu-period") || fl.Changed("cpu-shares") {
+				res.CPU = &specs.LinuxCPU{}
+				if fl.Changed("cpu-quota") {
+					res.CPU.Quota = &cpuQuota
+				}
+				if fl.Changed("cpu-period") {
+					res.CPU.Period = &cpuPeriod
+				}
+				if fl.Changed("cpu-shares") {
+					res.CPU.Shares = &cpuShares
+				}
+			}
+			return rt().Update(args[0], &res)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "resources", "r", "", "the resources as runtime-spec JSON (linux.resources); - reads stdin")
+	f.Int64Var(&memory, "memory", 0, "memory limit in bytes")
+	f.Int64Var(&pids, "pids-limit", 0, "maximum number of processes")
+	f.Int64Var(&cpuQuota, "cpu-quota", 0, "CPU time in microseconds per --cpu-period")
+	f.Uint64Var(&cpuPeriod, "cpu-period", 0, "CPU quota period in microseconds (default 100000)")
+	f.Uint64Var(&cpuShares, "cpu-shares", 0, "CPU weight (2 to 262144)")
 	return cmd
 }
