@@ -185,34 +185,21 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if cgVersion == cgroup.None && !rootless && (s.Limits != cgroup.Limits{}) {
 		return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
 	}
-	createGroup := func() error {
-		create := func(lim cgroup.Limits, longLived bool) (*cgroup.Group, error) {
-			return h.cgroup.Create(cgroup.NewName(), lim, longLived)
-		}
-		if s.CgroupPath != "" {
-			create = func(lim cgroup.Limits, longLived bool) (*cgroup.Group, error) {
-				return h.cgroup.CreateAt(s.CgroupPath, lim, longLived)
+	// The cgroup is made on another thread too, while this one prepares
+	// the rest; the child is born in it (v2) or moves itself in as its
+	// first step (v1, see cgroup.Group.JoinFiles): either way no process
+	// is moved by another, which would wait on the kernel's global cgroup
+	// lock (an RCU grace period after a quiet spell, ≈10 ms here).
+	var groupc chan groupResult
+	if cgVersion != cgroup.None {
+		groupc = make(chan groupResult, 1)
+		go func() { groupc <- createGroup(h, plan) }()
+		undo = append(undo, func() {
+			if r := <-groupc; r.group != nil {
+				r.group.Kill()
+				r.group.Remove()
 			}
-		}
-		// A detached sandbox is long-lived: it can be paused (frozen).
-		g, err := create(s.limits(true), len(plan.Argv) == 0 || s.Detach)
-		if err != nil {
-			return err
-		}
-		pr.group = g
-		undo = append(undo, func() { g.Kill(); g.Remove() })
-		return nil
-	}
-	switch cgVersion {
-	case cgroup.V2:
-		// Born inside its cgroup (clone3 CLONE_INTO_CGROUP): create it first.
-		if err := createGroup(); err != nil {
-			return nil, err
-		}
-	case cgroup.V1:
-		// Placed after clone, while the child mounts; it waits to be
-		// released, then enters a cgroup namespace rooted there.
-		in.newCgroupNS = true
+		})
 	}
 	ch, err := newChannels()
 	if err != nil {
@@ -242,14 +229,31 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if rootless {
 		flags |= unix.CLONE_NEWCGROUP // no cgroup to be placed in first
 	}
+	cgroupFD := -1
+	if groupc != nil {
+		r := <-groupc
+		groupc <- r // the undo above still removes it if the start fails
+		if r.err != nil {
+			return nil, r.err
+		}
+		pr.group = r.group
+		switch {
+		case r.group.FD() >= 0:
+			cgroupFD = r.group.FD()
+			flags |= unix.CLONE_NEWCGROUP
+		default:
+			// v1: it joins first thing, then enters a cgroup namespace
+			// rooted there once its mounts are done.
+			if in.join, err = r.group.JoinFiles(); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+			}
+			defer closeAll(in.join)
+			in.newCgroupNS = true
+		}
+	}
 	pg, err := compileBoot(plan, in)
 	if err != nil {
 		return nil, err
-	}
-	cgroupFD := -1
-	if pr.group != nil && pr.group.FD() >= 0 {
-		cgroupFD = pr.group.FD()
-		flags |= unix.CLONE_NEWCGROUP
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
@@ -265,14 +269,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 
 	if userns {
 		if err := writeIDMaps(pid, rootless); err != nil {
-			return nil, err
-		}
-	}
-	if cgVersion == cgroup.V1 {
-		if err := createGroup(); err != nil {
-			return nil, err
-		}
-		if err := pr.group.Attach(pid); err != nil {
 			return nil, err
 		}
 	}
@@ -317,6 +313,33 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 		go pr.enforceTimeout(s.Timeout)
 	}
 	return pr, nil
+}
+
+type groupResult struct {
+	group *cgroup.Group
+	err   error
+}
+
+// createGroup makes a sandbox's cgroup with its limits, where its spec
+// says (Spec.CgroupPath) or under tine's parent. A live or detached
+// sandbox's group is long-lived: it can be paused (frozen).
+func createGroup(h *host, plan *Plan) groupResult {
+	s := plan.Spec
+	lim, longLived := s.limits(true), len(plan.Argv) == 0 || s.Detach
+	var g *cgroup.Group
+	var err error
+	if s.CgroupPath != "" {
+		g, err = h.cgroup.CreateAt(s.CgroupPath, lim, longLived)
+	} else {
+		g, err = h.cgroup.Create(cgroup.NewName(), lim, longLived)
+	}
+	return groupResult{g, err}
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // narrowCaps keeps only list (Spec.Capabilities, checked by Validate) when
