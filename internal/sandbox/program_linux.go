@@ -92,10 +92,10 @@ type inputs struct {
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
 	// join are the cgroup files the child writes "0" to first thing,
 	// moving itself into its group (v1; cgroup.Group.JoinFiles).
-	join []int
-	filter      []unix.SockFilter
-	keepCaps    uint64
-	dropCaps    []int
+	join     []int
+	filter   []unix.SockFilter
+	keepCaps uint64
+	dropCaps []int
 
 	// binds are detached mounts of the plan's bind sources, cloned by the
 	// parent from descriptors it held since checking them (openBindSources);

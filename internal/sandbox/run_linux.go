@@ -38,8 +38,14 @@ var hostOnce = sync.OnceValues(func() (*host, error) {
 		if err := os.MkdirAll(StageDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", StageDir, err)
 		}
-		// A tine that was SIGKILLed leaves its cgroups behind: reap them.
-		cg.Reap()
+		// A tine that was SIGKILLed leaves its cgroups behind: reap them,
+		// in the background (it reads every owner's /proc entry), while
+		// this process starts its own sandbox; Wait waits for it.
+		h.reaped = make(chan struct{})
+		go func() {
+			defer close(h.reaped)
+			cg.Reap()
+		}()
 	}
 	return h, nil
 })
@@ -49,6 +55,17 @@ type host struct {
 	landlockABI int
 	keepCaps    uint64
 	dropCaps    []int
+	// reaped is closed once the start's reap of dead tines' cgroups is
+	// done (nil: none was started).
+	reaped chan struct{}
+}
+
+// awaitReap waits for the reap hostOnce started, so that a one-shot tine
+// does not exit in the middle of it.
+func awaitReap() {
+	if h, err := hostOnce(); err == nil && h.reaped != nil {
+		<-h.reaped
+	}
 }
 
 // Process is a started sandbox.
@@ -837,6 +854,7 @@ func (p *Process) Wait() (*Outcome, error) {
 	if stats.OOMKills > oomBefore && o.ExitCode == 137 && !timedOut {
 		o.Reason = "oom"
 	}
+	awaitReap()
 	return o, nil
 }
 
