@@ -87,11 +87,14 @@ func Create(s *Spec) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := NewPlan(s, os.Geteuid() != 0)
+	rootless := os.Geteuid() != 0
+	group := h.beginGroup(s, rootless) // while the plan is made
+	plan, err := NewPlan(s, rootless)
 	if err != nil {
+		discardGroup(group)
 		return nil, err
 	}
-	pr, err := startPlan(h, plan, time.Now())
+	pr, err := startPlan(h, plan, time.Now(), group)
 	if err != nil {
 		return nil, err
 	}

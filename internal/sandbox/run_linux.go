@@ -120,16 +120,20 @@ func Start(s *Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := NewPlan(s, os.Geteuid() != 0)
+	rootless := os.Geteuid() != 0
+	group := h.beginGroup(s, rootless) // while the plan is made
+	plan, err := NewPlan(s, rootless)
 	if err != nil {
+		discardGroup(group)
 		return nil, err
 	}
-	return startPlan(h, plan, t0)
+	return startPlan(h, plan, t0, group)
 }
 
 // startPlan starts a sandbox from a plan; tests use it to run plans with a
-// wall taken away, to prove the next one holds.
-func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
+// wall taken away, to prove the next one holds. group is the sandbox's
+// cgroup being made (beginGroup), or nil to begin it here.
+func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Process, error) {
 	s, rootless, userns := plan.Spec, plan.Rootless, plan.UserNS
 	stdio, err := stdioFDs(s.Stdio)
 	if err != nil {
@@ -207,16 +211,12 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	// first step (v1, see cgroup.Group.JoinFiles): either way no process
 	// is moved by another, which would wait on the kernel's global cgroup
 	// lock (an RCU grace period after a quiet spell, ≈10 ms here).
-	var groupc chan groupResult
-	if cgVersion != cgroup.None {
-		groupc = make(chan groupResult, 1)
-		go func() { groupc <- createGroup(h, plan) }()
-		undo = append(undo, func() {
-			if r := <-groupc; r.group != nil {
-				r.group.Kill()
-				r.group.Remove()
-			}
-		})
+	groupc := group
+	if groupc == nil {
+		groupc = h.beginGroup(s, rootless)
+	}
+	if groupc != nil {
+		undo = append(undo, func() { discardGroup(groupc) })
 	}
 	ch, err := newChannels()
 	if err != nil {
@@ -337,12 +337,33 @@ type groupResult struct {
 	err   error
 }
 
+// beginGroup starts making the cgroup of a sandbox of s on another
+// goroutine; nil when it gets none (rootless, or no usable hierarchy).
+func (h *host) beginGroup(s *Spec, rootless bool) chan groupResult {
+	if rootless || h.cgroup.Version == cgroup.None {
+		return nil
+	}
+	c := make(chan groupResult, 1)
+	go func() { c <- createGroup(h, s) }()
+	return c
+}
+
+// discardGroup removes the group beginGroup made, once it is made.
+func discardGroup(c chan groupResult) {
+	if c == nil {
+		return
+	}
+	if r := <-c; r.group != nil {
+		r.group.Kill()
+		r.group.Remove()
+	}
+}
+
 // createGroup makes a sandbox's cgroup with its limits, where its spec
 // says (Spec.CgroupPath) or under tine's parent. A live or detached
 // sandbox's group is long-lived: it can be paused (frozen).
-func createGroup(h *host, plan *Plan) groupResult {
-	s := plan.Spec
-	lim, longLived := s.limits(true), len(plan.Argv) == 0 || s.Detach
+func createGroup(h *host, s *Spec) groupResult {
+	lim, longLived := s.limits(true), len(s.Args) == 0 || s.Detach
 	var g *cgroup.Group
 	var err error
 	if s.CgroupPath != "" {
