@@ -25,7 +25,8 @@ missing, what stops working and how to fix it. As root it also measures
 what moving a process between cgroups costs here (about a second): on
 Linux 6.0 and later the first move after a quiet spell waits for an RCU
 grace period. On v1 tine never pays it: each of its processes joins its
-group by moving its only thread (a v1 tasks file), which skips that lock.
+group by moving its only thread (a v1 tasks file), which skips that lock
+(doctor times that too).
 On v2 a command handed to the daemon joins its tracking group by a move.
 
 --fix offers the host setting that removes that wait: favordynmods on the
@@ -175,6 +176,9 @@ func (r doctorReport) writeText(w io.Writer) error {
 	if mc := r.CgroupMove; mc != nil {
 		fmt.Fprintf(&b, "cgroup move: %.2f ms after %.0f ms without one, %.2f ms right after another (%s)\n",
 			mc.QuietMs, mc.QuietGapMs, mc.BusyMs, favorState(mc))
+		if mc.ThreadHierarchy != "" {
+			fmt.Fprintf(&b, "cgroup thread move (how tine's processes join on v1): %.2f ms after %.0f ms without a move\n", mc.ThreadQuietMs, mc.QuietGapMs)
+		}
 		if !mc.FavorDynmods && mc.Cgroup2Mount != "" && mc.QuietMs > 4*mc.BusyMs+0.5 {
 			if r.Cgroup.Version == "v1" {
 				b.WriteString("    affects: other programs' moves; not tine's on v1 (its processes move their only thread)\n")
