@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,5 +135,56 @@ func TestExecJoinsItsGroups(t *testing.T) {
 	stdinW.Close()
 	if o, err := p.Wait(); err != nil || o.ExitCode != 0 {
 		t.Fatalf("wait: %+v %v", o, err)
+	}
+}
+
+// ownGroups lists the cgroups this process owns in every hierarchy.
+func ownGroups(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/tine/%d.*", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/tine/%d.*", os.Getpid()))
+	return append(dirs, more...)
+}
+
+// The group is made while the plan is (beginGroup): a start that fails
+// after that, on a spec the plan accepted, leaves no group behind. The
+// control: the same spec with a usable stdin runs, in a group of its own.
+func TestFailedStartLeavesNoGroup(t *testing.T) {
+	require.Root(t)
+	require.Feature(t, "cgroup")
+	before := ownGroups(t)
+	dir, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	spec := func(stdin *os.File) *Spec {
+		return &Spec{Args: []string{"/bin/true"}, Stdio: [3]*os.File{stdin, nil, nil}, Seccomp: seccomp.Default,
+			Limits: cgroup.Limits{Pids: 64, MemoryBytes: 128 << 20}}
+	}
+	// A directory as stdin is refused at the start (a way into the host).
+	if _, err := Start(spec(dir)); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("a directory as stdin: %v, want ErrInvalidSpec", err)
+	}
+	if after := ownGroups(t); len(after) != len(before) {
+		t.Errorf("the failed start left groups: %v (before: %v)", after, before)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	p, err := Start(spec(devnull))
+	if err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	if len(p.group.Dirs()) == 0 || len(ownGroups(t)) <= len(before) {
+		t.Errorf("control: the run has no group of its own")
+	}
+	if o, err := p.Wait(); err != nil || o.ExitCode != 0 {
+		t.Fatalf("control: %+v %v", o, err)
 	}
 }

@@ -135,6 +135,14 @@ func Start(s *Spec) (*Process, error) {
 // cgroup being made (beginGroup), or nil to begin it here.
 func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Process, error) {
 	s, rootless, userns := plan.Spec, plan.Rootless, plan.UserNS
+	// The group is removed on any failure; deferred first, so that it
+	// runs after the undos below (which kill the child in it).
+	groupc, started := group, false
+	defer func() {
+		if !started {
+			discardGroup(groupc)
+		}
+	}()
 	stdio, err := stdioFDs(s.Stdio)
 	if err != nil {
 		return nil, err
@@ -211,12 +219,8 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 	// first step (v1, see cgroup.Group.JoinFiles): either way no process
 	// is moved by another, which would wait on the kernel's global cgroup
 	// lock (an RCU grace period after a quiet spell, ≈10 ms here).
-	groupc := group
 	if groupc == nil {
 		groupc = h.beginGroup(s, rootless)
-	}
-	if groupc != nil {
-		undo = append(undo, func() { discardGroup(groupc) })
 	}
 	ch, err := newChannels()
 	if err != nil {
@@ -249,7 +253,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 	cgroupFD := -1
 	if groupc != nil {
 		r := <-groupc
-		groupc <- r // the undo above still removes it if the start fails
+		groupc <- r // for discardGroup, if the start fails
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -325,7 +329,7 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 	}
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
-	undo = nil
+	undo, started = nil, true
 	if s.Timeout > 0 {
 		go pr.enforceTimeout(s.Timeout)
 	}
