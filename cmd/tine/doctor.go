@@ -24,8 +24,10 @@ seccomp, Landlock, criu, ...) and prints what it found, and for what is
 missing, what stops working and how to fix it. As root it also measures
 what moving a process between cgroups costs here (about a second): on
 Linux 6.0 and later the first move after a quiet spell waits for an RCU
-grace period, which a one-shot tine run on v1 cgroups pays (warm functions'
-spares move ahead of their requests).
+grace period. On v1 tine never pays it: each of its processes joins its
+group by moving its only thread (a v1 tasks file), which skips that lock
+(doctor times that too).
+On v2 a command handed to the daemon joins its tracking group by a move.
 
 --fix offers the host setting that removes that wait: favordynmods on the
 cgroup2 mount. It measures fork+exec of /bin/true and the move before and
@@ -174,9 +176,16 @@ func (r doctorReport) writeText(w io.Writer) error {
 	if mc := r.CgroupMove; mc != nil {
 		fmt.Fprintf(&b, "cgroup move: %.2f ms after %.0f ms without one, %.2f ms right after another (%s)\n",
 			mc.QuietMs, mc.QuietGapMs, mc.BusyMs, favorState(mc))
+		if mc.ThreadHierarchy != "" {
+			fmt.Fprintf(&b, "cgroup thread move (how tine's processes join on v1): %.2f ms after %.0f ms without a move\n", mc.ThreadQuietMs, mc.QuietGapMs)
+		}
 		if !mc.FavorDynmods && mc.Cgroup2Mount != "" && mc.QuietMs > 4*mc.BusyMs+0.5 {
-			b.WriteString("    affects: tine run's start on v1 cgroups, warm calls in a burst past the spares\n")
-			b.WriteString("    fix:     tine doctor --fix (favordynmods, with its cost measured)\n")
+			if r.Cgroup.Version == "v1" {
+				b.WriteString("    affects: other programs' moves; not tine's on v1 (its processes move their only thread)\n")
+			} else {
+				b.WriteString("    affects: runs handed to the daemon (their command joins a tracking group)\n")
+				b.WriteString("    fix:     tine doctor --fix (favordynmods, with its cost measured)\n")
+			}
 		}
 	} else if r.CgroupMoveError != "" {
 		fmt.Fprintf(&b, "cgroup move: not measured (%s)\n", r.CgroupMoveError)

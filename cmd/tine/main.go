@@ -20,7 +20,8 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func newRootCommand() *cobra.Command {
+// newBareRoot is the root command without subcommands.
+func newBareRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tine",
 		Short: "Fast, isolated Linux sandboxes for AI agents",
@@ -32,13 +33,31 @@ capabilities and Landlock.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	return root
+}
+
+func newRootCommand() *cobra.Command {
+	root := newBareRoot()
 	root.AddCommand(newRunCommand(), newDoctorCommand(), newBenchCommand(), newGCCommand(), newServeCommand(), newCreateCommand(), newExecCommand(), newPsCommand(), newInspectCommand(), newNetworkCommand(), newRmCommand(), newFnCommand(), newScriptCommand(), newDesktopCommand(), newSnapshotCommand(), newForkCommand(), newSessionCommand(), newGuestCommand(), newEnvdCommand(), newMCPCommand(), newOCICommand(),
 		newPullCommand(), newLoadCommand(), newImagesCommand(), newRmiCommand(), newImageCommand())
 	return root
 }
 
+// newRunRoot is the root with only `run`: tine run's start is on every
+// one-shot sandbox's path, and building every command's flags is not
+// (it is what `tine run ...` sees of the others anyway: nothing).
+func newRunRoot() *cobra.Command {
+	root := newBareRoot()
+	root.AddCommand(newRunCommand())
+	return root
+}
+
 func main() {
-	err := newRootCommand().Execute()
+	root := newRootCommand
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		root = newRunRoot
+	}
+	err := root().Execute()
 	if err == nil {
 		return
 	}

@@ -237,9 +237,6 @@ func runOnce(f runFlags, args []string) error {
 			}
 			fmt.Fprintf(os.Stderr, "tine: running in-process (%s)\n", why)
 		}
-		if h, err := cgroup.Detect(); err == nil {
-			h.PrimeMove() // overlaps the v1 attach's grace period with the start
-		}
 		if o, err = runInProcess(s, sigs); err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/osthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,6 +37,13 @@ type MoveCost struct {
 	// none is mounted); FavorDynmods whether it is on.
 	Cgroup2Mount string `json:"cgroup2_mount,omitempty"`
 	FavorDynmods bool   `json:"favordynmods"`
+	// ThreadQuietMs is the median move of a thread into a v1 group by
+	// itself (writing 0 to the group's tasks file) after QuietGapMs of no
+	// moves: how tine's processes join their groups on v1, which the
+	// kernel does without the global lock (0 when no v1 pids hierarchy is
+	// mounted); ThreadHierarchy is where it was measured.
+	ThreadQuietMs   float64 `json:"thread_quiet_ms,omitempty"`
+	ThreadHierarchy string  `json:"thread_hierarchy,omitempty"`
 }
 
 // MeasureCgroupMove moves a sleeping child between two cgroups of its own,
@@ -96,7 +105,45 @@ func MeasureCgroupMove(samples int, quiet time.Duration) (MoveCost, error) {
 		q, bz = append(q, d1), append(bz, d2)
 	}
 	c.QuietMs, c.BusyMs = medianMs(q), medianMs(bz)
+	if h, err := cgroup.Detect(); err == nil && h.V1Mounts["pids"] != "" {
+		c.ThreadHierarchy = h.V1Mounts["pids"]
+		if c.ThreadQuietMs, err = measureThreadMove(c.ThreadHierarchy, samples, quiet); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
+}
+
+// measureThreadMove times a thread moving itself into a group of its own
+// in the v1 hierarchy at mount, after quiet each time. Each sample's thread
+// is thrown away afterwards (it leaves the group as it exits).
+func measureThreadMove(mount string, samples int, quiet time.Duration) (float64, error) {
+	dir := filepath.Join(mount, fmt.Sprintf("tine-doctor-%d-t", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("make a cgroup to move a thread in: %w", err)
+	}
+	defer rmdirWhenEmpty(dir)
+	var ds []time.Duration
+	for range samples {
+		time.Sleep(quiet)
+		var d time.Duration
+		var err error
+		osthread.Throwaway(func() {
+			var fd int
+			if fd, err = unix.Open(filepath.Join(dir, "tasks"), unix.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
+				return
+			}
+			defer unix.Close(fd)
+			t0 := time.Now()
+			_, err = unix.Write(fd, []byte("0"))
+			d = time.Since(t0)
+		})
+		if err != nil {
+			return 0, fmt.Errorf("move a thread: %w", err)
+		}
+		ds = append(ds, d)
+	}
+	return medianMs(ds), nil
 }
 
 // rmdirWhenEmpty removes a probe's group once its process has gone (the

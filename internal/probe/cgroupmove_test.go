@@ -21,7 +21,14 @@ func TestMeasureCgroupMove(t *testing.T) {
 	if c.Hierarchy == "" || c.QuietMs <= 0 || c.BusyMs <= 0 || c.Samples != 2 {
 		t.Errorf("measured %+v", c)
 	}
+	if c.ThreadHierarchy != "" && c.ThreadQuietMs <= 0 {
+		t.Errorf("the thread move was not measured: %+v", c)
+	}
 	left, _ := filepath.Glob(filepath.Join(c.Hierarchy, fmt.Sprintf("tine-doctor-%d-*", os.Getpid())))
+	if c.ThreadHierarchy != "" {
+		more, _ := filepath.Glob(filepath.Join(c.ThreadHierarchy, fmt.Sprintf("tine-doctor-%d-*", os.Getpid())))
+		left = append(left, more...)
+	}
 	if len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}

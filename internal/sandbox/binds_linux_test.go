@@ -47,7 +47,7 @@ func TestBindSourceSwappedAfterThePlanIsRefused(t *testing.T) {
 		if err := swap(); err != nil {
 			t.Fatal(err)
 		}
-		pr, err := startPlan(h, p, time.Now())
+		pr, err := startPlan(h, p, time.Now(), nil)
 		if err == nil {
 			pr.Wait()
 		}
@@ -83,7 +83,7 @@ func TestBindTargetSwappedToSymlinkAfterThePlanFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := startPlan(h, p, time.Now())
+	pr, err := startPlan(h, p, time.Now(), nil)
 	if err == nil {
 		pr.Wait()
 	}

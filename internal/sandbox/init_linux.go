@@ -255,7 +255,7 @@ const (
 	launchMaxStrings = 2048 // argv + env + candidates + 1
 	launchMaxRunning = 256
 	launchFDs        = 5
-	// launchMaxCgroups is how many cgroup.procs descriptors may follow
+	// launchMaxCgroups is how many cgroup join descriptors may follow
 	// the five (header flags): the command writes "0" to each before its
 	// execve, so it is born into a request's cgroup with nothing run yet.
 	launchMaxCgroups = 4
@@ -394,7 +394,7 @@ func launch(l *launchState, v *vforkArgs) {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 	}
 	// The descriptors: one SCM_RIGHTS message of launchFDs int32s, and
-	// h.flags cgroup.procs descriptors.
+	// h.flags cgroup join descriptors (cgroup.Group.JoinFiles).
 	if l.msg.Controllen < uint64(unix.CmsgLen(4*launchFDs)) {
 		return
 	}

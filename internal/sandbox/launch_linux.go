@@ -86,7 +86,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 		if track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 		}
-		if cgroupProcs, err = track.ProcsFiles(); err != nil {
+		if cgroupProcs, err = track.JoinFiles(); err != nil {
 			track.Remove()
 			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 		}

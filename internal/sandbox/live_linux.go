@@ -60,7 +60,7 @@ type ExecSpec struct {
 	Cols, Rows uint16
 	Stdio      [3]*os.File
 	Timeout    time.Duration
-	// CgroupProcs are open cgroup.procs files (cgroup.Group.ProcsFiles)
+	// CgroupProcs are open join files (cgroup.Group.JoinFiles)
 	// the command joins before its execve (Launch only; at most 4).
 	CgroupProcs []int
 	// Forkable starts the interpreter of a forkable session (Exec only):
@@ -97,11 +97,14 @@ func Create(s *Spec) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := NewPlan(s, os.Geteuid() != 0)
+	rootless := os.Geteuid() != 0
+	group := h.beginGroup(s, rootless) // while the plan is made
+	plan, err := NewPlan(s, rootless)
 	if err != nil {
+		discardGroup(group)
 		return nil, err
 	}
-	pr, err := startPlan(h, plan, time.Now())
+	pr, err := startPlan(h, plan, time.Now(), group)
 	if err != nil {
 		return nil, err
 	}
@@ -253,13 +256,15 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	}
 	defer ch.closeParentEnds()
 	ch.wire(&in, stdio)
-	pg, err := compileJoin(p, cmd, in)
-	if err != nil {
+	pr := &Process{plan: p, pidfd: -1, launchFD: -1, commitFD: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
+	abort := func(err error) (*Process, error) {
 		ch.closeChildEnds()
 		ch.statusR.Close()
+		if pr.track != nil {
+			pr.track.Remove()
+		}
 		return nil, err
 	}
-	pr := &Process{plan: p, pidfd: -1, launchFD: -1, commitFD: -1, done: make(chan struct{}), exited: make(chan struct{}), sandbox: sb}
 	g := sb.init.group
 	cgroupFD := -1
 	if g != nil && g.FD() >= 0 {
@@ -269,26 +274,40 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		pr.oomBefore = g.Stats().OOMKills
 		// Everything the command starts is tracked (see Launch).
 		if pr.track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
-			ch.closeChildEnds()
-			ch.statusR.Close()
-			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+			return abort(fmt.Errorf("%w: %v", ErrSetup, err))
 		}
 		if pr.track.FD() >= 0 {
 			cgroupFD = pr.track.FD()
 		}
 	}
+	if g != nil && cgroupFD < 0 {
+		// v1: the child joins the sandbox's group, then the tracking one
+		// (in the pids hierarchy), first thing (see addJoinCgroup).
+		for _, grp := range []*cgroup.Group{g, pr.track} {
+			if grp == nil {
+				continue
+			}
+			fds, err := grp.JoinFiles()
+			if err != nil {
+				closeAll(in.join)
+				return abort(fmt.Errorf("%w: %v", ErrSetup, err))
+			}
+			in.join = append(in.join, fds...)
+		}
+		defer closeAll(in.join)
+	}
+	pg, err := compileJoin(p, cmd, in)
+	if err != nil {
+		return abort(err)
+	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
 	pid, pidfd, err := cloneOnParentThread(pg, 0, cgroupFD, -1)
 	runtime.KeepAlive(e)
-	ch.closeChildEnds()
 	if err != nil {
-		ch.statusR.Close()
-		if pr.track != nil {
-			pr.track.Remove()
-		}
-		return nil, fmt.Errorf("%w: clone: %v", ErrSetup, err)
+		return abort(fmt.Errorf("%w: clone: %v", ErrSetup, err))
 	}
+	ch.closeChildEnds()
 	pr.pid, pr.pidfd, pr.statusR = pid, pidfd, ch.statusR
 	fail := func(err error) (*Process, error) {
 		if pr.tty != nil {
@@ -298,16 +317,6 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		pr.reapQuietly()
 		pr.untrack(true)
 		return nil, err
-	}
-	if g != nil && cgroupFD < 0 {
-		if err := g.Attach(pid); err != nil {
-			return fail(err)
-		}
-		if pr.track != nil {
-			if err := pr.track.Attach(pid); err != nil {
-				return fail(err)
-			}
-		}
 	}
 	if err := ch.release(nil); err != nil {
 		return fail(err)

@@ -114,7 +114,7 @@ func (sb *Sandbox) ForkTarget() (t *ForkTarget, err error) {
 	if t.track, err = sb.init.group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	procs, err := t.track.ProcsFiles()
+	procs, err := t.track.JoinFiles()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}

@@ -97,10 +97,13 @@ type inputs struct {
 	// namespace's root once it is mapped.
 	asRoot      bool
 	newCgroupNS bool // unshare the cgroup namespace after placement (v1)
-	cgroupFS    []cgroupFSMount
-	filter      []unix.SockFilter
-	keepCaps    uint64
-	dropCaps    []int
+	// join are the cgroup files the child writes "0" to first thing,
+	// moving itself into its group (v1; cgroup.Group.JoinFiles).
+	join     []int
+	cgroupFS []cgroupFSMount
+	filter   []unix.SockFilter
+	keepCaps uint64
+	dropCaps []int
 
 	// binds are detached mounts of the plan's bind sources, cloned by the
 	// parent from descriptors it held since checking them (openBindSources);
@@ -206,6 +209,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 			return nil, err
 		}
 	}
+	pg.addJoinCgroup(in.join)
 	pg.moveDescriptors(in)
 	if !in.userns {
 		// Through the host's /proc, before the sandbox's own shows this
@@ -315,6 +319,7 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	} else {
 		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	}
+	pg.addJoinCgroup(in.join)
 	pg.moveDescriptors(in)
 	pg.addRelease(false)
 	ns := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP)
@@ -333,6 +338,19 @@ func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg.addWalls(p, in)
 	pg.addCommandProcess(cmd, true, !in.userns, p.Spec.OOMScoreAdj)
 	return pg, nil
+}
+
+// addJoinCgroup moves the child into its cgroup before it does anything
+// else (so all it allocates is charged there): it writes "0" to each of
+// the join files, at the numbers it inherited them under, and closes
+// them before the descriptors move to their slots. The child has a single
+// thread, so moving it is moving the whole process.
+func (pg *program) addJoinCgroup(fds []int) {
+	zero := pg.cstr("0")
+	for _, fd := range fds {
+		pg.addSetup("join the sandbox's cgroup", sys(unix.SYS_WRITE, uintptr(fd), zero, 1))
+		pg.addSetup("join the sandbox's cgroup", sys(unix.SYS_CLOSE, uintptr(fd)))
+	}
 }
 
 // addBecomeRoot makes a child in a user namespace with a mapped range

@@ -38,8 +38,14 @@ var hostOnce = sync.OnceValues(func() (*host, error) {
 		if err := os.MkdirAll(StageDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", StageDir, err)
 		}
-		// A tine that was SIGKILLed leaves its cgroups behind: reap them.
-		cg.Reap()
+		// A tine that was SIGKILLed leaves its cgroups behind: reap them,
+		// in the background (it reads every owner's /proc entry), while
+		// this process starts its own sandbox; Wait waits for it.
+		h.reaped = make(chan struct{})
+		go func() {
+			defer close(h.reaped)
+			cg.Reap()
+		}()
 	}
 	return h, nil
 })
@@ -49,6 +55,17 @@ type host struct {
 	landlockABI int
 	keepCaps    uint64
 	dropCaps    []int
+	// reaped is closed once the start's reap of dead tines' cgroups is
+	// done (nil: none was started).
+	reaped chan struct{}
+}
+
+// awaitReap waits for the reap hostOnce started, so that a one-shot tine
+// does not exit in the middle of it.
+func awaitReap() {
+	if h, err := hostOnce(); err == nil && h.reaped != nil {
+		<-h.reaped
+	}
 }
 
 // Process is a started sandbox.
@@ -103,17 +120,29 @@ func Start(s *Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := NewPlan(s, os.Geteuid() != 0)
+	rootless := os.Geteuid() != 0
+	group := h.beginGroup(s, rootless) // while the plan is made
+	plan, err := NewPlan(s, rootless)
 	if err != nil {
+		discardGroup(group)
 		return nil, err
 	}
-	return startPlan(h, plan, t0)
+	return startPlan(h, plan, t0, group)
 }
 
 // startPlan starts a sandbox from a plan; tests use it to run plans with a
-// wall taken away, to prove the next one holds.
-func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
+// wall taken away, to prove the next one holds. group is the sandbox's
+// cgroup being made (beginGroup), or nil to begin it here.
+func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Process, error) {
 	s, rootless, userns := plan.Spec, plan.Rootless, plan.UserNS
+	// The group is removed on any failure; deferred first, so that it
+	// runs after the undos below (which kill the child in it).
+	groupc, started := group, false
+	defer func() {
+		if !started {
+			discardGroup(groupc)
+		}
+	}()
 	stdio, err := stdioFDs(s.Stdio)
 	if err != nil {
 		return nil, err
@@ -191,34 +220,13 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if cgVersion == cgroup.None && !rootless && (s.Limits != cgroup.Limits{}) {
 		return nil, fmt.Errorf("%w: %s", cgroup.ErrUnavailable, h.cgroup.Why)
 	}
-	createGroup := func() error {
-		create := func(lim cgroup.Limits, longLived bool) (*cgroup.Group, error) {
-			return h.cgroup.Create(cgroup.NewName(), lim, longLived)
-		}
-		if s.CgroupPath != "" {
-			create = func(lim cgroup.Limits, longLived bool) (*cgroup.Group, error) {
-				return h.cgroup.CreateAt(s.CgroupPath, lim, longLived)
-			}
-		}
-		// A detached sandbox is long-lived: it can be paused (frozen).
-		g, err := create(s.limits(true), len(plan.Argv) == 0 || s.Detach)
-		if err != nil {
-			return err
-		}
-		pr.group = g
-		undo = append(undo, func() { g.Kill(); g.Remove() })
-		return nil
-	}
-	switch cgVersion {
-	case cgroup.V2:
-		// Born inside its cgroup (clone3 CLONE_INTO_CGROUP): create it first.
-		if err := createGroup(); err != nil {
-			return nil, err
-		}
-	case cgroup.V1:
-		// Placed after clone, while the child mounts; it waits to be
-		// released, then enters a cgroup namespace rooted there.
-		in.newCgroupNS = true
+	// The cgroup is made on another thread too, while this one prepares
+	// the rest; the child is born in it (v2) or moves itself in as its
+	// first step (v1, see cgroup.Group.JoinFiles): either way no process
+	// is moved by another, which would wait on the kernel's global cgroup
+	// lock (an RCU grace period after a quiet spell, ≈10 ms here).
+	if groupc == nil {
+		groupc = h.beginGroup(s, rootless)
 	}
 	ch, err := newChannels()
 	if err != nil {
@@ -252,6 +260,28 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	if rootless {
 		flags |= unix.CLONE_NEWCGROUP // no cgroup to be placed in first
 	}
+	cgroupFD := -1
+	if groupc != nil {
+		r := <-groupc
+		groupc <- r // for discardGroup, if the start fails
+		if r.err != nil {
+			return nil, r.err
+		}
+		pr.group = r.group
+		switch {
+		case r.group.FD() >= 0:
+			cgroupFD = r.group.FD()
+			flags |= unix.CLONE_NEWCGROUP
+		default:
+			// v1: it joins first thing, then enters a cgroup namespace
+			// rooted there once its mounts are done.
+			if in.join, err = r.group.JoinFiles(); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+			}
+			defer closeAll(in.join)
+			in.newCgroupNS = true
+		}
+	}
 	var hop *nestedHop
 	if s.ForkOf != nil {
 		hop = newNestedHop(flags, ch.childRelease)
@@ -259,11 +289,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	pg, err := compileBoot(plan, in, hop)
 	if err != nil {
 		return nil, err
-	}
-	cgroupFD := -1
-	if pr.group != nil && pr.group.FD() >= 0 {
-		cgroupFD = pr.group.FD()
-		flags |= unix.CLONE_NEWCGROUP
 	}
 	pr.phases.Plan = ms(time.Since(t0))
 	t1 := time.Now()
@@ -303,14 +328,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 			return nil, err
 		}
 	}
-	if cgVersion == cgroup.V1 {
-		if err := createGroup(); err != nil {
-			return nil, err
-		}
-		if err := pr.group.Attach(pid); err != nil {
-			return nil, err
-		}
-	}
 	var rights []byte
 	if !userns {
 		r := <-netns
@@ -347,11 +364,59 @@ func startPlan(h *host, plan *Plan, t0 time.Time) (*Process, error) {
 	}
 	pr.phases.Start = ms(time.Since(t1))
 	pr.started = time.Now()
-	undo = nil
+	undo, started = nil, true
 	if s.Timeout > 0 {
 		go pr.enforceTimeout(s.Timeout)
 	}
 	return pr, nil
+}
+
+type groupResult struct {
+	group *cgroup.Group
+	err   error
+}
+
+// beginGroup starts making the cgroup of a sandbox of s on another
+// goroutine; nil when it gets none (rootless, or no usable hierarchy).
+func (h *host) beginGroup(s *Spec, rootless bool) chan groupResult {
+	if rootless || h.cgroup.Version == cgroup.None {
+		return nil
+	}
+	c := make(chan groupResult, 1)
+	go func() { c <- createGroup(h, s) }()
+	return c
+}
+
+// discardGroup removes the group beginGroup made, once it is made.
+func discardGroup(c chan groupResult) {
+	if c == nil {
+		return
+	}
+	if r := <-c; r.group != nil {
+		r.group.Kill()
+		r.group.Remove()
+	}
+}
+
+// createGroup makes a sandbox's cgroup with its limits, where its spec
+// says (Spec.CgroupPath) or under tine's parent. A live or detached
+// sandbox's group is long-lived: it can be paused (frozen).
+func createGroup(h *host, s *Spec) groupResult {
+	lim, longLived := s.limits(true), len(s.Args) == 0 || s.Detach
+	var g *cgroup.Group
+	var err error
+	if s.CgroupPath != "" {
+		g, err = h.cgroup.CreateAt(s.CgroupPath, lim, longLived)
+	} else {
+		g, err = h.cgroup.Create(cgroup.NewName(), lim, longLived)
+	}
+	return groupResult{g, err}
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // narrowCaps keeps only list (Spec.Capabilities, checked by Validate) when
@@ -906,6 +971,7 @@ func (p *Process) Wait() (*Outcome, error) {
 	if stats.OOMKills > oomBefore && o.ExitCode == 137 && !timedOut {
 		o.Reason = "oom"
 	}
+	awaitReap()
 	return o, nil
 }
 

@@ -27,7 +27,7 @@ func runPlan(t *testing.T, p *Plan) (string, *Outcome) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := startPlan(h, p, time.Now())
+	pr, err := startPlan(h, p, time.Now(), nil)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}

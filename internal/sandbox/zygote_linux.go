@@ -86,7 +86,7 @@ func (sb *Sandbox) RequestWalls() (*RequestWalls, error) {
 
 // RequestGroup creates a cgroup for one request inside the sandbox's own,
 // with the request's limits; the request's process admits itself through
-// the group's ProcsFiles. The caller kills and removes it afterwards.
+// the group's JoinFiles. The caller kills and removes it afterwards.
 func (sb *Sandbox) RequestGroup(name string, lim cgroup.Limits) (*cgroup.Group, error) {
 	release, err := sb.use()
 	if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tine-run/tine/internal/require"
@@ -53,6 +54,11 @@ func TestPins(t *testing.T) {
 	}
 	if err := s.Pin("../escape", nil); err == nil {
 		t.Error("a pin name with a slash was accepted")
+	}
+	// Names are at most 128 bytes.
+	must(t, s.Pin("p"+strings.Repeat("x", 127), nil))
+	if err := s.Pin("p"+strings.Repeat("x", 128), nil); err == nil {
+		t.Error("a pin name of 129 bytes was accepted")
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 )
 
 // requestGroup is a per-request cgroup made ahead of its request, with its
-// cgroup.procs files open for the request's process to join by. Groups are
-// recycled: creating and removing a memory cgroup is kernel work (and
-// cgroup_mutex) on every request otherwise.
+// join files (cgroup.Group.JoinFiles) open for the request's process to
+// join by. Groups are recycled: creating and removing a memory cgroup is
+// kernel work (and cgroup_mutex) on every request otherwise.
 type requestGroup struct {
 	*cgroup.Group
 	id    uint64 // unique in the function: names the group to the zygote
@@ -83,7 +83,7 @@ func (p *groupPool) make() (*requestGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	fds, err := g.ProcsFiles()
+	fds, err := g.JoinFiles()
 	if err != nil {
 		g.Remove()
 		return nil, err

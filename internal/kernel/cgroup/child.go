@@ -11,7 +11,7 @@ import (
 
 // Child creates a group nested in g, with its own limits under g's: a warm
 // function's per-request group. Its processes join it themselves, through
-// the descriptors ProcsFiles returns (see there).
+// the descriptors JoinFiles returns (see there).
 //
 // Only v1 is supported: on v2, a group with processes of its own (a
 // sandbox's PID 1) cannot give controllers to nested groups (the "no
@@ -45,13 +45,30 @@ func (g *Group) Child(name string, lim Limits) (c *Group, err error) {
 	return c, c.setLimits(lim)
 }
 
-// ProcsFiles opens the group's cgroup.procs files for writing, one per
-// hierarchy. A process that is handed them joins the group by writing "0"
+// JoinFiles opens, for writing, the files by which a single-threaded
+// process joins the group: one per hierarchy, `tasks` on v1 and
+// cgroup.procs on v2. A process that is handed them joins by writing "0"
 // to each: the kernel checks the opener's permission at open (v2 also its
 // cgroup namespace), and the writer may always move itself, so a process
 // with no rights over cgroupfs can admit itself into a group tine made,
 // and into no other. The caller closes the descriptors.
-func (g *Group) ProcsFiles() ([]int, error) {
+//
+// Why `tasks` on v1: writing 0 there moves the writer's own thread, which
+// the kernel does without its global cgroup_threadgroup_rwsem (commit
+// 9a3284fad42f, "cgroup: Optimize single thread migration", 2021); a
+// write to cgroup.procs
+// takes it for writing, and since Linux 6.0 the first writer after a
+// quiet spell waits for an RCU grace period (≈10 ms here, holding
+// cgroup_mutex meanwhile). A process that has only one thread moves as a
+// whole either way. Every joiner tine hands these to is one: a sandbox's
+// PID 1 or exec reaper (a clone of one thread), a command before its
+// execve, a forked Python request. v2 has no such file for a move across
+// domains; there tine places processes with clone3(CLONE_INTO_CGROUP).
+func (g *Group) JoinFiles() ([]int, error) {
+	name := "cgroup.procs"
+	if g.host.Version == V1 {
+		name = "tasks"
+	}
 	var fds []int
 	seen := map[string]bool{}
 	for _, c := range Controllers {
@@ -60,12 +77,12 @@ func (g *Group) ProcsFiles() ([]int, error) {
 			continue
 		}
 		seen[dir] = true
-		fd, err := unix.Open(filepath.Join(dir, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(filepath.Join(dir, name), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			for _, f := range fds {
 				unix.Close(f)
 			}
-			return nil, fmt.Errorf("open %s/cgroup.procs: %w", dir, err)
+			return nil, fmt.Errorf("open %s/%s: %w", dir, name, err)
 		}
 		fds = append(fds, fd)
 	}

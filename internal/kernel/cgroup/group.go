@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -367,6 +368,11 @@ func (g *Group) Remove() error {
 // removeTree removes dir after the groups nested in it (per-request groups
 // of a warm function, see Child), killing what is left in each.
 func removeTree(dir string) error {
+	// Most groups have none: one rmdir, not a listing of the dozens of
+	// control files (EBUSY: nested groups, or a process still there).
+	if err := unix.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if e.IsDir() {
@@ -410,7 +416,7 @@ func killProcs(dir string) {
 
 func writeFile(dir, file, value string) error {
 	p := filepath.Join(dir, file)
-	if err := os.WriteFile(p, []byte(value), 0); err != nil {
+	if err := writeSmall(p, value); err != nil {
 		return fmt.Errorf("write %q to %s: %w", value, p, err)
 	}
 	return nil
@@ -418,7 +424,32 @@ func writeFile(dir, file, value string) error {
 
 // writeOptional writes a file that only some kernels or configurations have.
 func writeOptional(dir, file, value string) {
-	_ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0)
+	_ = writeSmall(filepath.Join(dir, file), value)
+}
+
+// writeSmall writes value to a cgroupfs file with plain syscalls (three,
+// where os.WriteFile's poller registration makes seven): a sandbox's
+// limits are written on its start path. cgroupfs takes a value in one
+// write.
+func writeSmall(path, value string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Write(fd, []byte(value))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "write", Path: path, Err: err}
+		}
+		if n != len(value) {
+			return &os.PathError{Op: "write", Path: path, Err: io.ErrShortWrite}
+		}
+		return nil
+	}
 }
 
 func readInt(dir, file string) int64 {

@@ -88,6 +88,9 @@ func (h *Host) Reap() ([]string, error) {
 	var removed []string
 	var errs []error
 	dead := map[string][]string{} // parent: its groups of dead owners
+	// Every hierarchy lists the same groups, and an owner has many: each
+	// owner is looked up once (a signal and a /proc read).
+	alive := map[string]bool{}
 	for _, parent := range parents {
 		entries, err := os.ReadDir(parent)
 		if err != nil {
@@ -97,7 +100,16 @@ func (h *Host) Reap() ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
-			if e.IsDir() && !ownerAlive(e.Name()) {
+			if !e.IsDir() {
+				continue
+			}
+			who, _, _ := strings.Cut(e.Name(), "-")
+			ok, seen := alive[who]
+			if !seen {
+				ok = ownerAlive(e.Name())
+				alive[who] = ok
+			}
+			if !ok {
 				dead[parent] = append(dead[parent], e.Name())
 			}
 		}

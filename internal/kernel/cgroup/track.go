@@ -16,7 +16,7 @@ import (
 // directory, in the pids hierarchy (v1) or the unified one (v2, with no
 // controllers enabled, so g may keep processes of its own), with no limits
 // of its own: what runs in it still counts against g's. An exec's command
-// joins it before its execve (ProcsFiles, or Attach), and everything the
+// joins it before its execve (JoinFiles, or Attach), and everything the
 // command starts is born inside, whatever process group or session it moves
 // to, so KillAll finds it all.
 func (g *Group) Track(name string) (*Group, error) {

@@ -409,7 +409,8 @@ class Agent:
     def join(self, cgroups):
         # Moves this process into its request's cgroup (one per v1
         # hierarchy): a process may always move itself, with the files the
-        # daemon opened.
+        # daemon opened (v1: `tasks`, which moves the writing thread; a
+        # forked child has only the one).
         try:
             for fd in cgroups:
                 os.write(fd, b"0")
@@ -603,10 +604,11 @@ class Agent:
             self.isolate()
         except BaseException as e:
             walled = e  # reported as the request's error, once there is one
-        # Into the request's cgroup now, while nothing waits for it: on a v1
-        # hierarchy the first move after a quiet spell waits for an RCU
-        # grace period (milliseconds), which a request would otherwise pay.
-        # What the spare charged while walling in stays the function's.
+        # Into the request's cgroup now, while nothing waits for it (on v1
+        # a move of this, the only, thread through `tasks`, which does not
+        # wait for the kernel's lock; a cgroup.procs move after a quiet
+        # spell would wait for an RCU grace period). What the spare charged
+        # while walling in stays the function's.
         self.join(cgroups)
         for fd in cgroups:
             os.close(fd)
