@@ -64,18 +64,8 @@ func forkDesktopMemory(ctx context.Context, c *client.Client, r *SeriesReport, n
 	if _, err := execOut(ctx, c, golden.ID, "echo desktop-memory > /etc/tine-bench-marker"); err != nil {
 		return err
 	}
-	a, err := c.DialACI(ctx, golden.ID)
-	if err != nil {
+	if err := typeListing(ctx, c, golden.ID); err != nil {
 		return err
-	}
-	err = a.Type(ctx, "ls -l /usr/bin | head -40; touch /tmp/listed\n")
-	a.Close()
-	if err != nil {
-		return err
-	}
-	// The listing is on the screen once the shell got past it.
-	if _, err := execOut(ctx, c, golden.ID, "i=0; while [ ! -e /tmp/listed ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; test -e /tmp/listed"); err != nil {
-		return fmt.Errorf("the golden's xterm did not run what was typed: %w", err)
 	}
 	want, err := firstFrame(ctx, c, golden.ID)
 	if err != nil {
@@ -161,5 +151,23 @@ func forkDesktopMemory(ctx context.Context, c *client.Client, r *SeriesReport, n
 		check("desktop memory fork → usable p50 ms (at most)", float64(fork.Latency.P50Ns)/1e6, MemoryForkTargets.ForkP50Ms, true),
 		check("desktop memory snapshot pause p50 ms (at most)", float64(pause.Latency.P50Ns)/1e6, MemoryForkTargets.PauseMs, true),
 		check("desktop memory replicas with the golden's first frame (share, at least)", float64(identical)/float64(max(forked, 1)), 1, false))
+	return nil
+}
+
+// typeListing types a directory listing into the xterm of desktop id and
+// waits until the shell got past it, so the listing is on the screen.
+func typeListing(ctx context.Context, c *client.Client, id string) error {
+	a, err := c.DialACI(ctx, id)
+	if err != nil {
+		return err
+	}
+	err = a.Type(ctx, "ls -l /usr/bin | head -40; touch /tmp/listed\n")
+	a.Close()
+	if err != nil {
+		return err
+	}
+	if _, err := execOut(ctx, c, id, "i=0; while [ ! -e /tmp/listed ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; test -e /tmp/listed"); err != nil {
+		return fmt.Errorf("the golden's xterm did not run what was typed: %w", err)
+	}
 	return nil
 }

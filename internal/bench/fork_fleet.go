@@ -49,17 +49,8 @@ func forkFleetDedup(ctx context.Context, c *client.Client, r *SeriesReport, roun
 		return fmt.Errorf("create the golden desktop: %w", err)
 	}
 	defer c.DeleteDesktop(ctx, golden.ID)
-	a, err := c.DialACI(ctx, golden.ID)
-	if err != nil {
+	if err := typeListing(ctx, c, golden.ID); err != nil {
 		return err
-	}
-	err = a.Type(ctx, "ls -l /usr/bin | head -40; touch /tmp/listed\n")
-	a.Close()
-	if err != nil {
-		return err
-	}
-	if _, err := execOut(ctx, c, golden.ID, "i=0; while [ ! -e /tmp/listed ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; test -e /tmp/listed"); err != nil {
-		return fmt.Errorf("the golden's xterm did not run what was typed: %w", err)
 	}
 	if _, err := firstFrame(ctx, c, golden.ID); err != nil {
 		return err
