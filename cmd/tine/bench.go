@@ -36,7 +36,7 @@ under tine run --memory 512m --pids 256 --cpus 1 in-process, the same with
 --userns, the same handed to a tine serve started for the run (with a pool of
 ready sandboxes), under bwrap
 and under unshare, interleaved, and compares each with bwrap. The targets:
-`+bench.ColdTargets[0].Text+`; `+bench.ColdTargets[1].Text+`.
+`+bench.ColdTargets[0].Text+`; `+bench.ColdTargets[1].Text+`; `+bench.ColdTargets[2].Text+`; `+bench.ColdTargets[3].Text+`.
 A peer that is not installed is reported as not available.`,
 			func(self string) ([]bench.Group, func(), error) {
 				d, err := bench.StartDaemon(self, 2)
