@@ -41,7 +41,7 @@ var AllSuites = []SuiteRun{
 func Settle(ctx context.Context, g *Guard, max time.Duration) (HostState, bool) {
 	deadline := time.Now().Add(max)
 	for {
-		s := g.ReadBefore()
+		s := g.ReadBusy()
 		if s.BusyWindowMs > 0 && s.BusyCores <= MaxBusyShare*float64(g.Cores) {
 			return s, true
 		}

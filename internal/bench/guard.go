@@ -33,13 +33,13 @@ type HostState struct {
 	TotalTicks uint64 `json:"total_ticks"`
 	// BusyCores is how many CPUs' worth of time the host spent busy (user,
 	// system, interrupts: not idle, iowait or steal) over the BusyWindowMs
-	// just before a run (ReadBefore); 0 and 0 when not measured.
+	// at an end of a run (ReadBusy); 0 and 0 when not measured.
 	BusyCores    float64 `json:"busy_cores,omitempty"`
 	BusyWindowMs float64 `json:"busy_window_ms,omitempty"`
 }
 
-// BusyWindow is how long ReadBefore watches the host's CPUs. The start of
-// a run is judged by what the CPUs do now, not by the 1-minute load
+// BusyWindow is how long ReadBusy watches the host's CPUs. The start and
+// the end of a run are judged by what the CPUs do then, not by the 1-minute load
 // average, which still carries the last minute: a previous suite's own
 // load, long gone.
 const BusyWindow = time.Second
@@ -85,9 +85,9 @@ func NewGuard(cores int) *Guard {
 	return g
 }
 
-// ReadBefore is Read at the start of a run, with the host's busy cores
-// measured over BusyWindow first.
-func (g *Guard) ReadBefore() HostState {
+// ReadBusy is Read with the host's busy cores measured over BusyWindow
+// first: how the start and the end of a series suite are judged.
+func (g *Guard) ReadBusy() HostState {
 	b0, t0 := readBusy()
 	start := time.Now()
 	time.Sleep(BusyWindow)
@@ -123,8 +123,9 @@ func (g *Guard) Read() HostState {
 	return s
 }
 
-// Judge decides whether the host was disturbed between before and after: a
-// 1-minute load average above cores at either end, an unreadable load
+// Judge decides whether the host was disturbed between before and after:
+// more than MaxBusyShare of the cores busy at an end measured with ReadBusy,
+// else a 1-minute load average above cores there, an unreadable load
 // average, any CPU throttling of this process's cgroup in between, or a
 // hypervisor that stole more than MaxSteal of the CPU time. An
 // unreadable throttling counter is recorded in the states, not held against

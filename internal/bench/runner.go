@@ -200,7 +200,7 @@ func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 	}
 
 	runtime.GC() // start each group with a clean heap, not a pending collection
-	res.Before = opts.Guard.ReadBefore()
+	res.Before = opts.Guard.ReadBusy()
 	warmups := make([][]time.Duration, len(timers))
 	samples := make([][]time.Duration, len(timers))
 	for i := range timers {
@@ -231,7 +231,9 @@ func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 			}
 		}
 	}
-	res.After = opts.Guard.Read()
+	// Judged at both ends by what the CPUs do over a second, not by the
+	// 1-minute load average, which carries the group's own fan-outs.
+	res.After = opts.Guard.ReadBusy()
 	res.Verdict = Judge(opts.Guard.Cores, res.Before, res.After)
 
 	for i := range res.Variants {

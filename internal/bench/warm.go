@@ -401,17 +401,22 @@ func putWarmFunction(ctx context.Context, d *Daemon, name string, concurrency in
 
 func newSeriesReport(suite string, g *Guard) (*SeriesReport, HostState) {
 	r := &SeriesReport{Suite: suite, Fingerprint: TakeFingerprint(), Figures: map[string]any{}}
-	return r, g.ReadBefore()
+	return r, g.ReadBusy()
 }
 
 func (r *SeriesReport) finish(g *Guard, before HostState, ownLoad bool) {
-	after := g.Read()
+	// The end is judged as the start is, by what the CPUs do over a
+	// second now: the 1-minute load average still carries the suite's own
+	// minute (its fan-outs and teardowns), so it would blame the host for
+	// the suite, or for the suite before it.
+	after := g.ReadBusy()
 	r.Fingerprint.Before, r.Fingerprint.After = before, after
 	judged := after
 	if ownLoad {
-		// The suite itself loads the host: its load average is judged at
-		// the start only (throttling and steal over the whole run).
+		// The suite itself loads the host to the end: it is judged at the
+		// start only (throttling and steal over the whole run).
 		judged.Load1, judged.LoadError = 0, ""
+		judged.BusyCores, judged.BusyWindowMs = 0, 0
 	}
 	r.Verdict = Judge(runtime.NumCPU(), before, judged)
 	if r.Verdict.Disturbed {
