@@ -89,7 +89,10 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 }
 
 // maxDepth bounds how many layers a fork stacks: overlayfs takes its
-// lower directories in one mount option string of at most a page.
+// lower directories in one mount option string of at most a page. A
+// chain deeper than snapshot.FlattenDepth is merged into one layer when
+// it is snapshotted, so only a parent's stack of more than maxDepth-1
+// layers (made by a tine that did not flatten) can still reach it.
 const maxDepth = 24
 
 // takeSnapshot captures b: frozen, its writable layer committed to the
@@ -184,14 +187,34 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot sandbox %s: %w", b.id, err)
 	}
+	layers, bytes := append([]store.Digest{layer.Digest}, parentLayers...), layer.Bytes
+	if len(layers) > snapshot.FlattenDepth {
+		// A fork of a fork of ...: the chain becomes one layer, so forks
+		// of it stack one again (the golden runs on meanwhile).
+		t := time.Now()
+		below := []string{"/"} // the host's root, which the host view only hides parts of
+		if rec.Sandbox.Image != "" {
+			if _, img, err := s.resolveImage(context.Background(), rec.Sandbox.Image); err == nil {
+				below = img.Paths
+			} else {
+				below = nil // keep every whiteout
+			}
+		}
+		merged, err := draft.MergeLayers(layers, below)
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshot sandbox %s: flatten its %d layers: %w", b.id, len(layers), err)
+		}
+		s.log.Info("fork chain flattened", "sandbox", b.id, "layers", len(layers), "bytes", merged.Bytes, "ms", time.Since(t).Milliseconds())
+		layers, bytes = []store.Digest{merged.Digest}, merged.Bytes
+	}
 	kind := "sandbox"
 	if rec.Desktop != nil {
 		kind = "desktop"
 	}
 	sn := &snapshot.Snapshot{
 		Name: req.Name, Tier: tier, Kind: kind, Source: b.id, Parent: b.forkedFrom,
-		CreatedAt: time.Now(), Layers: append([]store.Digest{layer.Digest}, parentLayers...),
-		Bytes: layer.Bytes, Spec: spec,
+		CreatedAt: time.Now(), Layers: layers,
+		Bytes: bytes, Spec: spec,
 	}
 	if dumped != nil {
 		sn.Bytes += dumped.Bytes

@@ -277,6 +277,28 @@ func (d *Draft) CommitLayer(src *os.File, maxBytes int64, done func()) (store.La
 	return l, nil
 }
 
+// MergeLayers commits one layer standing for layers (topmost first) over
+// the directories below (store.Merge), held by the draft as CommitLayer's is: a fork
+// chain past FlattenDepth is flattened into it.
+func (d *Draft) MergeLayers(layers []store.Digest, below []string) (store.Layer, error) {
+	d.c.gc.RLock()
+	defer d.c.gc.RUnlock()
+	l, err := d.c.Layers.Merge(layers, below)
+	if err != nil {
+		return l, err
+	}
+	d.c.mu.Lock()
+	d.c.held[l.Digest]++
+	d.c.mu.Unlock()
+	d.held = append(d.held, l.Digest)
+	return l, nil
+}
+
+// FlattenDepth is the deepest stack of layers a snapshot keeps: a snapshot
+// of a fork whose chain would stack more is taken with the whole chain
+// merged into one layer (docs/decisions/0012).
+const FlattenDepth = 16
+
 // release drops the draft's holds on its layers. c.mu is held.
 func (d *Draft) release() {
 	for _, l := range d.held {

@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/snapshot"
 )
 
 // sh runs a shell command in sandbox id and returns its stdout; a non-zero
@@ -335,4 +338,72 @@ func TestForkEach(t *testing.T) {
 	if list, _ := d.c.List(ctx); len(list) != 1 {
 		t.Errorf("ForkEach left %d sandboxes, want only the golden", len(list))
 	}
+}
+
+// TestDeepForkChainIsFlattened forks a fork of a fork ... past
+// snapshot.FlattenDepth: the snapshot that would stack more layers holds
+// the whole chain merged into one, and what each generation wrote and
+// deleted — of the host's base as well as of earlier generations — is as
+// it was in a fork of it, and in forks of that.
+func TestDeepForkChainIsFlattened(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The control: the base file the chain deletes is there to begin with.
+	sh(t, d.c, sb.ID, "test -e /etc/debian_version")
+	var last *api.Snapshot
+	for gen := 1; gen <= snapshot.FlattenDepth+2; gen++ {
+		script := fmt.Sprintf("echo %d > /etc/tine-gen%d", gen, gen)
+		switch gen {
+		case 3:
+			script += "; rm /etc/debian_version" // a deletion of the base's
+		case 5:
+			script += "; rm /etc/tine-gen2" // of an earlier generation's
+		case 7:
+			script += "; mkdir -p /etc/tine-dir && echo 7 > /etc/tine-dir/seven"
+		case 9:
+			script += "; rm -r /etc/tine-dir && mkdir /etc/tine-dir && echo 9 > /etc/tine-dir/nine"
+		}
+		sh(t, d.c, sb.ID, script)
+		t0 := time.Now()
+		if last, err = d.c.Snapshot(ctx, sb.ID, nil); err != nil {
+			t.Fatalf("generation %d: %v", gen, err)
+		}
+		want := gen
+		if gen > snapshot.FlattenDepth {
+			want = gen - snapshot.FlattenDepth
+		}
+		if last.Depth != want {
+			t.Errorf("generation %d's snapshot stacks %d layers, want %d", gen, last.Depth, want)
+		}
+		res, err := d.c.Fork(ctx, last.ID, &api.ForkRequest{})
+		if err != nil {
+			t.Fatalf("fork generation %d: %v", gen, err)
+		}
+		// Figures for ADR 0012's choice of the depth, not assertions.
+		t.Logf("generation %d: snapshot of %d layers in %v (paused %.1f ms), fork in %.1f ms", gen, last.Depth, time.Since(t0).Round(100*time.Microsecond), last.PausedMs, res.ForkMs)
+		d.c.Delete(ctx, sb.ID)
+		sb = &res.Sandboxes[0]
+	}
+	got := sh(t, d.c, sb.ID, "cat /etc/tine-gen*; test -e /etc/debian_version && echo base-back; test -e /etc/tine-gen2 && echo gen2-back; ls /etc/tine-dir; true")
+	var want strings.Builder
+	for gen := 1; gen <= snapshot.FlattenDepth+2; gen++ {
+		if gen != 2 {
+			fmt.Fprintf(&want, "%d\n", gen)
+		}
+	}
+	want.WriteString("nine\n")
+	// The shell's glob sorts by name (gen1, gen10, ...): compare as sets.
+	if sortLines(got) != sortLines(want.String()) {
+		t.Errorf("the fork of the flattened chain shows\n%s\nwant\n%s", got, want.String())
+	}
+}
+
+func sortLines(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
