@@ -88,9 +88,9 @@ func TestMergeShowsWhatTheStackShows(t *testing.T) {
 		must(t, unix.Mknod(path, unix.S_IFCHR|0o600, 0))
 	}
 	bottom := layer(func(d string) {
-		whiteout(d + "/etc/a")                // deletes a base file
+		whiteout(d + "/etc/a")                  // deletes a base file
 		write(t, d+"/opt/d", "a file\n", 0o644) // a file over the base's directory
-		whiteout(d + "/srv/f")                // deletes a base directory
+		whiteout(d + "/srv/f")                  // deletes a base directory
 		write(t, d+"/var/g/new", "bottom\n", 0o600)
 		write(t, d+"/tmp/only-bottom", "1\n", 0o644)
 	})
