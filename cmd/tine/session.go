@@ -105,11 +105,7 @@ when the cell ran to its end, 1 when it raised, was interrupted or timed out,
 			}
 			req.TimeoutMs = max(1, d.Milliseconds())
 		}
-		c, err := dial()
-		if err != nil {
-			return err
-		}
-		s, err := resolveSession(cmd.Context(), c, args[0])
+		s, err := dialSession(cmd.Context(), dial, args[0])
 		if err != nil {
 			return err
 		}
@@ -210,11 +206,7 @@ goes on).`,
 	}
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, err := dial()
-		if err != nil {
-			return err
-		}
-		s, err := resolveSession(cmd.Context(), c, args[0])
+		s, err := dialSession(cmd.Context(), dial, args[0])
 		if err != nil {
 			return err
 		}
@@ -355,11 +347,7 @@ live. A session holding threads, sockets or child processes is refused.`}
 	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, err := dial()
-		if err != nil {
-			return err
-		}
-		s, err := resolveSession(cmd.Context(), c, args[0])
+		s, err := dialSession(cmd.Context(), dial, args[0])
 		if err != nil {
 			return err
 		}
@@ -373,6 +361,16 @@ live. A session holding threads, sockets or child processes is refused.`}
 		return nil
 	}
 	return cmd
+}
+
+// dialSession connects to the daemon and resolves the session named name
+// (resolveSession).
+func dialSession(ctx context.Context, dial func() (*client.Client, error), name string) (*client.Session, error) {
+	c, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	return resolveSession(ctx, c, name)
 }
 
 // resolveSession finds a session named SID (looked up in every sandbox)
