@@ -54,7 +54,7 @@ var ErrNotForkable = errors.New("this sandbox cannot hold a forkable session")
 // canForkFrom says whether a forkable interpreter can run in sb: its
 // copies must be euid 0 in the host's user namespace (so not a user
 // namespace sandbox, nor a fork child itself), and sb needs a cgroup
-// (children are placed by cgroup.procs descriptors) and Default seccomp
+// (children are placed by join descriptors, cgroup.Group.JoinFiles) and Default seccomp
 // (Session is Default plus setns: it would loosen Strict).
 func (sb *Sandbox) canForkFrom() error {
 	p := sb.plan
@@ -77,8 +77,8 @@ func (sb *Sandbox) CanForkFrom() error { return sb.canForkFrom() }
 
 // ForkTarget is what one copy needs to become a process of a fork child.
 type ForkTarget struct {
-	// FDs are the namespaces (ForkNamespaces' order), then the cgroup.procs
-	// files of the copy's tracking group. The caller passes them on and
+	// FDs are the namespaces (ForkNamespaces' order), then the join files
+	// (cgroup.Group.JoinFiles: tasks on v1) of the copy's tracking group. The caller passes them on and
 	// closes them with Close.
 	FDs   []int
 	sb    *Sandbox
