@@ -392,14 +392,3 @@ func forward(socket, addr string) (stop func(), err error) {
 	}()
 	return func() { l.Close() }, nil
 }
-
-// framebufferDir makes a directory for Xvfb's screen file: in /run (in a
-// sandbox its own tmpfs, sized by its disk limit, where a desktop's guest
-// keeps its socket too; /dev/shm holds only 64 MiB, less than a big
-// screen), else in the temporary directory (a guest run by a user).
-func framebufferDir() (string, error) {
-	if dir, err := os.MkdirTemp("/run", "tine-xvfb-"); err == nil {
-		return dir, nil
-	}
-	return os.MkdirTemp("", "tine-xvfb-")
-}
