@@ -161,12 +161,18 @@ func find(t *testing.T, d *x11.Display, id uint32) x11.Window {
 func TestLaunchAndWaitWithoutWindowManager(t *testing.T) {
 	d, _ := newDisplay(t, false, x11.Options{})
 	require.Binary(t, "xterm")
-	cmd, err := d.Launch("xterm", "-T", "launched")
+	// The close comes once xterm's command runs: a WM_DELETE_WINDOW that
+	// xterm gets while its child is still starting hangs up a child that
+	// does not yet take SIGHUP, and xterm then waits for it forever (3 in
+	// 40 runs without this wait).
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd, err := d.Launch("xterm", "-T", "launched", "-e", "sh", "-c", `echo > "$0"; exec cat`, ready)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	w := waitWindow(t, d, func(w x11.Window) bool { return w.Title == "launched" })
+	waitFile(t, ready, "")
 	if w.Class != "XTerm" || w.PID != cmd.Process.Pid {
 		t.Fatalf("launched window %+v, want class XTerm and PID %d", w, cmd.Process.Pid)
 	}
