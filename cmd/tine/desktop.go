@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
 )
 
 func newDesktopCommand() *cobra.Command {
@@ -111,22 +113,9 @@ func newDesktopLsCommand() *cobra.Command {
 }
 
 func newDesktopRmCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "rm ID...", Short: "Destroy desktops", Args: cobra.MinimumNArgs(1)}
-	dial := daemonFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
-		c, err := dial()
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if err := c.DeleteDesktop(cmd.Context(), id); err != nil {
-				return fmt.Errorf("%s: %w", id, err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-		}
-		return nil
-	}
-	return cmd
+	return newDeleteCommand("rm ID...", "Destroy desktops", func(ctx context.Context, c *client.Client, id string) error {
+		return c.DeleteDesktop(ctx, id)
+	})
 }
 
 func newDesktopScreenshotCommand() *cobra.Command {

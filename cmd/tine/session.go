@@ -313,25 +313,13 @@ func newSessionLsCommand() *cobra.Command {
 }
 
 func newSessionRmCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "rm SID...", Short: "End sessions", Args: cobra.MinimumNArgs(1)}
-	dial := daemonFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, err := dial()
+	return newDeleteCommand("rm SID...", "End sessions", func(ctx context.Context, c *client.Client, sid string) error {
+		s, err := resolveSession(ctx, c, sid)
 		if err != nil {
 			return err
 		}
-		for _, a := range args {
-			s, err := resolveSession(cmd.Context(), c, a)
-			if err != nil {
-				return err
-			}
-			if err := s.Delete(cmd.Context()); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return cmd
+		return s.Delete(ctx)
+	})
 }
 
 func newSessionForkCommand() *cobra.Command {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
 )
 
 func newSnapshotCommand() *cobra.Command {
@@ -105,22 +107,9 @@ func newSnapshotInspectCommand() *cobra.Command {
 }
 
 func newSnapshotRmCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "rm SNAPSHOT...", Short: "Delete snapshots (refused while forks of one are live)", Args: cobra.MinimumNArgs(1)}
-	dial := daemonFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
-		c, err := dial()
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if err := c.DeleteSnapshot(cmd.Context(), id); err != nil {
-				return fmt.Errorf("%s: %w", id, err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-		}
-		return nil
-	}
-	return cmd
+	return newDeleteCommand("rm SNAPSHOT...", "Delete snapshots (refused while forks of one are live)", func(ctx context.Context, c *client.Client, id string) error {
+		return c.DeleteSnapshot(ctx, id)
+	})
 }
 
 func newForkCommand() *cobra.Command {
