@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/fds"
 )
 
 // ErrUnsafeLayer says a layer's tar tried to write outside its directory
@@ -246,7 +248,7 @@ func removeTree(pfd int, name string) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", name, err)
 	}
-	names, err := readNames(fd)
+	names, err := fds.ReadNames(fd)
 	if err != nil {
 		unix.Close(fd)
 		return err
@@ -280,7 +282,7 @@ func (u *unpacker) file(pfd int, name, rel string, body io.Reader) error {
 	for {
 		n, err := body.Read(u.buf)
 		if n > 0 {
-			if werr := writeAll(fd, u.buf[:n]); werr != nil {
+			if werr := fds.WriteAll(fd, u.buf[:n]); werr != nil {
 				return fmt.Errorf("write %s: %w", rel, werr)
 			}
 			u.out.Bytes += int64(n)
@@ -389,33 +391,4 @@ func (u *unpacker) dirTimes() error {
 		}
 	}
 	return nil
-}
-
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		k, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[k:]
-	}
-	return nil
-}
-
-func readNames(fd int) ([]string, error) {
-	var names []string
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/fds"
 )
 
 func fstat(fd int) (unix.Stat_t, error) {
@@ -32,21 +34,6 @@ func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	return st, err
-}
-
-// readlinkAt reads the symlink name in dirfd; an empty name reads the
-// symlink an O_PATH|O_NOFOLLOW descriptor refers to.
-func readlinkAt(dirfd int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(dirfd, name, buf)
-		if err != nil {
-			return "", fmt.Errorf("readlink: %w", mapErrno(err))
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 func fileType(mode uint32) string {
@@ -76,21 +63,6 @@ func infoOf(rel string, st *unix.Stat_t, link string) Info {
 		GID:     int(st.Gid),
 		Link:    link,
 	}
-}
-
-// readNames lists a directory opened for reading (not O_PATH).
-func readNames(fd int) ([]string, error) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dup: %w", err)
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("read directory: %w", mapErrno(err))
-	}
-	return names, nil
 }
 
 // reopenRegular turns an O_PATH descriptor of a regular file into one open
@@ -372,4 +344,22 @@ func linkAt(olddirfd int, oldname string, dirfd int, name string) error {
 	// tmp behind.
 	unix.Unlinkat(dirfd, tmp, 0)
 	return mapErrno(err)
+}
+
+// readlinkAt is fds.ReadlinkAt with this package's errors.
+func readlinkAt(dirfd int, name string) (string, error) {
+	link, err := fds.ReadlinkAt(dirfd, name)
+	if err != nil {
+		return "", fmt.Errorf("readlink: %w", mapErrno(err))
+	}
+	return link, nil
+}
+
+// readNames is fds.ReadNames with this package's errors.
+func readNames(fd int) ([]string, error) {
+	names, err := fds.ReadNames(fd)
+	if err != nil {
+		return nil, fmt.Errorf("read directory: %w", mapErrno(err))
+	}
+	return names, nil
 }

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/fds"
 )
 
 // Commit copies the directory tree open at src into the store as a layer
@@ -152,7 +153,7 @@ func (c *copier) record(rel string, st *unix.Stat_t, extra string) {
 
 // tree copies the children of directory src into directory dst.
 func (c *copier) tree(src, dst int, rel string) error {
-	names, err := readNames(src)
+	names, err := fds.ReadNames(src)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", show(rel), err)
 	}
@@ -205,7 +206,7 @@ func (c *copier) entry(src, dst int, name, rel string) error {
 			c.links[id] = rel
 		}
 	case unix.S_IFLNK:
-		target, err := readlinkAt(src, name)
+		target, err := fds.ReadlinkAt(src, name)
 		if err != nil {
 			return fmt.Errorf("read link %s: %w", rel, err)
 		}
@@ -265,26 +266,12 @@ func (c *copier) file(src, dst int, name, rel string, st *unix.Stat_t) error {
 			return fmt.Errorf("%w: past %d bytes at %s", ErrTooLarge, c.max, rel)
 		}
 		content.Write(c.buf[:k])
-		if err := writeAll(out, c.buf[:k]); err != nil {
+		if err := fds.WriteAll(out, c.buf[:k]); err != nil {
 			return fmt.Errorf("write %s: %w", rel, err)
 		}
 	}
 	c.bytes += n
 	c.record(rel, st, fmt.Sprintf("%d %x", n, content.Sum(nil)))
-	return nil
-}
-
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		k, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[k:]
-	}
 	return nil
 }
 
@@ -367,32 +354,6 @@ func fdPath(fd int, name string) string {
 		name = "."
 	}
 	return "/proc/self/fd/" + strconv.Itoa(fd) + "/" + name
-}
-
-func readNames(fd int) ([]string, error) {
-	dup, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
-}
-
-func readlinkAt(dirfd int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(dirfd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 func show(rel string) string {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/fds"
 )
 
 // opaqueXattr marks an overlay directory that hides what lies below it.
@@ -132,7 +134,7 @@ func opaqueAt(path string) bool {
 type merger struct{ copier }
 
 func (m *merger) apply(src, dst int, rel string) error {
-	names, err := readNames(src)
+	names, err := fds.ReadNames(src)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", show(rel), err)
 	}
