@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +19,12 @@ type SuiteRun struct {
 	Name  string   `json:"name"`
 	Args  []string `json:"args"`
 	Quick []string `json:"-"`
+	// Missing says what the suite needs that this host lacks ("" when it
+	// can run); bench all then reports it NOT MEASURED with that reason
+	// instead of running it to fail.
+	Missing func() string `json:"-"`
+	// NoPlot: the suite draws no charts (it takes no --plot).
+	NoPlot bool `json:"-"`
 }
 
 // AllSuites are the suites `tine bench all` runs, in order: the cheap
@@ -28,10 +36,47 @@ var AllSuites = []SuiteRun{
 	{Name: "warm", Args: []string{"-n", "3000"}, Quick: []string{"-n", "300", "--sparse", "10"}},
 	{Name: "pool", Args: []string{"-n", "1500"}, Quick: []string{"-n", "150", "--scripts", "80"}},
 	{Name: "load", Args: nil, Quick: nil},
+	{Name: "session", Args: []string{"-n", "40", "--warmup", "5"}, Quick: []string{"-n", "5", "--warmup", "1"}},
+	{Name: "image", Args: []string{"-n", "8", "--warmup", "1"}, Quick: []string{"-n", "2", "--warmup", "1"}},
+	{Name: "net", Args: []string{"-n", "20", "--warmup", "3"}, Quick: []string{"-n", "5", "--warmup", "1"}},
+	{Name: "e2b", Args: nil, Quick: []string{"-n", "5", "--round-trips", "20"}, NoPlot: true, Missing: needsFiles("node_modules of test/e2b (make deps: npm ci --prefix test/e2b)", "test/e2b/node_modules/e2b", "test/e2b/node_modules/@e2b/code-interpreter")},
+	{Name: "oci", Args: []string{"-n", "30"}, Quick: []string{"-n", "3", "--warmup", "1"}, Missing: needsBinaries("containerd", "ctr", "runc")},
 	{Name: "desktop", Args: nil, Quick: []string{"-n", "500"}},
+	{Name: "osworld", Args: []string{"-n", "300"}, Quick: []string{"-n", "50"}},
+	{Name: "stream", Args: []string{"--frames", "40", "--cpu-window", "3s"}, Quick: []string{"--frames", "10", "--cpu-window", "1s"}, NoPlot: true},
+	{Name: "codec", Args: []string{"--reps", "5"}, Quick: []string{"--reps", "1"}, NoPlot: true, Missing: needsBinaries("tesseract")},
 	{Name: "fork", Args: []string{"-n", "3000"}, Quick: []string{"-n", "1500"}},
 	{Name: "density", Args: []string{"-n", "1000"}, Quick: []string{"-n", "50", "--execs", "20"}},
 	{Name: "soak", Args: nil, Quick: []string{"--duration", "1m", "--warmup", "10s"}},
+}
+
+// needsBinaries is a SuiteRun.Missing for commands looked up in $PATH.
+func needsBinaries(names ...string) func() string {
+	return func() string {
+		var missing []string
+		for _, n := range names {
+			if _, err := exec.LookPath(n); err != nil {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			return ""
+		}
+		return "needs " + strings.Join(missing, ", ") + " in $PATH"
+	}
+}
+
+// needsFiles is a SuiteRun.Missing for files relative to the working
+// directory (a checkout's), described as what.
+func needsFiles(what string, paths ...string) func() string {
+	return func() string {
+		for _, p := range paths {
+			if _, err := os.Stat(p); err != nil {
+				return "needs the " + what + ": no " + p
+			}
+		}
+		return ""
+	}
 }
 
 // Settle waits until the host's CPUs are quiet (busy at most MaxBusyShare

@@ -79,3 +79,20 @@ func TestSeriesLatencyCDF(t *testing.T) {
 		t.Errorf("chart %s does not show exactly the series with samples", files[0])
 	}
 }
+
+// A suite whose needs are absent is named with what it lacks, and one
+// whose needs are present is not.
+func TestSuiteNeeds(t *testing.T) {
+	if why := needsBinaries("sh", "tine-no-such-binary"); why() != "needs tine-no-such-binary in $PATH" {
+		t.Errorf("missing binary: %q", why())
+	}
+	if why := needsBinaries("sh"); why() != "" {
+		t.Errorf("present binary: %q", why())
+	}
+	if why := needsFiles("the test's files", "all_test.go", "no/such/file"); !strings.Contains(why(), "no/such/file") {
+		t.Errorf("missing file: %q", why())
+	}
+	if why := needsFiles("the test's files", "all_test.go"); why() != "" {
+		t.Errorf("present file: %q", why())
+	}
+}
