@@ -11,6 +11,7 @@ import (
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zlib"
 
+	"github.com/tine-run/tine/internal/desktop/encode/pngkern"
 	"github.com/tine-run/tine/internal/desktop/frame"
 )
 
@@ -142,7 +143,7 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 			for y := y0; y < y1 && b.err == nil; y++ {
 				cur := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
 				filterRow(row, cur, prev, filter)
-				sum = adler32Update(sum, row[:len(row)-rowSlack])
+				sum = pngkern.Adler32(sum, row[:len(row)-rowSlack])
 				_, b.err = fw.Write(row[:len(row)-rowSlack])
 				prev = cur
 			}
@@ -241,7 +242,11 @@ func appendChunk(buf []byte, typ string, data []byte) []byte {
 
 // rowSlack is the bytes a filtered row's buffer has past its end, for
 // filterRow's wide stores.
-const rowSlack = 4
+const rowSlack = pngkern.Slack
+
+// useKernels lets filterRow call package pngkern's AVX2 filters; the
+// tests switch it off to check the Go code alone.
+var useKernels = true
 
 // newRow is a buffer for one filtered row of width pixels.
 func newRow(width int) []byte { return make([]byte, 1+width*3+rowSlack) }
@@ -250,7 +255,7 @@ func newRow(width int) []byte { return make([]byte, 1+width*3+rowSlack) }
 // newRow buffer): the filter byte, then per pixel its bytes minus those of
 // the reference pixel the filter names (none: zero; Sub: the pixel to the
 // left; Up: the pixel above, in prev, nil for the first row). With AVX2,
-// None and Up go eight pixels at a time (png_amd64.s); the rest, two
+// None and Up go eight pixels at a time (package pngkern); the rest, two
 // pixels at a time through uint64s: loaded together, subtracted bytewise
 // at once, stored with one eight-byte write whose last two bytes the next
 // pair overwrites.
@@ -262,15 +267,14 @@ func filterRow(out, row, prev []byte, filter byte) {
 		filter = filterNone // the row above the first is zeros
 	}
 	i, j := 0, 0
-	if groups := n / 8; useAVX2 && filter != filterSub && groups > 0 {
-		_ = o[groups*24+3] // the kernels' last store
+	if useKernels && filter != filterSub {
+		done := 0
 		if filter == filterUp {
-			_ = prev[groups*32-1]
-			filterUpAVX2(&o[0], &row[0], &prev[0], groups)
+			done = pngkern.FilterUp(o, row, prev)
 		} else {
-			filterNoneAVX2(&o[0], &row[0], groups)
+			done = pngkern.FilterNone(o, row)
 		}
-		i, j = groups*32, groups*24
+		i, j = done*4, done*3
 	}
 	var left uint64 // Sub: the previous pair, its second pixel in the high half
 	for ; i+8 <= len(row); i, j = i+8, j+6 {

@@ -2,8 +2,8 @@
 
 #include "textflag.h"
 
-// AVX2 kernels of the PNG writer (png_amd64.go says what each computes;
-// png.go has the portable Go code, which gives the same bytes). Every
+// AVX2 kernels of the PNG writer (kernels_amd64.go says what each computes;
+// encode/png.go has the portable Go code, which gives the same bytes). Every
 // lossless screenshot runs them over each of its rows: in Go, the row
 // filter and Adler-32 were half of a 1280x800 PNG's CPU (ADR 0010).
 

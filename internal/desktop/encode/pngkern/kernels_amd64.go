@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package encode
+package pngkern
 
 import "golang.org/x/sys/cpu"
 

@@ -1,8 +1,8 @@
-package encode
+package pngkern
 
-// Adler-32 (RFC 1950), the checksum ending every zlib stream, kept here
-// so that the PNG writer can run it with AVX2: hash/adler32 goes a byte
-// at a time and cost as much as the deflate of a screen's rows.
+// Adler-32 (RFC 1950), the checksum ending every zlib stream, here so that
+// the PNG writer can run it with AVX2: hash/adler32 goes a byte at a time
+// and cost as much as the deflate of a screen's rows.
 const (
 	adlerBase = 65521
 	// adlerNMAX is zlib's: the most bytes whose sums cannot overflow 32
@@ -10,9 +10,9 @@ const (
 	adlerNMAX = 5552
 )
 
-// adler32Update returns the Adler-32 of the bytes adler was computed over
-// followed by p (adler32Update(1, p) is the checksum of p).
-func adler32Update(adler uint32, p []byte) uint32 {
+// Adler32 returns the Adler-32 of the bytes adler was computed over
+// followed by p (Adler32(1, p) is the checksum of p).
+func Adler32(adler uint32, p []byte) uint32 {
 	s1, s2 := adler&0xffff, adler>>16
 	if useAVX2 {
 		for len(p) >= 32 {
