@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -547,6 +548,8 @@ func (s *Server) sendScreenshot(w http.ResponseWriter, cursor bool) {
 		return
 	}
 	w.Header().Set("Content-Type", "image/png")
+	// With its length, as Flask's send_file answers, not chunked.
+	w.Header().Set("Content-Length", strconv.Itoa(len(png)))
 	w.Write(png)
 }
 
