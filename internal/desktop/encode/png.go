@@ -119,7 +119,7 @@ var flatePool = sync.Pool{New: func() any {
 // stream's (as zlib's adler32_combine does).
 func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 	type band struct {
-		data  bytes.Buffer
+		data  *bytes.Buffer
 		adler uint32
 		size  int64
 		err   error
@@ -132,7 +132,9 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 			y0, y1 := f.Height*i/bands, f.Height*(i+1)/bands
 			fw := flatePool.Get().(*flate.Writer)
 			defer flatePool.Put(fw)
-			fw.Reset(&b.data)
+			b.data = bandPool.Get().(*bytes.Buffer)
+			b.data.Reset()
+			fw.Reset(b.data)
 			var sum uint32 = 1
 			row := newRow(f.Width)
 			filter := trialFilter(f, y0, y1)
@@ -158,18 +160,34 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 		})
 	}
 	wg.Wait()
-	idat := []byte{0x78, 0x01} // zlib header: deflate, 32 KiB window, fastest
-	var sum uint32 = 1
+	// The file is written once, at its final size: the bands go straight
+	// into the IDAT chunk, with no joined copy of the stream in between.
+	idatLen := 2 + 4 // zlib header and Adler-32
 	for i := range out {
 		if out[i].err != nil {
 			return nil, out[i].err
 		}
-		idat = append(idat, out[i].data.Bytes()...)
+		idatLen += out[i].data.Len()
+	}
+	buf := pngHeader(make([]byte, 0, pngHeaderLen+12+idatLen+12), f)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(idatLen))
+	start := len(buf)
+	buf = append(buf, "IDAT"...)
+	buf = append(buf, 0x78, 0x01) // zlib header: deflate, 32 KiB window, fastest
+	var sum uint32 = 1
+	for i := range out {
+		buf = append(buf, out[i].data.Bytes()...)
+		bandPool.Put(out[i].data)
 		sum = adler32Combine(sum, out[i].adler, out[i].size)
 	}
-	idat = binary.BigEndian.AppendUint32(idat, sum)
-	return chunks(f, idat), nil
+	buf = binary.BigEndian.AppendUint32(buf, sum)
+	buf = binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
+	return appendChunk(buf, "IEND", nil), nil
 }
+
+// bandPool keeps the bands' compressed bytes between pictures, so a
+// screenshot does not grow a new buffer, doubling, for each band.
+var bandPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // adler32Combine returns the Adler-32 of A followed by B from the sums of
 // A and B and the length of B (zlib's adler32_combine).
@@ -220,16 +238,22 @@ func writePNG(f *frame.Frame, filter byte, zw *zlib.Writer) ([]byte, error) {
 
 // chunks is the PNG file: signature, IHDR, the one IDAT, IEND.
 func chunks(f *frame.Frame, idat []byte) []byte {
+	buf := pngHeader(make([]byte, 0, pngHeaderLen+2*12+len(idat)), f)
+	buf = appendChunk(buf, "IDAT", idat)
+	return appendChunk(buf, "IEND", nil)
+}
+
+// pngHeaderLen is what pngHeader appends: the signature and the IHDR chunk.
+const pngHeaderLen = 8 + 12 + 13
+
+// pngHeader appends the signature and f's IHDR chunk to buf.
+func pngHeader(buf []byte, f *frame.Frame) []byte {
 	var ihdr [13]byte
 	binary.BigEndian.PutUint32(ihdr[0:], uint32(f.Width))
 	binary.BigEndian.PutUint32(ihdr[4:], uint32(f.Height))
 	ihdr[8], ihdr[9] = 8, 2 // bit depth 8, colour type RGB; compression, filter, interlace 0
-
-	buf := make([]byte, 0, len(pngSignature)+3*12+len(ihdr)+len(idat))
 	buf = append(buf, pngSignature...)
-	buf = appendChunk(buf, "IHDR", ihdr[:])
-	buf = appendChunk(buf, "IDAT", idat)
-	return appendChunk(buf, "IEND", nil)
+	return appendChunk(buf, "IHDR", ihdr[:])
 }
 
 func appendChunk(buf []byte, typ string, data []byte) []byte {
