@@ -268,6 +268,15 @@ func TestRoutes(t *testing.T) {
 		if pic, err := png.Decode(bytes.NewReader(img)); err != nil || pic.Bounds().Dx() != 800 {
 			t.Fatalf("screenshot png: %v", err)
 		}
+		// Sent with its length, as Flask's send_file sends it, not chunked.
+		resp, err := d.client.Get("http://guest/screenshot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.ContentLength != int64(len(img)) || len(resp.TransferEncoding) != 0 {
+			t.Fatalf("screenshot: Content-Length %d for %d bytes, Transfer-Encoding %v", resp.ContentLength, len(img), resp.TransferEncoding)
+		}
 		// The same screen twice: the same picture (sent again without
 		// encoding); the pointer moved: a new one.
 		_, _, again := d.do("GET", "/screenshot", "", nil)

@@ -704,8 +704,13 @@ func bindClick(a args) (func(context.Context, *PyAutoGUI) error, error) {
 		if err != nil {
 			return err
 		}
-		if err := p.glide(ctx, dest, duration, tween); err != nil {
-			return err
+		// Click puts the pointer at dest itself, with the same motion
+		// event: a move first would only cost another round trip to the
+		// X server. A glide (or no click at all) moves first.
+		if clicks < 1 || duration > minimumDuration {
+			if err := p.glide(ctx, dest, duration, tween); err != nil {
+				return err
+			}
 		}
 		for range clicks {
 			if err := p.D.Click(dest, b, 1); err != nil {

@@ -371,6 +371,11 @@ func dialInRoot(ctx context.Context, root, path string) (net.Conn, error) {
 		return nil, err
 	}
 	defer r.Close()
+	return dialIn(ctx, r, path)
+}
+
+// dialIn is dialInRoot in a root already open.
+func dialIn(ctx context.Context, r *inroot.Root, path string) (net.Conn, error) {
 	fd, err := r.OpenSocket(path)
 	if err != nil {
 		return nil, err

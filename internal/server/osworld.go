@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
+
+	"github.com/tine-run/tine/internal/inroot"
 )
 
 // Where a desktop's guest serves OSWorld's API, and forwards Chromium's
@@ -25,16 +28,30 @@ func (s *Server) publish(b *box, socket, what string) (string, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	// The sandbox's root is opened once, not for every connection (OSWorld's
+	// client opens one per request). It is closed only once the listener has
+	// stopped and no dial uses it: a closed descriptor's number can be
+	// reused, and a dial resolving the socket under another directory
+	// would leave the sandbox.
+	root, err := inroot.Open(b.inst.Root())
 	if err != nil {
 		return "", fmt.Errorf("publish the desktop's %s: %w", what, err)
 	}
-	root := b.inst.Root()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		root.Close()
+		return "", fmt.Errorf("publish the desktop's %s: %w", what, err)
+	}
 	go func() {
 		<-b.inst.Done()
 		l.Close()
 	}()
 	go func() {
+		var dials sync.WaitGroup
+		defer func() {
+			dials.Wait()
+			root.Close()
+		}()
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -48,32 +65,36 @@ func (s *Server) publish(b *box, socket, what string) (string, error) {
 			b.mu.Lock()
 			b.lastActive = time.Now()
 			b.mu.Unlock()
-			go forwardToGuest(c, root, socket, b.inst.Done())
+			dials.Add(1)
+			dial := func(ctx context.Context) (net.Conn, error) {
+				defer dials.Done()
+				return dialIn(ctx, root, socket)
+			}
+			go forwardToGuest(c, dial, b.inst.Done())
 		}
 	}()
 	return l.Addr().String(), nil
 }
 
-// forwardToGuest splices c to the guest's socket until either side
-// closes or the sandbox ends.
-func forwardToGuest(c net.Conn, root, socket string, done <-chan struct{}) {
+// forwardToGuest connects to the guest's socket with dial and copies both
+// ways until either side closes or the sandbox ends.
+func forwardToGuest(c net.Conn, dial func(context.Context) (net.Conn, error), done <-chan struct{}) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	g, err := dialInRoot(ctx, root, socket)
+	g, err := dial(ctx)
 	cancel()
 	if err != nil {
 		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nthe desktop's guest does not answer: "+err.Error()+"\n")
 		return
 	}
 	defer g.Close()
-	finished := make(chan struct{}, 2)
+	// One direction on a goroutine of its own, the other on this one.
+	finished := make(chan struct{}, 1)
 	go func() { io.Copy(g, c); g.(*net.UnixConn).CloseWrite(); finished <- struct{}{} }()
-	go func() { io.Copy(c, g); c.(*net.TCPConn).CloseWrite(); finished <- struct{}{} }()
-	for range 2 {
-		select {
-		case <-finished:
-		case <-done:
-			return
-		}
+	io.Copy(c, g)
+	c.(*net.TCPConn).CloseWrite()
+	select {
+	case <-finished:
+	case <-done:
 	}
 }

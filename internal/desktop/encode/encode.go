@@ -1,5 +1,6 @@
 // Package encode turns frames into the pictures an agent receives: PNG
-// (own writer over klauspost/compress zlib, lossless) and JPEG
+// (own writer over klauspost/compress flate, lossless, its row filters and
+// Adler-32 in AVX2 from package pngkern) and JPEG
 // (libjpeg-turbo with the turbojpeg build tag, image/jpeg otherwise), plus
 // Screenshot, the pipeline every screenshot takes: downscale to a maximum
 // long edge, hash the raw pixels, encode.

@@ -3,7 +3,6 @@ package encode
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/adler32"
 	"hash/crc32"
 	"io"
 	"math/bits"
@@ -12,6 +11,7 @@ import (
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zlib"
 
+	"github.com/tine-run/tine/internal/desktop/encode/pngkern"
 	"github.com/tine-run/tine/internal/desktop/frame"
 )
 
@@ -57,7 +57,7 @@ func trialFilter(f *frame.Frame, y0, y1 int) byte {
 	}
 	fw := flatePool.Get().(*flate.Writer)
 	defer flatePool.Put(fw)
-	row := make([]byte, 1+f.Width*3+2)
+	row := newRow(f.Width)
 	size := func(from int, filter byte) int {
 		var n countingWriter
 		fw.Reset(&n)
@@ -65,7 +65,7 @@ func trialFilter(f *frame.Frame, y0, y1 int) byte {
 		for y := from; y < from+trialRows; y++ {
 			cur := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
 			filterRow(row, cur, prev, filter)
-			fw.Write(row[:len(row)-2])
+			fw.Write(row[:len(row)-rowSlack])
 			prev = cur
 		}
 		fw.Close()
@@ -87,11 +87,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-var zlibPool = sync.Pool{New: func() any {
-	w, _ := zlib.NewWriterLevel(nil, pngLevel)
-	return w
-}}
-
 var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
 // PNG writes f as an 8-bit RGB PNG (the unused fourth byte is dropped).
@@ -108,12 +103,7 @@ func PNG(w io.Writer, f *frame.Frame) error {
 
 // pngBytes is PNG into a new slice.
 func pngBytes(f *frame.Frame) ([]byte, error) {
-	if bands := bandCount(f); bands > 1 {
-		return parallelPNG(f, bands)
-	}
-	zw := zlibPool.Get().(*zlib.Writer)
-	defer zlibPool.Put(zw)
-	return writePNG(f, trialFilter(f, 0, f.Height), zw)
+	return parallelPNG(f, bandCount(f))
 }
 
 var flatePool = sync.Pool{New: func() any {
@@ -121,14 +111,15 @@ var flatePool = sync.Pool{New: func() any {
 	return w
 }}
 
-// parallelPNG filters and deflates horizontal bands concurrently and
-// joins them into one zlib stream: every band but the last ends with a
+// parallelPNG filters and deflates horizontal bands concurrently (one
+// band: alone, still with its own Adler-32, not zlib.Writer's hash/adler32)
+// and joins them into one zlib stream: every band but the last ends with a
 // sync flush (a byte-aligned, non-final block), so their concatenation is
 // a valid deflate stream, and the bands' Adler-32 sums combine into the
 // stream's (as zlib's adler32_combine does).
 func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 	type band struct {
-		data  bytes.Buffer
+		data  *bytes.Buffer
 		adler uint32
 		size  int64
 		err   error
@@ -141,9 +132,11 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 			y0, y1 := f.Height*i/bands, f.Height*(i+1)/bands
 			fw := flatePool.Get().(*flate.Writer)
 			defer flatePool.Put(fw)
-			fw.Reset(&b.data)
-			sum := adler32.New()
-			row := make([]byte, 1+f.Width*3+2)
+			b.data = bandPool.Get().(*bytes.Buffer)
+			b.data.Reset()
+			fw.Reset(b.data)
+			var sum uint32 = 1
+			row := newRow(f.Width)
 			filter := trialFilter(f, y0, y1)
 			var prev []byte
 			if y0 > 0 {
@@ -152,8 +145,8 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 			for y := y0; y < y1 && b.err == nil; y++ {
 				cur := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
 				filterRow(row, cur, prev, filter)
-				sum.Write(row[:len(row)-2])
-				_, b.err = fw.Write(row[:len(row)-2])
+				sum = pngkern.Adler32(sum, row[:len(row)-rowSlack])
+				_, b.err = fw.Write(row[:len(row)-rowSlack])
 				prev = cur
 			}
 			if b.err == nil {
@@ -163,22 +156,38 @@ func parallelPNG(f *frame.Frame, bands int) ([]byte, error) {
 					b.err = fw.Flush()
 				}
 			}
-			b.adler, b.size = sum.Sum32(), int64(y1-y0)*int64(len(row)-2)
+			b.adler, b.size = sum, int64(y1-y0)*int64(len(row)-rowSlack)
 		})
 	}
 	wg.Wait()
-	idat := []byte{0x78, 0x01} // zlib header: deflate, 32 KiB window, fastest
-	var sum uint32 = 1
+	// The file is written once, at its final size: the bands go straight
+	// into the IDAT chunk, with no joined copy of the stream in between.
+	idatLen := 2 + 4 // zlib header and Adler-32
 	for i := range out {
 		if out[i].err != nil {
 			return nil, out[i].err
 		}
-		idat = append(idat, out[i].data.Bytes()...)
+		idatLen += out[i].data.Len()
+	}
+	buf := pngHeader(make([]byte, 0, pngHeaderLen+12+idatLen+12), f)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(idatLen))
+	start := len(buf)
+	buf = append(buf, "IDAT"...)
+	buf = append(buf, 0x78, 0x01) // zlib header: deflate, 32 KiB window, fastest
+	var sum uint32 = 1
+	for i := range out {
+		buf = append(buf, out[i].data.Bytes()...)
+		bandPool.Put(out[i].data)
 		sum = adler32Combine(sum, out[i].adler, out[i].size)
 	}
-	idat = binary.BigEndian.AppendUint32(idat, sum)
-	return chunks(f, idat), nil
+	buf = binary.BigEndian.AppendUint32(buf, sum)
+	buf = binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
+	return appendChunk(buf, "IEND", nil), nil
 }
+
+// bandPool keeps the bands' compressed bytes between pictures, so a
+// screenshot does not grow a new buffer, doubling, for each band.
+var bandPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // adler32Combine returns the Adler-32 of A followed by B from the sums of
 // A and B and the length of B (zlib's adler32_combine).
@@ -211,12 +220,12 @@ func writePNG(f *frame.Frame, filter byte, zw *zlib.Writer) ([]byte, error) {
 	idat.Grow(f.Width * f.Height / 2)
 	zw.Reset(&idat)
 
-	out := make([]byte, 1+f.Width*3+2) // two bytes of slack for filterRow
+	out := newRow(f.Width)
 	var prev []byte
 	for y := range f.Height {
 		row := f.Pix[y*f.Stride : y*f.Stride+f.Width*4]
 		filterRow(out, row, prev, filter)
-		if _, err := zw.Write(out[:len(out)-2]); err != nil {
+		if _, err := zw.Write(out[:len(out)-rowSlack]); err != nil {
 			return nil, err
 		}
 		prev = row
@@ -229,16 +238,22 @@ func writePNG(f *frame.Frame, filter byte, zw *zlib.Writer) ([]byte, error) {
 
 // chunks is the PNG file: signature, IHDR, the one IDAT, IEND.
 func chunks(f *frame.Frame, idat []byte) []byte {
+	buf := pngHeader(make([]byte, 0, pngHeaderLen+2*12+len(idat)), f)
+	buf = appendChunk(buf, "IDAT", idat)
+	return appendChunk(buf, "IEND", nil)
+}
+
+// pngHeaderLen is what pngHeader appends: the signature and the IHDR chunk.
+const pngHeaderLen = 8 + 12 + 13
+
+// pngHeader appends the signature and f's IHDR chunk to buf.
+func pngHeader(buf []byte, f *frame.Frame) []byte {
 	var ihdr [13]byte
 	binary.BigEndian.PutUint32(ihdr[0:], uint32(f.Width))
 	binary.BigEndian.PutUint32(ihdr[4:], uint32(f.Height))
 	ihdr[8], ihdr[9] = 8, 2 // bit depth 8, colour type RGB; compression, filter, interlace 0
-
-	buf := make([]byte, 0, len(pngSignature)+3*12+len(ihdr)+len(idat))
 	buf = append(buf, pngSignature...)
-	buf = appendChunk(buf, "IHDR", ihdr[:])
-	buf = appendChunk(buf, "IDAT", idat)
-	return appendChunk(buf, "IEND", nil)
+	return appendChunk(buf, "IHDR", ihdr[:])
 }
 
 func appendChunk(buf []byte, typ string, data []byte) []byte {
@@ -249,13 +264,25 @@ func appendChunk(buf []byte, typ string, data []byte) []byte {
 	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
 }
 
-// filterRow turns one BGRX row into a filtered PNG RGB row in out (with
-// two bytes of slack at the end): the filter byte, then per pixel its bytes
-// minus those of the reference pixel the filter names (none: zero; Sub: the
-// pixel to the left; Up: the pixel above, in prev, nil for the first row).
-// Two pixels go at a time through uint64s: loaded together, subtracted
-// bytewise at once, stored with one eight-byte write whose last two bytes
-// the next pair overwrites.
+// rowSlack is the bytes a filtered row's buffer has past its end, for
+// filterRow's wide stores.
+const rowSlack = pngkern.Slack
+
+// useKernels lets filterRow call package pngkern's AVX2 filters; the
+// tests switch it off to check the Go code alone.
+var useKernels = true
+
+// newRow is a buffer for one filtered row of width pixels.
+func newRow(width int) []byte { return make([]byte, 1+width*3+rowSlack) }
+
+// filterRow turns one BGRX row into a filtered PNG RGB row in out (a
+// newRow buffer): the filter byte, then per pixel its bytes minus those of
+// the reference pixel the filter names (none: zero; Sub: the pixel to the
+// left; Up: the pixel above, in prev, nil for the first row). With AVX2,
+// None and Up go eight pixels at a time (package pngkern); the rest, two
+// pixels at a time through uint64s: loaded together, subtracted bytewise
+// at once, stored with one eight-byte write whose last two bytes the next
+// pair overwrites.
 func filterRow(out, row, prev []byte, filter byte) {
 	out[0] = filter
 	o := out[1:]
@@ -264,6 +291,15 @@ func filterRow(out, row, prev []byte, filter byte) {
 		filter = filterNone // the row above the first is zeros
 	}
 	i, j := 0, 0
+	if useKernels && filter != filterSub {
+		done := 0
+		if filter == filterUp {
+			done = pngkern.FilterUp(o, row, prev)
+		} else {
+			done = pngkern.FilterNone(o, row)
+		}
+		i, j = done*4, done*3
+	}
 	var left uint64 // Sub: the previous pair, its second pixel in the high half
 	for ; i+8 <= len(row); i, j = i+8, j+6 {
 		v := binary.LittleEndian.Uint64(row[i:])
