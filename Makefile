@@ -21,7 +21,7 @@ APT_PKGS_LEAN := sudo gnome-terminal xfce4-session xfwm4 xfdesktop4
 
 # Four static binaries. bin/tine-runc is tine's OCI runtime (runc's command
 # line; docs/kubernetes.md), pure Go like bin/tine. bin/tine-run is `tine run`
-# alone, a small binary whose start costs a third of tine's (ADR 0023). bin/tine is pure Go (CGO_ENABLED=0): no dynamic
+# alone, a small binary whose start costs a fraction of tine's (ADR 0023). bin/tine is pure Go (CGO_ENABLED=0): no dynamic
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
 # run here). bin/tine-guest is the same program with libjpeg-turbo linked
 # in (cgo, static libc too; needs gcc and libjpeg62-turbo-dev): desktops
