@@ -198,6 +198,10 @@ func (p *Plan) command() *command {
 // hop, for a live fork's child, is the nested clone PID 1 comes from.
 func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg := newProgram()
+	// Most steps are one to four ops (an os view's entries are most of
+	// them): sized once, the setup is not copied as it grows.
+	pg.setup = make([]op, 0, 3*len(p.Steps)+64)
+	pg.what = make([]string, 0, cap(pg.setup))
 	pg.hop = hop
 	if p.Spec.Detach {
 		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
@@ -244,8 +248,9 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 			if err != nil {
 				return nil, err
 			}
+			what := st.String()
 			for _, o := range o {
-				pg.addSetup(st.String(), o)
+				pg.addSetup(what, o)
 			}
 		}
 	}
@@ -672,15 +677,16 @@ func (pg *program) pathOp(st Step) (op, error) {
 // owner, its exact mode (mkdir and mknod apply the umask, chown clears
 // set-id bits), and the opaque xattr.
 func (pg *program) addUpper(st Step) {
+	what := st.String()
 	for _, o := range pg.upperOps(st) {
-		pg.addSetup(st.String(), o)
+		pg.addSetup(what, o)
 	}
 }
 
 func (pg *program) upperOps(st Step) []op {
 	target := pg.cstr(st.Target)
 	perm := uintptr(st.Mode & 0o7777)
-	var ops []op
+	ops := make([]op, 0, 4)
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		ops = append(ops, sys(unix.SYS_MKDIRAT, atFdcwd, target, perm).tolerating(unix.EEXIST))
 	} else {
