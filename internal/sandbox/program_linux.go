@@ -689,7 +689,7 @@ type upperEntries struct {
 
 func (u *upperEntries) add(pg *program, st Step) {
 	if !u.cleared {
-		pg.addSetup("clear the umask for the upper layer's entries", sys(unix.SYS_GETPID).saving(0))
+		pg.addSetup("clear the umask for the upper layer's entries", sys(unix.SYS_UMASK, 0).saving(0))
 		u.cleared = true
 	}
 	exact := u.modes[path.Dir(st.Target)]&unix.S_ISGID == 0
@@ -703,7 +703,7 @@ func (u *upperEntries) add(pg *program, st Step) {
 // end restores the umask after a run of entries.
 func (u *upperEntries) end(pg *program) {
 	if u.cleared {
-		pg.addSetup("restore the umask", sys(unix.SYS_GETPID))
+		pg.addSetup("restore the umask", sys(unix.SYS_UMASK, 0).using(0, 0))
 		u.cleared = false
 	}
 }
