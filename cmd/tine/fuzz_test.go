@@ -1,12 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tine-run/tine/internal/runcli"
 )
 
 // FuzzFlags: the parsers of tine's flag values (--memory/--disk, --timeout,
@@ -73,17 +74,16 @@ func FuzzFlags(f *testing.F) {
 			}
 			return
 		case flagEnv:
-			k, v, ok := cutEnv(s)
+			k, v, ok := runcli.CutEnv(s)
 			if ok && k+"="+v != s || !ok && (k != s || strings.Contains(s, "=")) {
-				t.Fatalf("cutEnv(%q) = %q, %q, %v", s, k, v, ok)
+				t.Fatalf("CutEnv(%q) = %q, %q, %v", s, k, v, ok)
 			}
 			return
 		}
 		if err == nil {
 			return
 		}
-		var ue usageError
-		if !errors.As(err, &ue) || !strings.HasPrefix(ue.msg, "invalid --") || !strings.Contains(ue.msg, fmt.Sprintf("%q", s)) {
+		if msg := err.Error(); !isUsage(err) || !strings.HasPrefix(msg, "invalid --") || !strings.Contains(msg, fmt.Sprintf("%q", s)) {
 			t.Fatalf("kind %d, value %q (got %v): error %q is no usage error naming the flag and the value", which%flagKinds, s, got, err)
 		}
 	})

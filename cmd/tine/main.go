@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/tine-run/tine/internal/runcli"
 )
 
 // exitError carries an exit code up to main without printing anything more.
@@ -19,6 +20,14 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// isUsage reports whether err is bad command-line input: tine's own, or
+// from the flags it shares with tine-run (runcli).
+func isUsage(err error) bool {
+	var ue usageError
+	var rue runcli.UsageError
+	return errors.As(err, &ue) || errors.As(err, &rue)
+}
 
 // newBareRoot is the root command without subcommands.
 func newBareRoot() *cobra.Command {
@@ -62,12 +71,15 @@ func main() {
 		return
 	}
 	var ee exitError
-	if errors.As(err, &ee) {
+	var rce runcli.ExitError
+	switch {
+	case errors.As(err, &ee):
 		os.Exit(ee.code)
+	case errors.As(err, &rce):
+		os.Exit(rce.Code)
 	}
 	fmt.Fprintf(os.Stderr, "tine: %v\n", err)
-	var ue usageError
-	if errors.As(err, &ue) {
+	if isUsage(err) {
 		os.Exit(2)
 	}
 	os.Exit(1)

@@ -28,12 +28,21 @@ var ColdPayloads = [][]string{
 // ColdGroups is the cold-start suite: per payload, one group that runs it
 // bare (the floor), under tine run with limits (seccomp and Landlock are on
 // by default) in-process, in-process with --userns, and handed to the
-// daemon on socket, under bwrap
+// daemon on socket, the same two under tine-run (the small binary of
+// tine run's own code, found next to tine: ADR 0023), under bwrap
 // (the reference) and under unshare. tinePath is the tine binary to
-// measure; socket empty (or daemonWhy set) makes the daemon variant
+// measure; socket empty (or daemonWhy set) makes the daemon variants
 // unavailable.
 func ColdGroups(tinePath, socket, daemonWhy string) []Group {
 	limits := []string{"--memory", "512m", "--pids", "256", "--cpus", "1", "--"}
+	tineRun, runWhy := tinePath+"-run", ""
+	if _, err := os.Stat(tineRun); err != nil {
+		runWhy = "not available: no tine-run next to tine (make build makes it)"
+	}
+	runDaemonWhy := runWhy
+	if daemonWhy != "" {
+		runDaemonWhy = daemonWhy
+	}
 	wrappers := []struct {
 		name   string
 		prefix []string
@@ -42,6 +51,8 @@ func ColdGroups(tinePath, socket, daemonWhy string) []Group {
 		{"bare", nil, ""},
 		{"tine", slices.Concat([]string{tinePath, "run", "--in-process"}, limits), ""},
 		{"tine via daemon", slices.Concat([]string{tinePath, "run", "--socket", socket}, limits), daemonWhy},
+		{"tine-run", slices.Concat([]string{tineRun, "--in-process"}, limits), runWhy},
+		{"tine-run via daemon", slices.Concat([]string{tineRun, "--socket", socket}, limits), runDaemonWhy},
 		// The same run with its root mapped to an unprivileged uid range:
 		// what the stronger wall costs.
 		{"tine --userns", slices.Concat([]string{tinePath, "run", "--in-process", "--userns"}, limits), ""},

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -25,7 +27,7 @@ func TestColdGroups(t *testing.T) {
 				t.Errorf("%s/%s: only the bare payload goes unverified", g.Name, v.Name)
 			}
 		}
-		if !slices.Equal(names, []string{"bare", "tine", "tine via daemon", "tine --userns", "bwrap", "unshare"}) {
+		if !slices.Equal(names, []string{"bare", "tine", "tine via daemon", "tine-run", "tine-run via daemon", "tine --userns", "bwrap", "unshare"}) {
 			t.Errorf("%s: variants %v", g.Name, names)
 		}
 		tine := g.Variants[1].Argv
@@ -41,8 +43,28 @@ func TestColdGroups(t *testing.T) {
 		t.Errorf("the 0.6x targets belong to /bin/true only")
 	}
 	for _, v := range ColdGroups("/opt/tine", "", "not available: no daemon")[0].Variants {
-		if v.Name == "tine via daemon" && v.Unavailable == "" {
-			t.Errorf("without a daemon the daemon variant must be unavailable")
+		if (v.Name == "tine via daemon" || v.Name == "tine-run via daemon") && v.Unavailable == "" {
+			t.Errorf("without a daemon the daemon variants must be unavailable")
+		}
+		if v.Name == "tine-run" && v.Unavailable == "" {
+			t.Errorf("without /opt/tine-run the tine-run variant must be unavailable")
+		}
+	}
+	// tine-run next to tine: its variants run it, in-process and handed over.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tine-run"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range ColdGroups(filepath.Join(dir, "tine"), "/tmp/x/tine.sock", "")[0].Variants {
+		switch v.Name {
+		case "tine-run":
+			if want := []string{filepath.Join(dir, "tine-run"), "--in-process", "--memory"}; v.Unavailable != "" || !slices.Equal(v.Argv[:len(want)], want) {
+				t.Errorf("tine-run variant %q (%s), want it to start %q", v.Argv, v.Unavailable, want)
+			}
+		case "tine-run via daemon":
+			if want := []string{filepath.Join(dir, "tine-run"), "--socket", "/tmp/x/tine.sock"}; v.Unavailable != "" || !slices.Equal(v.Argv[:len(want)], want) {
+				t.Errorf("tine-run daemon variant %q (%s), want it to start %q", v.Argv, v.Unavailable, want)
+			}
 		}
 	}
 }

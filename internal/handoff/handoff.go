@@ -28,8 +28,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/textproto"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -117,18 +119,18 @@ func Dial(socket string, req Request, stdio [3]*os.File) (*Session, error) {
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: tine\r\nUpgrade: %s\r\nConnection: Upgrade\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", Path, Protocol, len(body))
 	conn.Write(body)
 	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
+	status, answer, err := readAnswer(br)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("%w: read the daemon's answer: %v", ErrNoDaemon, err)
 	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
+	if !strings.HasPrefix(status, "101 ") {
 		defer conn.Close()
 		var e api.Error
-		if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) == nil && e.Code != "" {
+		if json.NewDecoder(answer).Decode(&e) == nil && e.Code != "" {
 			return nil, &e
 		}
-		return nil, fmt.Errorf("the daemon refused the run: %s", resp.Status)
+		return nil, fmt.Errorf("the daemon refused the run: %s", status)
 	}
 	fds := make([]int, 3)
 	for i, f := range stdio {
@@ -152,6 +154,67 @@ func Dial(socket string, req Request, stdio [3]*os.File) (*Session, error) {
 		s.Started = *f.Started
 	}
 	return s, nil
+}
+
+// readAnswer reads the daemon's HTTP answer to the hand-off request: its
+// status ("101 Switching Protocols", or an error's) and, for an error, its
+// body (at most 64 KiB). It is not net/http's ReadResponse so that tine-run,
+// a client only, does not link (and initialise) net/http at every start.
+func readAnswer(br *bufio.Reader) (status string, body io.Reader, err error) {
+	tp := textproto.NewReader(br)
+	line, err := tp.ReadLine()
+	if err != nil {
+		return "", nil, err
+	}
+	proto, status, ok := strings.Cut(line, " ")
+	if !ok || !strings.HasPrefix(proto, "HTTP/1.") || len(status) < 3 {
+		return "", nil, fmt.Errorf("malformed status line %q", line)
+	}
+	header, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return "", nil, err
+	}
+	if strings.HasPrefix(status, "101 ") {
+		return status, nil, nil
+	}
+	const limit = 1 << 16
+	if n, err := strconv.ParseInt(header.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+		return status, io.LimitReader(br, min(n, limit)), nil
+	}
+	if strings.EqualFold(header.Get("Transfer-Encoding"), "chunked") {
+		return status, io.LimitReader(&chunked{r: br}, limit), nil
+	}
+	return status, strings.NewReader(""), nil
+}
+
+// chunked decodes an HTTP/1.1 chunked body (without trailers).
+type chunked struct {
+	r    *bufio.Reader
+	left int64 // of the current chunk
+	done bool
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	for c.left == 0 {
+		if c.done {
+			return 0, io.EOF
+		}
+		line, err := c.r.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		size, _, _ := strings.Cut(strings.TrimSpace(line), ";")
+		if c.left, err = strconv.ParseInt(size, 16, 64); err != nil || c.left < 0 {
+			return 0, fmt.Errorf("malformed chunk size %q", line)
+		}
+		c.done = c.left == 0
+	}
+	n, err := c.r.Read(p[:min(int64(len(p)), c.left)])
+	c.left -= int64(n)
+	if c.left == 0 && err == nil {
+		_, err = c.r.Discard(2) // the chunk's CRLF
+	}
+	return n, err
 }
 
 // receiveStdio waits (at most stdioTimeout) for the client's one byte and

@@ -335,7 +335,7 @@ func (h *nestedHop) compileRoot(pg *program, p *Plan) error {
 		if st.Beneath || st.InNetns {
 			return fmt.Errorf("%w: step %s cannot run before the user namespace", ErrSetup, st)
 		}
-		ops := pg.upperOps(st)
+		ops := pg.upperOps(st, false)
 		if st.Kind != StepUpper {
 			var err error
 			if ops, err = pg.stepOp(st); err != nil {

@@ -6,6 +6,7 @@ package sandbox
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"syscall"
 	"unsafe"
@@ -198,6 +199,10 @@ func (p *Plan) command() *command {
 // hop, for a live fork's child, is the nested clone PID 1 comes from.
 func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg := newProgram()
+	// Most steps are one to four ops (an os view's entries are most of
+	// them): sized once, the setup is not copied as it grows.
+	pg.setup = make([]op, 0, 3*len(p.Steps)+64)
+	pg.what = make([]string, 0, cap(pg.setup))
 	pg.hop = hop
 	if p.Spec.Detach {
 		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
@@ -228,6 +233,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 		pg.cloneBindSources(p)
 	}
 	pg.root = p.Root
+	uppers := upperEntries{modes: map[string]uint32{}}
 	for _, inNetns := range []bool{false, true} {
 		if inNetns && !in.userns {
 			pg.addRelease(true)
@@ -237,17 +243,20 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 				continue
 			}
 			if st.Kind == StepUpper {
-				pg.addUpper(st)
+				uppers.add(pg, st)
 				continue
 			}
+			uppers.end(pg)
 			o, err := pg.stepOp(st)
 			if err != nil {
 				return nil, err
 			}
+			what := st.String()
 			for _, o := range o {
-				pg.addSetup(st.String(), o)
+				pg.addSetup(what, o)
 			}
 		}
+		uppers.end(pg)
 	}
 	if pg.rootOpen {
 		pg.addSetup("close the new root", sys(unix.SYS_CLOSE, 0).using(3, 0))
@@ -668,28 +677,62 @@ func (pg *program) pathOp(st Step) (op, error) {
 	return op{}, fmt.Errorf("unknown step kind %d", st.Kind)
 }
 
-// addUpper makes a StepUpper entry: the directory or empty file, its
-// owner, its exact mode (mkdir and mknod apply the umask, chown clears
-// set-id bits), and the opaque xattr.
-func (pg *program) addUpper(st Step) {
-	for _, o := range pg.upperOps(st) {
-		pg.addSetup(st.String(), o)
+// upperEntries compiles runs of StepUpper entries (an os view's are a
+// hundred or more) with PID 1's umask cleared around each run, saved in
+// register 0 and restored after it: an entry then gets its exact mode
+// from mkdir or mknod, and needs no chmod unless a chown or a set-gid
+// parent would change it (see upperOps).
+type upperEntries struct {
+	cleared bool
+	modes   map[string]uint32 // the entries made so far, by path
+}
+
+func (u *upperEntries) add(pg *program, st Step) {
+	if !u.cleared {
+		pg.addSetup("clear the umask for the upper layer's entries", sys(unix.SYS_UMASK, 0).saving(0))
+		u.cleared = true
+	}
+	exact := u.modes[path.Dir(st.Target)]&unix.S_ISGID == 0
+	u.modes[st.Target] = st.Mode
+	what := st.String()
+	for _, o := range pg.upperOps(st, exact) {
+		pg.addSetup(what, o)
 	}
 }
 
-func (pg *program) upperOps(st Step) []op {
+// end restores the umask after a run of entries.
+func (u *upperEntries) end(pg *program) {
+	if u.cleared {
+		pg.addSetup("restore the umask", sys(unix.SYS_UMASK, 0).using(0, 0))
+		u.cleared = false
+	}
+}
+
+// upperOps makes a StepUpper entry: the directory or empty file, its
+// owner, its exact mode, and the opaque xattr. exact says the umask is
+// cleared and the parent is not set-gid, so mkdir and mknod give the mode
+// as it is; otherwise (the umask applies, a parent's set-gid bit is
+// inherited, chown clears set-id bits) a chmod sets it.
+func (pg *program) upperOps(st Step, exact bool) []op {
 	target := pg.cstr(st.Target)
 	perm := uintptr(st.Mode & 0o7777)
-	var ops []op
+	ops := make([]op, 0, 4)
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		ops = append(ops, sys(unix.SYS_MKDIRAT, atFdcwd, target, perm).tolerating(unix.EEXIST))
 	} else {
 		ops = append(ops, sys(unix.SYS_MKNODAT, atFdcwd, target, unix.S_IFREG|perm, 0).tolerating(unix.EEXIST))
 	}
-	if st.UID != 0 || st.GID != 0 {
+	chown := st.UID != 0 || st.GID != 0
+	if chown {
 		ops = append(ops, sys(unix.SYS_FCHOWNAT, atFdcwd, target, uintptr(st.UID), uintptr(st.GID), unix.AT_SYMLINK_NOFOLLOW))
 	}
-	ops = append(ops, sys(unix.SYS_FCHMODAT, atFdcwd, target, perm))
+	setID := uint32(unix.S_ISUID | unix.S_ISGID)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		setID |= unix.S_ISVTX // mkdir keeps a sticky bit; mknod is not promised to
+	}
+	if !exact || chown || st.Mode&setID != 0 {
+		ops = append(ops, sys(unix.SYS_FCHMODAT, atFdcwd, target, perm))
+	}
 	if st.Data != "" {
 		ops = append(ops, sys(unix.SYS_LSETXATTR, target, pg.cstr(st.Data), pg.cstr("y"), 1, 0))
 	}

@@ -54,24 +54,36 @@ func TestExitSemantics(t *testing.T) {
 		{name: "bad --memory", args: []string{"--memory", "12q", "--", "true"}, code: 2, stderrHas: []string{"--memory"}, stderrLine: true},
 		{name: "missing --rootfs", args: []string{"--rootfs", "/nonexistent-" + h.marker, "--", "true"}, code: 1,
 			stderrHas: []string{"--rootfs", "/nonexistent-" + h.marker, "no such file"}},
+		// What tine-run does not parse itself it hands to tine run.
+		{name: "unknown flag", args: []string{"--bogus-" + h.marker, "--", "true"}, code: 2, stderrHas: []string{"unknown flag: --bogus-" + h.marker}, stderrLine: true},
+		{name: "no command", args: nil, code: 2, stderrHas: []string{"no command given"}, stderrLine: true},
+		{name: "image flag", args: []string{"--image", "busybox", "--pull", "sometimes-" + h.marker, "--", "true"}, code: 2, stderrHas: []string{"invalid --pull", "sometimes-" + h.marker}, stderrLine: true},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := h.run(append([]string{"run"}, c.args...)...)
-			if r.Code != c.code {
-				t.Errorf("exit %d, want %d\n%s", r.Code, c.code, r)
-			}
-			if c.stderr != "" && r.Stderr != c.stderr {
-				t.Errorf("stderr %q, want %q", r.Stderr, c.stderr)
-			}
-			for _, s := range c.stderrHas {
-				if !strings.Contains(r.Stderr, s) {
-					t.Errorf("stderr %q lacks %q", r.Stderr, s)
+		// tine-run (the small binary of tine run's own code) must answer
+		// exactly as tine run does.
+		for _, how := range []struct {
+			name string
+			cfg  runConfig
+			args []string
+		}{{"tine run", runConfig{}, []string{"run"}}, {"tine-run", runConfig{bin: tineBin + "-run"}, nil}} {
+			t.Run(how.name+"/"+c.name, func(t *testing.T) {
+				r := h.runWith(how.cfg, append(how.args, c.args...)...)
+				if r.Code != c.code {
+					t.Errorf("exit %d, want %d\n%s", r.Code, c.code, r)
 				}
-			}
-			if c.stderrLine && strings.Count(strings.TrimSuffix(r.Stderr, "\n"), "\n") != 0 {
-				t.Errorf("stderr is not one line: %q", r.Stderr)
-			}
-		})
+				if c.stderr != "" && r.Stderr != c.stderr {
+					t.Errorf("stderr %q, want %q", r.Stderr, c.stderr)
+				}
+				for _, s := range c.stderrHas {
+					if !strings.Contains(r.Stderr, s) {
+						t.Errorf("stderr %q lacks %q", r.Stderr, s)
+					}
+				}
+				if c.stderrLine && strings.Count(strings.TrimSuffix(r.Stderr, "\n"), "\n") != 0 {
+					t.Errorf("stderr is not one line: %q", r.Stderr)
+				}
+			})
+		}
 	}
 }
 

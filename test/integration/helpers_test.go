@@ -108,6 +108,8 @@ type proc struct {
 type runConfig struct {
 	stdin io.Reader
 	cred  *syscall.Credential // run tine as this user instead of root
+	// bin is the binary to run instead of tine (tine-run, built next to it).
+	bin string
 }
 
 // run runs tine with args and returns when it has exited.
@@ -126,7 +128,11 @@ func (h *harness) runWith(cfg runConfig, args ...string) result {
 func (h *harness) start(cfg runConfig, args ...string) *proc {
 	h.t.Helper()
 	p := &proc{t: h.t, done: make(chan struct{})}
-	p.cmd = exec.Command(tineBin, args...)
+	bin := tineBin
+	if cfg.bin != "" {
+		bin = cfg.bin
+	}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = "/"
 	p.cmd.Stdin = cfg.stdin
 	p.cmd.Stdout = &p.stdout
