@@ -161,7 +161,9 @@ func startDaemonAt(t *testing.T, sock string, args ...string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"serve", "--socket", sock, "--data-dir", filepath.Join(dir, "data"), "--pool", "0"}
+	// Its own state directory: the default one may be held by another
+	// daemon on the host, and one daemon holds a state directory.
+	base := []string{"serve", "--socket", sock, "--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"), "--pool", "0"}
 	d.cmd = exec.Command(tineBin, append(base, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
