@@ -85,6 +85,7 @@ it fetches only the rest. Two pulls of one image fetch each layer once.`,
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			prog := newPullProgress(os.Stderr, quiet)
@@ -118,6 +119,7 @@ func newLoadCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			prog := newPullProgress(os.Stderr, quiet)
 			refs, err := s.Load(context.Background(), input, prog.update)
 			prog.finish()
@@ -147,6 +149,7 @@ func newImagesCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				defer s.Close()
 				if list, err = s.List(); err != nil {
 					return err
 				}
@@ -188,6 +191,7 @@ function or desktop runs from is not removed.`,
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			var errs []error
 			for _, ref := range args {
 				removed, err := s.Remove(ref)
@@ -224,6 +228,7 @@ func newImageCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			pr, err := s.Prune()
 			for _, d := range pr.Images {
 				fmt.Println("removed " + d)

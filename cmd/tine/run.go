@@ -61,11 +61,7 @@ func newRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.img.workdirSet = cmd.Flags().Changed("workdir")
 			return runcli.Run(f.core, args, func(s *sandbox.Spec) (func(), error) {
-				lease, err := f.img.apply(s, true)
-				if err != nil {
-					return nil, err
-				}
-				return lease.Release, nil
+				return f.img.apply(s, true)
 			})
 		},
 	}

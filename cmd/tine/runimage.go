@@ -37,9 +37,10 @@ func (f *runImageFlags) register(cmd *cobra.Command) {
 	f.store.register(cmd)
 }
 
-// resolveImage finds (or pulls, per --pull) the image of f and makes it
-// s's root. The lease keeps the image from removal while s runs.
-func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, error) {
+// apply finds (or pulls, per --pull) the image of f and makes it s's
+// root. release ends its lease, which keeps the image from removal while s
+// runs, and closes the image store.
+func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (release func(), err error) {
 	if f.image == "" {
 		return nil, nil
 	}
@@ -67,6 +68,11 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
 	img, err := st.Lookup(f.image)
 	switch {
 	case f.pull == "always" || (errors.Is(err, image.ErrNotFound) && f.pull == "missing"):
@@ -102,16 +108,22 @@ func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (*image.Lease, erro
 		lease.Release()
 		return nil, usageError{err.Error()}
 	}
-	return lease, nil
+	return func() { lease.Release(); st.Close() }, nil
 }
 
 // functionImages makes the image roots of warm functions, from the image
 // store under stateDir (opened on first use).
-func functionImages(stateDir string, regs image.Registries, net image.Egress) zygote.ImageFunc {
+func functionImages(stateDir string, regs image.Registries, net image.Egress) (_ zygote.ImageFunc, closeStore func()) {
 	var once sync.Once
 	var st *image.Store
 	var openErr error
-	return func(fn *api.FunctionSpec, spec *sandbox.Spec, admit zygote.AdmitFunc) (func(), error) {
+	closeStore = func() {
+		once.Do(func() { openErr = errors.New("images: the daemon is shutting down") })
+		if st != nil {
+			st.Close()
+		}
+	}
+	images := func(fn *api.FunctionSpec, spec *sandbox.Spec, admit zygote.AdmitFunc) (func(), error) {
 		// One budget for all functions (the daemon's): the first call's.
 		once.Do(func() {
 			st, openErr = image.Open(stateDir, image.Options{Registries: regs, Network: net, Admit: image.AdmitFunc(admit)})
@@ -154,6 +166,7 @@ func functionImages(stateDir string, regs image.Registries, net image.Egress) zy
 		spec.User = nil
 		return lease.Release, nil
 	}
+	return images, closeStore
 }
 
 // withBytecode stacks img's bytecode layer on it, compiling it first when

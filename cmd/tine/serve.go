@@ -69,7 +69,7 @@ Snapshots (tine snapshot, tine fork) live under --state-dir (default
 /var/lib/tine, hidden from sandboxes) and survive restarts; their layers
 are kept on a filesystem of their own (a sparse ext4 image,
 <state-dir>/store.img, loop-mounted on <state-dir>/store while the daemon
-runs) when the state directory shares the root filesystem, since overlayfs
+or another tine uses it) when the state directory shares the root filesystem, since overlayfs
 cannot stack a layer that lies inside the host's root over it.
 
 With --e2b ADDR it also speaks E2B's API on that TCP address (docs/e2b.md):
@@ -194,7 +194,9 @@ func runServe(f serveFlags) error {
 	if f.e2b.addr == "" && (f.e2b.key != "" || f.e2b.domain != "") {
 		return usageError{"--e2b-key and --e2b-domain are for --e2b ADDR"}
 	}
-	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network, Images: functionImages(f.stateDir, cfg.Registries, cfg.Network)})
+	fnImages, closeFnImages := functionImages(f.stateDir, cfg.Registries, cfg.Network)
+	defer closeFnImages()
+	fns, err := zygote.NewManager(zygote.Config{Dir: f.dataDir, PoolPreload: f.poolPreload, Network: cfg.Network, Images: fnImages})
 	if err != nil {
 		return err
 	}

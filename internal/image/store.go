@@ -107,22 +107,34 @@ type Store struct {
 	dir    string
 	Layers *store.Store
 	opts   Options
+	fs     *store.OwnFilesystem // the hold on Layers' filesystem
 }
+
+// Close ends the store's hold on its layers' filesystem (the last user's
+// unmounts it). Leases taken from it stay valid until released, but no
+// new image can be used through it.
+func (s *Store) Close() error { return s.fs.Release() }
 
 // Open opens the images of stateDir, with their layers in the store that
 // snapshots use (made a filesystem of its own when it shares the root's,
-// store.EnsureOwnFilesystem; never unmounted here, since the daemon or
-// another tine may be using it).
-func Open(stateDir string, opts Options) (*Store, error) {
+// store.EnsureOwnFilesystem). Close the Store when done with it: the last
+// user of that filesystem unmounts it.
+func Open(stateDir string, opts Options) (_ *Store, err error) {
 	storeDir := filepath.Join(stateDir, "store")
-	if _, err := store.EnsureOwnFilesystem(storeDir, 0); err != nil {
+	fs, err := store.EnsureOwnFilesystem(storeDir, 0)
+	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			fs.Release()
+		}
+	}()
 	layers, err := store.Open(storeDir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: filepath.Join(stateDir, "images"), Layers: layers, opts: opts}
+	s := &Store{dir: filepath.Join(stateDir, "images"), Layers: layers, opts: opts, fs: fs}
 	for _, d := range []string{s.dir, s.path("manifests"), s.path("locks"), s.path("pulls")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open images: %w", err)

@@ -253,6 +253,11 @@ func (s *Server) Close() {
 	}
 	s.rt.Close()
 	s.net.Close()
+	s.imgs.mu.Lock()
+	if s.imgs.st != nil {
+		s.imgs.st.Close()
+	}
+	s.imgs.mu.Unlock()
 	s.catalogMu.Lock()
 	if s.catalog != nil {
 		s.catalog.Close()

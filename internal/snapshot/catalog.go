@@ -88,9 +88,9 @@ type Catalog struct {
 	dir    string
 	Layers *store.Store
 	lock   *os.File // flock'ed: one daemon per state directory
-	// mounted is set when Open mounted the store's filesystem, which
-	// Close unmounts.
-	mounted bool
+	// fs is the catalog's hold on the store's filesystem, released by
+	// Close.
+	fs *store.OwnFilesystem
 
 	// gc orders layer commits (read side: many at once) before collection
 	// (write side), so a layer just committed for a draft is held before
@@ -131,20 +131,20 @@ func Open(stateDir string) (_ *Catalog, err error) {
 		}
 	}()
 	storeDir := filepath.Join(stateDir, "store")
-	mounted, err := store.EnsureOwnFilesystem(storeDir, 0)
+	fs, err := store.EnsureOwnFilesystem(storeDir, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err != nil && mounted {
-			unix.Unmount(storeDir, unix.MNT_DETACH)
+		if err != nil {
+			fs.Release()
 		}
 	}()
 	layers, err := store.Open(storeDir)
 	if err != nil {
 		return nil, err
 	}
-	c := &Catalog{dir: filepath.Join(stateDir, "snapshots"), Layers: layers, lock: lock, mounted: mounted,
+	c := &Catalog{dir: filepath.Join(stateDir, "snapshots"), Layers: layers, lock: lock, fs: fs,
 		snaps: map[string]*Snapshot{}, users: map[string]int{}, held: map[store.Digest]int{}}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
@@ -199,9 +199,7 @@ func (c *Catalog) load(id string) (*Snapshot, error) {
 // Close releases the state directory. Live forks keep their layers: an
 // overlay holds its lower directories, and a lazy unmount waits for them.
 func (c *Catalog) Close() {
-	if c.mounted {
-		unix.Unmount(c.Layers.Root(), unix.MNT_DETACH)
-	}
+	c.fs.Release()
 	c.lock.Close()
 }
 

@@ -21,32 +21,115 @@ import (
 // must be made (sparse: it takes only the disk its layers use).
 const DefaultImageBytes = 32 << 30
 
+// OwnFilesystem is one user's hold on a store directory's filesystem of
+// its own (EnsureOwnFilesystem). Every process that opens the store (the
+// daemon, tine pull, tine run --image) holds one while it uses the store;
+// the last to Release the image's mount unmounts it.
+type OwnFilesystem struct {
+	dir string
+	// users holds a shared flock on dir+".users" for the hold's life: the
+	// kernel drops it when its holder dies, so a killed user never keeps
+	// the mount from the last one's unmount.
+	users *os.File
+	// ours: dir was the store's own image's mount when the hold began.
+	ours bool
+}
+
 // EnsureOwnFilesystem makes dir a filesystem of its own when it shares one
 // with the host's root: an ext4 image dir+".img" (sparse, imageBytes, made
 // once with mkfs.ext4) loop-mounted on dir. An image already mounted there
-// (a daemon restarted) is used as it is, and one left unmounted is
-// mounted again; layers persist in it. mounted says whether dir is now
-// that image's mount (made by this call, or left by a killed daemon), which
-// the caller unmounts when it is done.
-//
-// The mount stays on the host after the daemon exits: it is the daemon's
-// persistent state, like the directory it replaces, and the loop device
-// is released when it is unmounted (autoclear).
-func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error) {
+// (by another user of the store, or left by a killed one) is used as it is,
+// and one left unmounted is mounted again; layers persist in it. The
+// caller Releases the hold when it is done with the store; the loop device
+// is released with the last unmount (autoclear).
+func EnsureOwnFilesystem(dir string, imageBytes int64) (*OwnFilesystem, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return false, fmt.Errorf("layer store: %w", err)
+		return nil, fmt.Errorf("layer store: %w", err)
 	}
-	// Several processes may open one store (the daemon, tine pull, tine
-	// run --image): one at a time checks and mounts, or two could mount
-	// one ext4 image through two loop devices and corrupt it.
-	lock, err := os.OpenFile(dir+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := lockMounts(dir)
 	if err != nil {
-		return false, fmt.Errorf("layer store: %w", err)
+		return nil, err
 	}
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return false, fmt.Errorf("layer store: lock %s: %w", lock.Name(), err)
+	users, err := os.OpenFile(dir+".users", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("layer store: %w", err)
 	}
+	if err := flock(users, unix.LOCK_SH); err != nil {
+		users.Close()
+		return nil, fmt.Errorf("layer store: hold %s: %w", users.Name(), err)
+	}
+	h := &OwnFilesystem{dir: dir, users: users}
+	if h.ours, err = mountOwnImage(dir, imageBytes); err != nil {
+		users.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// Release ends the hold. The last hold of the store's own image unmounts
+// it; a directory that was its own filesystem already (the host's) is
+// left alone. Releasing twice, or a nil hold, does nothing.
+func (h *OwnFilesystem) Release() error {
+	if h == nil || h.users == nil {
+		return nil
+	}
+	defer func() { h.users.Close(); h.users = nil }()
+	lock, err := lockMounts(h.dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	// The conversion to exclusive succeeds only with no other hold left;
+	// holds are taken under the same mount lock, so none comes meanwhile.
+	if unix.Flock(int(h.users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return nil
+	}
+	if !isOwnImageMount(h.dir) {
+		return nil
+	}
+	if err := unix.Unmount(h.dir, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("layer store: unmount %s: %w", h.dir, err)
+	}
+	return nil
+}
+
+// lockMounts takes the lock under which one process at a time checks,
+// mounts, holds and unmounts dir's image: two could otherwise mount one
+// ext4 image through two loop devices and corrupt it, or unmount it under
+// a user that has just checked it.
+func lockMounts(dir string) (*os.File, error) {
+	lock, err := os.OpenFile(dir+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("layer store: %w", err)
+	}
+	if err := flock(lock, unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("layer store: lock %s: %w", lock.Name(), err)
+	}
+	return lock, nil
+}
+
+func flock(f *os.File, how int) error {
+	for {
+		if err := unix.Flock(int(f.Fd()), how); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// isOwnImageMount says whether dir is now the mount of its store's image.
+func isOwnImageMount(dir string) bool {
+	var st, root unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat("/", &root) != nil {
+		return false
+	}
+	return st.Dev != root.Dev && backingFile(st.Dev) == dir+".img"
+}
+
+// mountOwnImage mounts dir's image on dir unless dir is a filesystem of
+// its own already, and says whether dir is now the image's mount.
+func mountOwnImage(dir string, imageBytes int64) (bool, error) {
 	var st, root unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return false, fmt.Errorf("layer store: %w", err)
@@ -56,9 +139,8 @@ func EnsureOwnFilesystem(dir string, imageBytes int64) (mounted bool, err error)
 	}
 	image := dir + ".img"
 	if st.Dev != root.Dev {
-		// Its own filesystem already: ours when it is our image, left
-		// mounted by a daemon that was killed (then the caller unmounts it
-		// at its end, as if it had mounted it), else the host's.
+		// Its own filesystem already: our image, mounted by another user
+		// or left by a killed one, else the host's.
 		return backingFile(st.Dev) == image, nil
 	}
 	if imageBytes <= 0 {

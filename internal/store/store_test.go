@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -267,6 +268,16 @@ func TestParseDigest(t *testing.T) {
 
 var a1970 = time.Unix(0, 0)
 
+// isMountPoint says whether dir is a mount point (on another device than
+// its parent).
+func isMountPoint(t *testing.T, dir string) bool {
+	t.Helper()
+	var st, parent unix.Stat_t
+	must(t, unix.Stat(dir, &st))
+	must(t, unix.Stat(filepath.Dir(dir), &parent))
+	return st.Dev != parent.Dev
+}
+
 func netListen(path string) (net.Listener, error) { return net.Listen("unix", path) }
 
 // TestOwnFilesystem: a store directory on the root filesystem becomes an
@@ -284,9 +295,9 @@ func TestOwnFilesystem(t *testing.T) {
 		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
 	}
 	dir := filepath.Join(base, "store")
-	mounted, err := EnsureOwnFilesystem(dir, 256<<20)
+	first, err := EnsureOwnFilesystem(dir, 256<<20)
 	must(t, err)
-	if !mounted {
+	if !first.ours {
 		t.Fatal("a store on the root filesystem was not given its own")
 	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)
@@ -298,21 +309,41 @@ func TestOwnFilesystem(t *testing.T) {
 	must(t, err)
 	l, err := commitDir(t, s, upperLike(t), 0)
 	must(t, err)
-	if ours, err := EnsureOwnFilesystem(dir, 256<<20); err != nil || !ours {
-		t.Errorf("second call on the mounted image: ours %v, %v; want it known as the store's image", ours, err)
+	second, err := EnsureOwnFilesystem(dir, 256<<20)
+	if err != nil || !second.ours {
+		t.Errorf("second hold on the mounted image: ours %v, %v; want it known as the store's image", second != nil && second.ours, err)
 	}
 	if mnt := t.TempDir(); unix.Mount("tmpfs", mnt, "tmpfs", 0, "") == nil {
-		if ours, err := EnsureOwnFilesystem(mnt, 256<<20); err != nil || ours {
-			t.Errorf("a tmpfs of the host's: ours %v, %v; want it left alone", ours, err)
+		h, err := EnsureOwnFilesystem(mnt, 256<<20)
+		if err != nil || h.ours {
+			t.Errorf("a tmpfs of the host's: ours %v, %v; want it left alone", h != nil && h.ours, err)
+		}
+		must(t, h.Release())
+		if !isMountPoint(t, mnt) {
+			t.Error("releasing the only hold on a host's filesystem unmounted it")
 		}
 		unix.Unmount(mnt, 0)
 	}
-	must(t, unix.Unmount(dir, 0))
+	// A hold whose process died is no hold: the kernel drops its flock.
+	dead := exec.Command("flock", "--shared", dir+".users", "true")
+	if out, err := dead.CombinedOutput(); err != nil {
+		t.Fatalf("flock(1): %v: %s", err, out)
+	}
+	must(t, first.Release())
+	if !isMountPoint(t, dir) {
+		t.Fatal("the image was unmounted while a second hold remained")
+	}
+	must(t, second.Release())
+	must(t, second.Release()) // twice: nothing
+	if isMountPoint(t, dir) {
+		t.Fatal("the last hold's release left the image mounted")
+	}
 	if _, err := os.Stat(l.Path); err == nil {
 		t.Fatal("the layer is visible with the image unmounted: it was not in the image")
 	}
-	_, err = EnsureOwnFilesystem(dir, 256<<20)
+	h, err := EnsureOwnFilesystem(dir, 256<<20)
 	must(t, err)
+	defer h.Release()
 	s, err = Open(dir)
 	must(t, err)
 	if !s.Has(l.Digest) {

@@ -20,13 +20,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// imageState is a state directory for a test's images; its layer store
-// (a loop-mounted image when /tmp shares the root's filesystem) is
-// unmounted at the end.
+// imageState is a state directory for a test's images. Its layer store
+// (a loop-mounted image when /tmp shares the root's filesystem) must be
+// unmounted by the last tine that used it; the test fails when it is not.
 func imageState(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "store"), unix.MNT_DETACH) })
+	t.Cleanup(func() {
+		store := filepath.Join(dir, "store")
+		var st, parent unix.Stat_t
+		if unix.Stat(store, &st) != nil || unix.Stat(dir, &parent) != nil || st.Dev == parent.Dev {
+			return
+		}
+		t.Errorf("%s is still mounted after every tine using it ended", store)
+		unix.Unmount(store, unix.MNT_DETACH)
+	})
 	return dir
 }
 
