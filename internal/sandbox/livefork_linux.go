@@ -257,6 +257,16 @@ func (sb *Sandbox) ForkWalls() (*RequestWalls, error) {
 	return w, nil
 }
 
+// ForkParentScope is the Landlock layer a forkable interpreter puts up on
+// itself after each fork (landlock.SignalScopeAttr; nil without Landlock
+// ABI 6): its copies, forked before it, are outside its domain, so it can
+// no longer signal, ptrace, or open the memory, environment or namespaces
+// of theirs or any other process of the children (Landlock refuses a
+// domain those of processes not nested in it). Without it the owner rule
+// gives the parent, euid 0 in the host's user namespace, every capability
+// in the children's.
+func (sb *Sandbox) ForkParentScope() []byte { return landlock.SignalScopeAttr(sb.h.landlockABI) }
+
 // ownPidNS is tine's own pid namespace, which the clone thread returns to
 // after a nested clone.
 var ownPidNS = sync.OnceValues(func() (int, error) {

@@ -127,7 +127,7 @@ func (s *Server) makeForkChildren(b *box, sid string, n int, ph *forkPhases) ([]
 			t.Discard()
 			return fail(err)
 		}
-		into = append(into, session.ForkInto{SandboxID: child.id, Target: t, Walls: walls, Launcher: child.launcher()})
+		into = append(into, session.ForkInto{SandboxID: child.id, Target: t, Walls: walls, Launcher: child.launcher(), ParentScope: parent.ForkParentScope()})
 	}
 	return boxes, sn.ID, into, nil
 }

@@ -31,6 +31,9 @@ type ForkInto struct {
 	Walls *sandbox.RequestWalls
 	// Launcher starts interpreters in the child (a restart of the copy).
 	Launcher Launcher
+	// ParentScope is the Landlock layer the parent interpreter puts up
+	// once its copies are forked (Sandbox.ForkParentScope); nil for none.
+	ParentScope []byte
 }
 
 // Fork copies the session, live, into new child sandboxes: between cells
@@ -125,7 +128,7 @@ func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
 			return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 		}
 	}
-	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "walls": into[0].Walls}); err != nil {
+	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "walls": into[0].Walls, "parent_scope": into[0].ParentScope}); err != nil {
 		return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
 	for {

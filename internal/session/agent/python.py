@@ -312,6 +312,16 @@ class Agent:
                 pids.append(pid)
         except OSError as e:  # the pids limit, memory: the copies not made fail
             why = "fork copy %d of %d: %s" % (len(pids) + 1, len(targets), e)
+        # A Landlock layer the copies, forked already, are outside of: from
+        # now on this interpreter cannot signal, ptrace or open the /proc
+        # files of theirs (ADR 0013). A failure fails the fork (the daemon
+        # then kills the copies).
+        scope = msg.get("parent_scope")
+        if scope and not why:
+            try:
+                walls.restrict_to_scope(scope)
+            except OSError as e:
+                why = "wall this session off from its copies: %s" % e
         for fds in targets:
             for fd in fds:
                 os.close(fd)
@@ -525,6 +535,16 @@ class ForkWalls:
 
     def setns(self, fd, nstype, what):
         self.check(self.syscall(self.nr["setns"], fd, nstype), "join the child's %s namespace" % what)
+
+    def restrict_to_scope(self, attr_b64):
+        import base64
+        a = base64.b64decode(attr_b64)
+        attr = self.ctypes.create_string_buffer(a, len(a))
+        rs = self.check(self.syscall(self.nr["landlock_create_ruleset"], attr, self.ctypes.c_size_t(len(a)), 0), "landlock ruleset")
+        try:
+            self.check(self.syscall(self.nr["landlock_restrict_self"], rs, 0), "landlock restrict")
+        finally:
+            os.close(rs)
 
     def put_up(self):
         # In an exec's order: Landlock, the bounding set, capabilities,
