@@ -317,7 +317,7 @@ class Agent:
         # files of theirs (ADR 0013). A failure fails the fork (the daemon
         # then kills the copies).
         scope = msg.get("parent_scope")
-        if False and scope and not why:
+        if scope and not why:
             try:
                 walls.restrict_to_scope(scope)
             except OSError as e:
