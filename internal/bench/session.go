@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/session"
 )
 
 // SessionTarget is the bar for a cell's round trip.
@@ -150,22 +152,36 @@ func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, 
 		return nil, fmt.Errorf("create the sandbox to fork: %w", err)
 	}
 	out := &liveForks{cleanup: func() { c.Delete(context.Background(), sb.ID) }}
-	s, err := c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		out.cleanup()
-		return nil, fmt.Errorf("start the forkable session: %w", err)
-	}
-	for _, code := range sessionState {
-		if ex, err := s.Run(ctx, code); err != nil || ex.Status != api.ExecOK {
-			out.cleanup()
-			return nil, fmt.Errorf("the forkable session's state: cell %q: %+v %v", code, ex, err)
+	// One interpreter forks at most session.MaxForks times: the session is
+	// replaced by a new one with the same state when it has, untimed.
+	var s *client.Session
+	forks := 0
+	fresh := func() error {
+		if s != nil {
+			s.Delete(context.Background())
 		}
+		var err error
+		if s, err = c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true}); err != nil {
+			return fmt.Errorf("start the forkable session: %w", err)
+		}
+		forks = 0
+		for _, code := range sessionState {
+			if ex, err := s.Run(ctx, code); err != nil || ex.Status != api.ExecOK {
+				return fmt.Errorf("the forkable session's state: cell %q: %+v %v", code, ex, err)
+			}
+		}
+		return nil
+	}
+	if err := fresh(); err != nil {
+		out.cleanup()
+		return nil, err
 	}
 	for _, n := range LiveForkCounts {
 		var made []string
 		out.variants = append(out.variants, Variant{
 			Name: fmt.Sprintf("live fork ×%d", n),
 			Func: func(ctx context.Context) error {
+				forks++
 				kids, res, err := s.Fork(ctx, n)
 				if res != nil {
 					for _, sb := range res.Sandboxes {
@@ -191,6 +207,9 @@ func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, 
 				}
 				wg.Wait()
 				made = made[:0]
+				if forks >= session.MaxForks {
+					return fresh()
+				}
 				return nil
 			},
 		})

@@ -15,6 +15,12 @@ import (
 // ErrNotForkable: the session was not created forkable.
 var ErrNotForkable = errors.New("the session is not forkable")
 
+// MaxForks is how often one interpreter can fork live: after each fork
+// it puts up a Landlock layer its copies are outside of (so it cannot
+// reach them), and a copy adds one for its own walls; Landlock stacks at
+// most 16 (ADR 0013). A restart starts over.
+const MaxForks = 16
+
 // forkTimeout bounds a live fork, from the first descriptor sent to the
 // last copy ready.
 const forkTimeout = 60 * time.Second
@@ -57,10 +63,13 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	}
 	defer s.give()
 	s.mu.Lock()
-	a, why, count := s.agent, s.dead, s.count
+	a, why, count, forks := s.agent, s.dead, s.count, s.forks
 	s.mu.Unlock()
 	if a == nil {
 		return nil, fmt.Errorf("%w: %s (restart it)", ErrDead, why)
+	}
+	if forks >= MaxForks {
+		return nil, fmt.Errorf("%w: it has forked %d times, the most one interpreter can (each fork walls it off from its copies with a Landlock layer, and Landlock stacks 16); fork a new forkable session, or restart this one (its state is lost)", ErrHeld, forks)
 	}
 	held, err := a.held()
 	if err != nil {
@@ -73,6 +82,11 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Counted whether or not it succeeds: the interpreter may have put up
+	// its layer before a copy failed.
+	s.mu.Lock()
+	s.forks++
+	s.mu.Unlock()
 	copies, err := a.fork(into)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -273,5 +274,51 @@ func TestLiveForkChildrenUnreachableFromParentAndSiblings(t *testing.T) {
 		if err := d.c.Delete(ctx, c.ID); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Each fork walls the parent interpreter off from its copies with a
+// Landlock layer, and Landlock stacks 16: a session forks 16 times (each
+// child answering), the 17th is refused with 409 saying so and making
+// nothing, and a restart starts over.
+func TestLiveForkSixteenTimesPerInterpreter(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkOnce := func(i int) error {
+		kids, res, err := s.Fork(ctx, 1)
+		if err != nil {
+			return err
+		}
+		if ex, err := kids[0].Run(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
+			t.Fatalf("fork %d: the child: %+v %v", i, ex, err)
+		}
+		return d.c.Delete(ctx, res.Sandboxes[0].ID)
+	}
+	for i := 1; i <= 16; i++ {
+		if err := forkOnce(i); err != nil {
+			t.Fatalf("fork %d: %v", i, err)
+		}
+	}
+	err = forkOnce(17)
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 409 || !strings.Contains(e.Message, "16") {
+		t.Fatalf("the 17th fork: %v, want 409 naming the limit", err)
+	}
+	if list, err := d.c.List(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("sandboxes after the refused fork: %v %v", list, err)
+	}
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := forkOnce(1); err != nil {
+		t.Fatalf("a fork after a restart: %v", err)
 	}
 }
