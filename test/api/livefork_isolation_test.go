@@ -322,3 +322,31 @@ func TestLiveForkSixteenTimesPerInterpreter(t *testing.T) {
 		t.Fatalf("a fork after a restart: %v", err)
 	}
 }
+
+// A copy is the interpreter, whole, in its child: libc's idea of its own
+// thread (what pthread_kill, raise and abort use) names it, there.
+func TestLiveForkCopyKnowsItsOwnThread(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const code = "import signal, threading\nsignal.pthread_kill(threading.main_thread().ident, 0)\nsignal.raise_signal(0)\n'ok'"
+	if ex, err := s.Run(ctx, code); err != nil || ex.Text() != "'ok'" {
+		t.Fatalf("in the parent (the control): %+v %v", ex, err)
+	}
+	kids, _, err := s.Fork(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range kids {
+		if ex, err := k.Run(ctx, code); err != nil || ex.Text() != "'ok'" {
+			t.Errorf("in child %d: %+v %v", i, ex.Error, err)
+		}
+	}
+}
