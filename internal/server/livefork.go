@@ -96,7 +96,7 @@ func (s *Server) makeForkChildren(b *box, sid string, n int, ph *forkPhases) ([]
 	if err := parent.CanForkFrom(); err != nil {
 		return nil, "", nil, fmt.Errorf("%w: %w", ErrConflictState, err)
 	}
-	c, sn, err := s.takeSnapshot(b, api.SnapshotRequest{Name: "live fork of session " + sid})
+	c, sn, err := s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sid}, true)
 	if err != nil {
 		return nil, "", nil, err
 	}
