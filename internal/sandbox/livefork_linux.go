@@ -248,13 +248,17 @@ func (sb *Sandbox) ForkWalls() (*RequestWalls, error) {
 			w.Landlock.Rules = append(w.Landlock.Rules, LandlockRule{Path: r.Path, Rights: landlock.Supported(r.Rights, abi)})
 		}
 	}
-	w.Syscalls = map[string]uintptr{
-		"capset": unix.SYS_CAPSET, "seccomp": unix.SYS_SECCOMP, "setns": unix.SYS_SETNS,
-		"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
-		"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
-		"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
-	}
+	w.Syscalls = ForkSyscalls
 	return w, nil
+}
+
+// ForkSyscalls are this architecture's numbers of the calls a forkable
+// interpreter and its copies make through libc's syscall().
+var ForkSyscalls = map[string]uintptr{
+	"capset": unix.SYS_CAPSET, "seccomp": unix.SYS_SECCOMP, "setns": unix.SYS_SETNS,
+	"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
+	"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
+	"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
 }
 
 // ForkParentScope is the Landlock layer a forkable interpreter puts up on

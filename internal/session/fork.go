@@ -37,22 +37,34 @@ type ForkInto struct {
 	Walls *sandbox.RequestWalls
 	// Launcher starts interpreters in the child (a restart of the copy).
 	Launcher Launcher
+}
+
+// ForkRequest is a live fork of a session into Count child sandboxes.
+type ForkRequest struct {
+	Count int
 	// ParentScope is the Landlock layer the parent interpreter puts up
 	// once its copies are forked (Sandbox.ForkParentScope); nil for none.
 	ParentScope []byte
+	// Check refuses the fork before anything is made (the daemon's
+	// capacity, the sandbox), after the session's own checks.
+	Check func() error
+	// Make makes the children while the interpreter's copies, forked
+	// already, wait for them; on error the caller removes what it made.
+	Make func() ([]ForkInto, error)
 }
 
 // Fork copies the session, live, into new child sandboxes: between cells
 // (ErrBusy while one runs: a fork is not queued) and when the interpreter
-// holds nothing a copy cannot carry (ErrHeld naming it), prepare makes the
-// children; then the interpreter forks once per child, each copy joins
-// its child, walls itself in and becomes a session there with the
-// parent's state (globals, imports, the working directory, open files
-// re-opened by path), reseeded. The parent goes on. The session's turn is
-// held throughout, so no cell changes the state between the check, the
-// children's files and the fork. On error no copy is left running (the
-// caller removes the children prepare made).
-func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
+// holds nothing a copy cannot carry (ErrHeld naming it), the interpreter
+// forks once per child at once, and the copies wait while r.Make makes the
+// children (the fork's two halves overlap); then each copy joins its
+// child, walls itself in and becomes a session there with the parent's
+// state (globals, imports, the working directory, open files re-opened by
+// path), reseeded. The parent goes on. The session's turn is held
+// throughout, so no cell changes the state between the check, the fork and
+// the children's files. On error no copy is left running (the caller
+// removes the children Make made).
+func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	if !s.opts.Spec.Forkable {
 		return nil, fmt.Errorf("%w: create it with \"forkable\": true (tine session create --forkable) to fork it live; POST /v1/sandboxes/%s/fork copies the sandbox's files, without its sessions", ErrNotForkable, s.sandbox)
 	}
@@ -78,16 +90,17 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	if err := held.Err(); err != nil {
 		return nil, err
 	}
-	into, err := prepare()
-	if err != nil {
-		return nil, err
+	if r.Check != nil {
+		if err := r.Check(); err != nil {
+			return nil, err
+		}
 	}
 	// Counted whether or not it succeeds: the interpreter may have put up
 	// its layer before a copy failed.
 	s.mu.Lock()
 	s.forks++
 	s.mu.Unlock()
-	copies, err := a.fork(into)
+	into, copies, err := a.fork(r)
 	if err != nil {
 		return nil, err
 	}
@@ -101,9 +114,11 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	return out, nil
 }
 
-// fork runs the fork protocol (agent/python.py) and returns the copies,
-// ready.
-func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
+// fork runs the fork protocol (agent/python.py) and returns the children
+// and the copies, ready.
+func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error) {
+	deadline := time.Now().Add(forkTimeout)
+	forked := false
 	defer func() {
 		for _, t := range into {
 			if err != nil {
@@ -118,56 +133,92 @@ func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
 					c.kill()
 					c.close()
 				} else {
-					c.closeFDs()
+					c.closeFDs() // a copy still waiting exits at the end of its socket
 				}
 			}
 			copies = nil
 		}
+		if forked {
+			if rerr := a.reap(deadline); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
 	}()
-	deadline := time.Now().Add(forkTimeout)
+	for range r.Count {
+		c, ends, err := newAgent()
+		if err != nil {
+			return nil, copies, err
+		}
+		copies = append(copies, c)
+		err = a.sendFDs(map[string]any{"op": "fork_target", "nfds": 3}, []int{int(ends[0].Fd()), int(ends[1].Fd()), int(ends[2].Fd())})
+		ends.close()
+		if err != nil {
+			return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
+		}
+	}
 	types := make([][2]any, len(sandbox.ForkNamespaces))
 	for i, ns := range sandbox.ForkNamespaces {
 		types[i] = [2]any{ns.Name, ns.Type}
 	}
-	for _, t := range into {
-		c, ends, err := newAgent()
-		if err != nil {
-			return copies, err
-		}
-		copies = append(copies, c)
-		fds := append([]int{int(ends[0].Fd()), int(ends[1].Fd()), int(ends[2].Fd())}, t.Target.FDs...)
-		err = a.sendFDs(map[string]any{"op": "fork_target", "nfds": len(fds)}, fds)
-		ends.close()
-		if err != nil {
-			return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
-		}
+	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "parent_scope": r.ParentScope, "syscalls": sandbox.ForkSyscalls}); err != nil {
+		return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
-	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "walls": into[0].Walls, "parent_scope": into[0].ParentScope}); err != nil {
-		return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
-	}
+	forked = true
+	// The children are made while the interpreter forks: its answer is
+	// read after.
+	into, err = r.Make()
 	for {
-		f, err := a.next(deadline, func(int, []byte) {})
-		if err != nil {
-			return copies, fmt.Errorf("fork the interpreter: %w", err)
+		f, ferr := a.next(deadline, func(int, []byte) {})
+		if ferr != nil {
+			return into, copies, fmt.Errorf("fork the interpreter: %w", ferr)
 		}
 		if f.Type == "forked" {
 			if f.Value != "" {
-				return copies, fmt.Errorf("%w: %s", ErrStart, f.Value)
+				return into, copies, fmt.Errorf("%w: %s", ErrStart, f.Value)
 			}
 			break
 		}
 	}
+	if err != nil {
+		return into, copies, err
+	}
+	if len(into) != len(copies) {
+		return into, copies, fmt.Errorf("%w: %d children made for %d copies", ErrStart, len(into), len(copies))
+	}
+	for i, c := range copies {
+		t := into[i]
+		if err := c.sendFDs(map[string]any{"op": "join", "nfds": len(t.Target.FDs), "walls": t.Walls}, t.Target.FDs); err != nil {
+			return into, copies, fmt.Errorf("%w: the copy for sandbox %s: %v", ErrStart, t.SandboxID, err)
+		}
+	}
 	for i, c := range copies {
 		if err := c.awaitReadyFrom(deadline); err != nil {
-			return copies, fmt.Errorf("the copy for sandbox %s: %w", into[i].SandboxID, err)
+			return into, copies, fmt.Errorf("the copy for sandbox %s: %w", into[i].SandboxID, err)
 		}
 		proc, err := into[i].Target.Adopt()
 		if err != nil {
-			return copies, err
+			return into, copies, err
 		}
 		c.watch(proc)
 	}
-	return copies, nil
+	return into, copies, nil
+}
+
+// reap has the interpreter reap its first copies (each exits once it has
+// hopped into its child, or at the end of its socket).
+func (a *agent) reap(deadline time.Time) error {
+	if err := a.send(map[string]any{"op": "reap"}); err != nil {
+		return fmt.Errorf("%w: %s", ErrDead, a.exitReason())
+	}
+	for {
+		f, err := a.next(deadline, func(int, []byte) {})
+		if err != nil {
+			return fmt.Errorf("reap the interpreter's copies: %w", err)
+		}
+		if f.Type == "reaped" {
+			return nil
+		}
+	}
 }
 
 // awaitReadyFrom waits for a copy's ready frame; with no process to watch

@@ -290,52 +290,70 @@ class Agent:
     # --- fork ---
 
     def fork(self, msg):
-        # One copy per target. The copy (below) joins the child sandbox's
-        # namespaces, forks again so that the grandchild is in its pid
-        # namespace (the first copy exits; the sandbox's PID 1 adopts the
-        # grandchild), and becomes the child's session. The parent waits
-        # only for the first copies, so it goes on at once.
+        # One copy per target (its control socket and pipes). The copies are
+        # forked at once, and each waits on its own socket for the child
+        # sandbox the daemon makes meanwhile ("join": its namespaces, its
+        # cgroup, its walls); then it joins them, hops into the child's pid
+        # namespace (the first copy exits; the child's PID 1 adopts the one
+        # that goes on) and becomes the child's session. The parent walls
+        # itself off from them, answers, and reaps the first copies when
+        # the daemon says "reap".
         targets, self.targets = self.targets, []
-        nns = int(msg.get("nns", 7))
-        types_ = msg.get("types") or []
-        walls = ForkWalls(msg.get("walls") or {})
         files = reopenable()
         cwd = os.getcwd()
+        hop = clone_vm_stub()
         sys.stdout.flush()
         sys.stderr.flush()
         pids, why = [], ""
         try:
-            for fds in targets:
+            for i, fds in enumerate(targets):
                 pid = os.fork()
                 if pid == 0:
-                    self.become_copy(fds, nns, types_, walls, files, cwd)  # never returns
+                    self.become_copy(fds, [f for t in targets for f in t if f not in fds], msg, files, cwd, hop)  # never returns
                 pids.append(pid)
         except OSError as e:  # the pids limit, memory: the copies not made fail
             why = "fork copy %d of %d: %s" % (len(pids) + 1, len(targets), e)
-        # A Landlock layer the copies, forked already, are outside of: from
-        # now on this interpreter cannot signal, ptrace or open the /proc
-        # files of theirs (ADR 0013). A failure fails the fork (the daemon
-        # then kills the copies).
-        scope = msg.get("parent_scope")
-        if scope and not why:
-            try:
-                walls.restrict_to_scope(scope)
-            except OSError as e:
-                why = "wall this session off from its copies: %s" % e
         for fds in targets:
             for fd in fds:
                 os.close(fd)
+        # A Landlock layer the copies, forked already, are outside of: from
+        # now on this interpreter cannot signal, ptrace or open the /proc
+        # files of theirs (ADR 0013). A failure fails the fork (the daemon
+        # then ends the copies).
+        scope = msg.get("parent_scope")
+        if scope and not why:
+            try:
+                restrict_to_scope(scope, msg.get("syscalls") or {})
+            except OSError as e:
+                why = "wall this session off from its copies: %s" % e
+        self.copies = pids
+        self.send({"type": "forked", "count": len(pids), "value": why})
+
+    def reap(self):
         failed = []
-        for i, pid in enumerate(pids):
+        for i, pid in enumerate(getattr(self, "copies", [])):
             _, status = os.waitpid(pid, 0)
             if status != 0:
                 failed.append(i)
-        self.send({"type": "forked", "count": len(pids), "failed": failed, "value": why})
+        self.copies = []
+        self.send({"type": "reaped", "failed": failed})
 
-    def become_copy(self, fds, nns, types_, walls, files, cwd):
-        ctl, out, err = fds[0], fds[1], fds[2]
-        ns, procs = fds[3:3 + nns], fds[3 + nns:]
+    def become_copy(self, fds, others, msg, files, cwd, hop):
+        ctl, out, err = fds
         try:
+            for fd in others:
+                os.close(fd)
+            self.ctl = socket.socket(fileno=ctl)
+            self.ctl.set_inheritable(False)
+            self.inbuf, self.fds_in = b"", []
+            join = self.recv()
+            if join is None or join.get("op") != "join":
+                os._exit(0)  # the fork was given up
+            got, self.fds_in = self.fds_in, []
+            nns = int(msg.get("nns", 7))
+            types_ = msg.get("types") or []
+            ns, procs = got[:nns], got[nns:]
+            walls = ForkWalls(join.get("walls") or {}, hop)
             for fd, (name, nstype) in zip(ns, types_):
                 walls.setns(fd, nstype, name)
             walls.hop()
@@ -376,10 +394,8 @@ class Agent:
                         pass  # the listing's own descriptor
             os.close(out)
             os.close(err)
-            self.ctl = socket.socket(fileno=ctl)
-            self.ctl.set_inheritable(False)
-            self.inbuf, self.fds_in = b"", []
             self.out.n = self.err.n = 0
+            self.copies = []
             reseed()
             self.forked_lost = lost
         except BaseException as e:
@@ -446,6 +462,8 @@ class Agent:
                 self.fds_in = self.fds_in[n:]
             elif op == "fork":
                 self.fork(msg)
+            elif op == "reap":
+                self.reap()
             else:
                 self.send({"type": "error", "name": "ProtocolError", "value": "unknown op %r" % (op,), "traceback": ""})
 
@@ -488,8 +506,8 @@ def fcntl_getfl(fd):
 
 class ForkWalls:
     # The walls of an exec in the child sandbox (sandbox.ForkWalls), made
-    # ready in the parent so that a copy only makes system calls.
-    def __init__(self, w):
+    # ready before the copy joins, so that it then only makes system calls.
+    def __init__(self, w, clone_vm):
         import base64
         import ctypes
         self.ctypes = ctypes
@@ -518,7 +536,7 @@ class ForkWalls:
             v = (keep >> (32 * i)) & 0xFFFFFFFF
             self.cap_data[i].effective = self.cap_data[i].permitted = self.cap_data[i].inheritable = v
         self.drop = w.get("drop_caps") or []
-        self.clone_vm = clone_vm_stub(ctypes)
+        self.clone_vm = clone_vm
         ll = w.get("landlock")
         self.ll_attr = None
         if ll:
@@ -555,16 +573,6 @@ class ForkWalls:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
             raise OSError(-r, "clone into the child's pid namespace: %s" % os.strerror(-r))
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-    def restrict_to_scope(self, attr_b64):
-        import base64
-        a = base64.b64decode(attr_b64)
-        attr = self.ctypes.create_string_buffer(a, len(a))
-        rs = self.check(self.syscall(self.nr["landlock_create_ruleset"], attr, self.ctypes.c_size_t(len(a)), 0), "landlock ruleset")
-        try:
-            self.check(self.syscall(self.nr["landlock_restrict_self"], rs, 0), "landlock restrict")
-        finally:
-            os.close(rs)
 
     def put_up(self):
         # In an exec's order: Landlock, the bounding set, capabilities,
@@ -603,9 +611,17 @@ _CLONE_VM_X86_64 = bytes.fromhex(
     "31ff" "b8e7000000" "0f05")          # exit_group(0)
 
 
-def clone_vm_stub(ctypes):
+_clone_vm = []
+
+
+def clone_vm_stub():
+    # Made once per interpreter, in the parent, so a copy only calls it.
+    if _clone_vm:
+        return _clone_vm[0]
+    import ctypes
     import mmap
     import platform
+    _clone_vm.append(None)
     if platform.machine() != "x86_64":
         return None
     try:
@@ -616,7 +632,29 @@ def clone_vm_stub(ctypes):
     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     fn = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_ulong)(addr)
     fn.keep = m
+    _clone_vm[0] = fn
     return fn
+
+
+def restrict_to_scope(attr_b64, nr):
+    # A Landlock layer that handles no access and scopes signals
+    # (sandbox.ForkParentScope).
+    import base64
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    a = base64.b64decode(attr_b64)
+    attr = ctypes.create_string_buffer(a, len(a))
+    rs = libc.syscall(nr["landlock_create_ruleset"], attr, ctypes.c_size_t(len(a)), 0)
+    if rs < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "landlock ruleset: %s" % os.strerror(e))
+    try:
+        if libc.syscall(nr["landlock_restrict_self"], rs, 0) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "landlock restrict: %s" % os.strerror(e))
+    finally:
+        os.close(rs)
 
 
 def reseed():
