@@ -1,12 +1,14 @@
 package sandbox
 
-// Live forks of a forkable session's interpreter (ADR 0013): the daemon
+// Live forks of a forkable session's interpreter (ADR 0013): the
+// interpreter forks once per child, and while its copies wait the daemon
 // makes each child sandbox with the normal machinery (Spec.ForkOf: a user
 // namespace owned by root with every id mapped to itself, a pid namespace
-// nested in the parent's), then the interpreter forks once per child, and
-// each copy joins its child's namespaces from the descriptors of a
-// ForkTarget, forks again into the child's pid namespace, joins a cgroup
-// made for it, and puts up the walls ForkWalls describes before it answers.
+// nested in the parent's); each copy joins its child's namespaces from the
+// descriptors of a ForkTarget, hops into the child's pid namespace (a
+// clone sharing its address space), joins a cgroup made for it, and puts
+// up the walls ForkWalls describes before it answers. The parent walls
+// itself off from its copies (ForkParentScope).
 // The kernel rules this rests on:
 //   - setns(CLONE_NEWUSER) needs CAP_SYS_ADMIN in the target; a process
 //     whose euid owns a user namespace has every capability in it when it

@@ -17,8 +17,9 @@ import (
 // parent's (sandbox.Spec.ForkOf), and the session's interpreter forks a
 // copy into each. The checks come in this order: the session (404), the
 // count (400), not forkable (409), a running cell (409 at once: a fork is
-// not queued), what the interpreter holds (409 naming it), the budget for
-// count sandboxes (429, before anything is made).
+// not queued), what the interpreter holds (409 naming it), 16 forks of it
+// already (409), the budget for count sandboxes (429, before anything is
+// made), a sandbox that cannot hold a forkable session (409).
 func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var req api.ForkSessionRequest
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
