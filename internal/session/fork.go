@@ -118,7 +118,6 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 // and the copies, ready.
 func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error) {
 	deadline := time.Now().Add(forkTimeout)
-	forked := false
 	defer func() {
 		for _, t := range into {
 			if err != nil {
@@ -137,11 +136,6 @@ func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error
 				}
 			}
 			copies = nil
-		}
-		if forked {
-			if rerr := a.reap(deadline); rerr != nil && err == nil {
-				err = rerr
-			}
 		}
 	}()
 	for range r.Count {
@@ -163,7 +157,6 @@ func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error
 	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "parent_scope": r.ParentScope, "syscalls": sandbox.ForkSyscalls}); err != nil {
 		return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
-	forked = true
 	// The children are made while the interpreter forks: its answer is
 	// read after.
 	into, err = r.Make()
@@ -202,23 +195,6 @@ func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error
 		c.watch(proc)
 	}
 	return into, copies, nil
-}
-
-// reap has the interpreter reap its first copies (each exits once it has
-// hopped into its child, or at the end of its socket).
-func (a *agent) reap(deadline time.Time) error {
-	if err := a.send(map[string]any{"op": "reap"}); err != nil {
-		return fmt.Errorf("%w: %s", ErrDead, a.exitReason())
-	}
-	for {
-		f, err := a.next(deadline, func(int, []byte) {})
-		if err != nil {
-			return fmt.Errorf("reap the interpreter's copies: %w", err)
-		}
-		if f.Type == "reaped" {
-			return nil
-		}
-	}
 }
 
 // awaitReadyFrom waits for a copy's ready frame; with no process to watch

@@ -110,6 +110,7 @@ class Agent:
         self.inbuf = b""
         self.fds_in = []  # descriptors received and not yet taken by a frame
         self.targets = []  # fork_target descriptor lists, until fork
+        self.copies = []  # pids of the last fork's first copies, until reaped
         self.out, sys.stdout = counted_stream(1, sys.stdout)
         self.err, sys.stderr = counted_stream(2, sys.stderr)
         main = types.ModuleType("__main__")
@@ -296,8 +297,8 @@ class Agent:
         # cgroup, its walls); then it joins them, hops into the child's pid
         # namespace (the first copy exits; the child's PID 1 adopts the one
         # that goes on) and becomes the child's session. The parent walls
-        # itself off from them, answers, and reaps the first copies when
-        # the daemon says "reap".
+        # itself off from them, answers, and reaps the first copies at its
+        # next request.
         targets, self.targets = self.targets, []
         files = reopenable()
         cwd = os.getcwd()
@@ -329,14 +330,17 @@ class Agent:
         self.copies = pids
         self.send({"type": "forked", "count": len(pids), "value": why})
 
-    def reap(self):
-        failed = []
-        for i, pid in enumerate(getattr(self, "copies", [])):
-            _, status = os.waitpid(pid, 0)
-            if status != 0:
-                failed.append(i)
+    def reap_copies(self):
+        # The first copies exit once they have hopped into their children
+        # (or at the end of their sockets): reaped at the next request, so
+        # the fork does not wait for it. A cell's os.wait() may have been
+        # first.
+        for pid in self.copies:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
         self.copies = []
-        self.send({"type": "reaped", "failed": failed})
 
     def become_copy(self, fds, others, msg, files, cwd, hop):
         ctl, out, err = fds
@@ -447,6 +451,8 @@ class Agent:
                 continue  # an interrupt that came too late for its cell
             if msg is None:
                 return
+            if self.copies:
+                self.reap_copies()
             op = msg.get("op")
             if op == "run":
                 restore = self.set_env(msg.get("env") or {})
@@ -462,8 +468,6 @@ class Agent:
                 self.fds_in = self.fds_in[n:]
             elif op == "fork":
                 self.fork(msg)
-            elif op == "reap":
-                self.reap()
             else:
                 self.send({"type": "error", "name": "ProtocolError", "value": "unknown op %r" % (op,), "traceback": ""})
 
