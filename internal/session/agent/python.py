@@ -322,7 +322,7 @@ class Agent:
         # files of theirs (ADR 0013). A failure fails the fork (the daemon
         # then ends the copies).
         scope = msg.get("parent_scope")
-        if False and scope and not why:
+        if scope and not why:
             try:
                 restrict_to_scope(scope, msg.get("syscalls") or {})
             except OSError as e:
