@@ -111,8 +111,10 @@ a session that imported the 16 modules of bench warm and holds 50 MiB of
 data into a new sandbox until its first cell answers: a new sandbox and
 session replaying the cells (what a user does without fork), next to the live
 fork of a forkable session holding that state into 1, 8 and 32 children
-(timed until the first child answers), and the memory-tier fork, reported as
-not available while it is not built. The target: `+bench.SessionTarget.Text+`.`,
+(timed until the first child answers), and the memory-tier fork (snapshot,
+fork, until the restored process answers) of a sandbox whose python3, started
+by an exec, holds the same state (when criu is available). The targets:
+`+bench.SessionTarget.Text+`; `+bench.LiveForkTarget.Text+`; `+bench.LiveForkMemoryTarget.Text+`.`,
 			func(self string) ([]bench.Group, func(), error) {
 				d, err := bench.StartDaemon(self, 0, "--max-sandboxes", "80", "--max-memory", "1000t")
 				if err != nil {

@@ -331,7 +331,8 @@ open files re-opened by path) is the session's now; the session goes on. Each
 child is a sandbox like any other (exec, files, more sessions), with its own
 namespaces, writable layer and /tmp, made from a snapshot of the parent's
 files, and dies with the parent: the parent cannot be deleted while its forks
-live. A session holding threads, sockets or child processes is refused.`}
+live. A session holding threads, sockets or child processes is refused, and so
+is a 17th fork of one interpreter (restart it, or fork a new forkable session).`}
 	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children")
 	dial := daemonFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

@@ -17,14 +17,17 @@ var MemoryForkTargets = struct {
 	ForkP50Ms, FanOut16Ms, PauseMs float64
 }{300, 3000, 300}
 
-// memoryHolder is the memory tier's golden process: ~50 MiB of state and a
-// nonce, only in its heap; on SIGUSR1 it writes its nonce and a digest of
-// its state to /tmp/state, which a replica's answer must match.
-const memoryHolder = `
+// holderProgram is a memory-tier golden process: setup (Python lines)
+// builds its state, only in its heap, and digest (an expression) sums it
+// up with a nonce; on SIGUSR1 it writes its nonce and digest to
+// /tmp/state, which a replica's answer must match. No single quotes: it
+// is passed to sh in them.
+func holderProgram(setup, digest string) string {
+	return `
 import hashlib, os, random, signal, time
-state = bytearray(random.randbytes(50 << 20))
+` + setup + `
 nonce = "%016x" % random.getrandbits(64)
-digest = hashlib.sha256(state).hexdigest()[:16]
+digest = ` + digest + `
 def report(sig, frame):
     with open("/tmp/state.new", "w") as f:
         f.write(nonce + " " + digest)
@@ -34,6 +37,16 @@ open("/tmp/ready", "w").close()
 while True:
     time.sleep(0.01)
 `
+}
+
+// memoryHolder holds ~50 MiB of random bytes.
+var memoryHolder = holderProgram("state = bytearray(random.randbytes(50 << 20))", "hashlib.sha256(state).hexdigest()[:16]")
+
+// startHolder starts program (holderProgram) in sandbox id, in the
+// background, and returns its pid once it is ready.
+func startHolder(ctx context.Context, c *client.Client, id, program string) (string, error) {
+	return execOut(ctx, c, id, "cd /tmp && python3 -c '"+program+"' </dev/null >/dev/null 2>&1 & echo $!; while [ ! -e /tmp/ready ]; do sleep 0.01; done")
+}
 
 // askHolder has the holder (pid) in sandbox id report, and returns what
 // it wrote.
@@ -56,7 +69,7 @@ func forkMemory(ctx context.Context, c *client.Client, r *SeriesReport, n int, w
 	if _, err := execOut(ctx, c, golden.ID, forkWorkspace); err != nil {
 		return fmt.Errorf("build the golden's workspace: %w", err)
 	}
-	pid, err := execOut(ctx, c, golden.ID, "cd /tmp && python3 -c '"+memoryHolder+"' </dev/null >/dev/null 2>&1 & echo $!; while [ ! -e /tmp/ready ]; do sleep 0.01; done")
+	pid, err := startHolder(ctx, c, golden.ID, memoryHolder)
 	if err != nil {
 		return fmt.Errorf("start the golden's process: %w", err)
 	}

@@ -79,6 +79,8 @@ func writeGroup(p *printer, g GroupResult) {
 		}
 		if t.P50ExtraMs != nil {
 			verdict += fmt.Sprintf(" (p50 %+.2f ms)", *t.P50ExtraMs)
+		} else if t.Reference != "" && t.P50Ratio != nil {
+			verdict += fmt.Sprintf(" (p50 / %s p50 = %s)", t.Reference, ratio(t.P50Ratio))
 		}
 		p.printf("  target: %s: %s\n", t.Text, verdict)
 	}

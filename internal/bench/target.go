@@ -10,7 +10,11 @@ type Target struct {
 	// MaxExtraMs, when set, judges the p50's excess over the reference's
 	// instead of the ratio (a cost added to a path, e.g. +2 ms).
 	MaxExtraMs float64 `json:"max_p50_extra_ms,omitempty"`
-	Text       string  `json:"text"`
+	// Reference, when set, is the variant of the group the ratio is taken
+	// against instead of the group's reference (a second bar against
+	// another alternative measured in the same run).
+	Reference string `json:"reference,omitempty"`
+	Text      string `json:"text"`
 }
 
 // Outcome is what a run says about a target.
@@ -43,26 +47,35 @@ func evaluateTargets(targets []Target, g GroupResult) []TargetResult {
 func evaluateTarget(t Target, g GroupResult) TargetResult {
 	r := TargetResult{Target: t, Outcome: NotMeasured}
 	v, _ := g.Variant(t.Variant)
-	ref, _ := g.Variant(g.Reference)
+	refName := g.Reference
+	if t.Reference != "" {
+		refName = t.Reference
+	}
+	ref, _ := g.Variant(refName)
+	ratio := v.P50Ratio
+	if t.Reference != "" && v.Measured() && ref.Measured() && ref.Stats.P50Ns > 0 {
+		x := float64(v.Stats.P50Ns) / float64(ref.Stats.P50Ns)
+		ratio = &x
+	}
 	switch {
 	case g.Verdict.Disturbed:
 		r.Why = "host disturbed"
 	case !v.Measured():
 		r.Why = t.Variant + " " + whyNoFigures(v)
 	case !ref.Measured():
-		r.Why = "reference " + g.Reference + " " + whyNoFigures(ref)
+		r.Why = "reference " + refName + " " + whyNoFigures(ref)
 	case t.MaxExtraMs > 0:
 		extra := float64(v.Stats.P50Ns-ref.Stats.P50Ns) / 1e6
 		r.P50Ratio, r.P50ExtraMs, r.Outcome = v.P50Ratio, &extra, Met
 		if extra > t.MaxExtraMs {
 			r.Outcome = Missed
 		}
-	case v.P50Ratio == nil:
-		r.Why = fmt.Sprintf("reference %s has a zero p50", g.Reference)
+	case ratio == nil:
+		r.Why = fmt.Sprintf("reference %s has a zero p50", refName)
 	default:
-		r.P50Ratio = v.P50Ratio
+		r.P50Ratio = ratio
 		r.Outcome = Met
-		if *v.P50Ratio > t.MaxRatio {
+		if *ratio > t.MaxRatio {
 			r.Outcome = Missed
 		}
 	}

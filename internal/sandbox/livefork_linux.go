@@ -1,12 +1,14 @@
 package sandbox
 
-// Live forks of a forkable session's interpreter (ADR 0013): the daemon
+// Live forks of a forkable session's interpreter (ADR 0013): the
+// interpreter forks once per child, and while its copies wait the daemon
 // makes each child sandbox with the normal machinery (Spec.ForkOf: a user
 // namespace owned by root with every id mapped to itself, a pid namespace
-// nested in the parent's), then the interpreter forks once per child, and
-// each copy joins its child's namespaces from the descriptors of a
-// ForkTarget, forks again into the child's pid namespace, joins a cgroup
-// made for it, and puts up the walls ForkWalls describes before it answers.
+// nested in the parent's); each copy joins its child's namespaces from the
+// descriptors of a ForkTarget, hops into the child's pid namespace (a
+// clone sharing its address space), joins a cgroup made for it, and puts
+// up the walls ForkWalls describes before it answers. The parent walls
+// itself off from its copies (ForkParentScope).
 // The kernel rules this rests on:
 //   - setns(CLONE_NEWUSER) needs CAP_SYS_ADMIN in the target; a process
 //     whose euid owns a user namespace has every capability in it when it
@@ -248,14 +250,28 @@ func (sb *Sandbox) ForkWalls() (*RequestWalls, error) {
 			w.Landlock.Rules = append(w.Landlock.Rules, LandlockRule{Path: r.Path, Rights: landlock.Supported(r.Rights, abi)})
 		}
 	}
-	w.Syscalls = map[string]uintptr{
-		"capset": unix.SYS_CAPSET, "seccomp": unix.SYS_SECCOMP, "setns": unix.SYS_SETNS,
-		"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
-		"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
-		"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
-	}
+	w.Syscalls = ForkSyscalls
 	return w, nil
 }
+
+// ForkSyscalls are this architecture's numbers of the calls a forkable
+// interpreter and its copies make through libc's syscall().
+var ForkSyscalls = map[string]uintptr{
+	"capset": unix.SYS_CAPSET, "seccomp": unix.SYS_SECCOMP, "setns": unix.SYS_SETNS,
+	"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
+	"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
+	"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
+}
+
+// ForkParentScope is the Landlock layer a forkable interpreter puts up on
+// itself after each fork (landlock.SignalScopeAttr; nil without Landlock
+// ABI 6): its copies, forked before it, are outside its domain, so it can
+// no longer signal, ptrace, or open the memory, environment or namespaces
+// of theirs or any other process of the children (Landlock refuses a
+// domain those of processes not nested in it). Without it the owner rule
+// gives the parent, euid 0 in the host's user namespace, every capability
+// in the children's.
+func (sb *Sandbox) ForkParentScope() []byte { return landlock.SignalScopeAttr(sb.h.landlockABI) }
 
 // ownPidNS is tine's own pid namespace, which the clone thread returns to
 // after a nested clone.

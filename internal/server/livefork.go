@@ -17,8 +17,9 @@ import (
 // parent's (sandbox.Spec.ForkOf), and the session's interpreter forks a
 // copy into each. The checks come in this order: the session (404), the
 // count (400), not forkable (409), a running cell (409 at once: a fork is
-// not queued), what the interpreter holds (409 naming it), the budget for
-// count sandboxes (429, before anything is made).
+// not queued), what the interpreter holds (409 naming it), 16 forks of it
+// already (409), the budget for count sandboxes (429, before anything is
+// made), a sandbox that cannot hold a forkable session (409).
 func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var req api.ForkSessionRequest
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
@@ -36,12 +37,22 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var boxes []*box
 	var snap string
 	var ph forkPhases
-	copies, err := sess.Fork(func() ([]session.ForkInto, error) {
-		var into []session.ForkInto
-		var err error
-		boxes, snap, into, err = s.makeForkChildren(b, sess.ID(), req.Count, &ph)
-		ph.children = time.Now()
-		return into, err
+	var parent liveInstance
+	copies, err := sess.Fork(session.ForkRequest{
+		Count: req.Count,
+		Check: func() (err error) {
+			parent, err = s.checkForkChildren(b, req.Count)
+			return err
+		},
+		ParentScope: forkParentScope(b),
+		Make: func() ([]session.ForkInto, error) {
+			ph.forked = time.Now() // asked to fork; it does while the children are made
+			var into []session.ForkInto
+			var err error
+			boxes, snap, into, err = s.makeForkChildren(b, parent, sess.ID(), req.Count, &ph)
+			ph.children = time.Now()
+			return into, err
+		},
 	})
 	if err != nil {
 		for _, c := range boxes {
@@ -67,36 +78,52 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
 	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "fork_ms", out.ForkMs,
-		"snapshot_ms", ms(ph.snapshot.Sub(t0)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
+		"interpreter_ms", ms(ph.forked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.forked)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
 
-// makeForkChildren makes the children of a live fork of b's session sid,
-// all or none, and what each copy needs to join one.
-// forkPhases are when a live fork's phases ended, for its log line.
-type forkPhases struct{ snapshot, children time.Time }
+// forkPhases are when a live fork's phases ended, for its log line: the
+// interpreter asked to fork (it forks meanwhile), the snapshot, the
+// children.
+type forkPhases struct{ forked, snapshot, children time.Time }
+
+// forkParentScope is the layer b's forkable interpreter puts up after a
+// fork (nil when b cannot hold one: Check refuses the fork then).
+func forkParentScope(b *box) []byte {
+	if p, ok := b.inst.(liveInstance); ok {
+		return p.ForkParentScope()
+	}
+	return nil
+}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func (s *Server) makeForkChildren(b *box, sid string, n int, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
-	// The budget first: 429 before anything is made (fork reserves it
-	// again, all or none).
+// checkForkChildren refuses a live fork of b into n children before
+// anything is made: the budget (429; fork reserves it again, all or none),
+// a sandbox that cannot hold a forkable session.
+func (s *Server) checkForkChildren(b *box, n int) (liveInstance, error) {
 	shares, err := s.capacity.admitN(b.spec.Limits.MemoryBytes, n)
 	if err != nil {
-		return nil, "", nil, err
+		return liveInstance{}, err
 	}
 	for _, give := range shares {
 		give()
 	}
 	parent, ok := b.inst.(liveInstance)
 	if !ok {
-		return nil, "", nil, fmt.Errorf("%w: this runtime's sandboxes cannot be forked live", ErrNoLiveFork)
+		return liveInstance{}, fmt.Errorf("%w: this runtime's sandboxes cannot be forked live", ErrNoLiveFork)
 	}
 	if err := parent.CanForkFrom(); err != nil {
-		return nil, "", nil, fmt.Errorf("%w: %w", ErrConflictState, err)
+		return liveInstance{}, fmt.Errorf("%w: %w", ErrConflictState, err)
 	}
-	c, sn, err := s.takeSnapshot(b, api.SnapshotRequest{Name: "live fork of session " + sid})
+	return parent, nil
+}
+
+// makeForkChildren makes the children of a live fork of b's session sid,
+// all or none, and what each copy needs to join one.
+func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
+	c, sn, err := s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sid}, true)
 	if err != nil {
 		return nil, "", nil, err
 	}

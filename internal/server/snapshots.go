@@ -98,6 +98,13 @@ const maxDepth = 24
 // takeSnapshot captures b: frozen, its writable layer committed to the
 // store, thawed.
 func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalog, *snapshot.Snapshot, error) {
+	return s.snapshotBox(b, req, false)
+}
+
+// snapshotBox is takeSnapshot; unsynced commits without waiting for the
+// disk (snapshot.Draft.Unsynced: a live fork's, good until the host goes
+// down, as its children are).
+func (s *Server) snapshotBox(b *box, req api.SnapshotRequest, unsynced bool) (*snapshot.Catalog, *snapshot.Snapshot, error) {
 	tier := snapshot.TierFS
 	switch req.Tier {
 	case "", api.TierFS:
@@ -145,6 +152,9 @@ func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalo
 	draft, err := c.Begin(snapshot.NewID())
 	if err != nil {
 		return nil, nil, err
+	}
+	if unsynced {
+		draft.Unsynced()
 	}
 	committed := false
 	defer func() {

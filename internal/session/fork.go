@@ -15,6 +15,12 @@ import (
 // ErrNotForkable: the session was not created forkable.
 var ErrNotForkable = errors.New("the session is not forkable")
 
+// MaxForks is how often one interpreter can fork live: after each fork
+// it puts up a Landlock layer its copies are outside of (so it cannot
+// reach them), and a copy adds one for its own walls; Landlock stacks at
+// most 16 (ADR 0013). A restart starts over.
+const MaxForks = 16
+
 // forkTimeout bounds a live fork, from the first descriptor sent to the
 // last copy ready.
 const forkTimeout = 60 * time.Second
@@ -33,17 +39,32 @@ type ForkInto struct {
 	Launcher Launcher
 }
 
+// ForkRequest is a live fork of a session into Count child sandboxes.
+type ForkRequest struct {
+	Count int
+	// ParentScope is the Landlock layer the parent interpreter puts up
+	// once its copies are forked (Sandbox.ForkParentScope); nil for none.
+	ParentScope []byte
+	// Check refuses the fork before anything is made (the daemon's
+	// capacity, the sandbox), after the session's own checks.
+	Check func() error
+	// Make makes the children while the interpreter's copies, forked
+	// already, wait for them; on error the caller removes what it made.
+	Make func() ([]ForkInto, error)
+}
+
 // Fork copies the session, live, into new child sandboxes: between cells
 // (ErrBusy while one runs: a fork is not queued) and when the interpreter
-// holds nothing a copy cannot carry (ErrHeld naming it), prepare makes the
-// children; then the interpreter forks once per child, each copy joins
-// its child, walls itself in and becomes a session there with the
-// parent's state (globals, imports, the working directory, open files
-// re-opened by path), reseeded. The parent goes on. The session's turn is
-// held throughout, so no cell changes the state between the check, the
-// children's files and the fork. On error no copy is left running (the
-// caller removes the children prepare made).
-func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
+// holds nothing a copy cannot carry (ErrHeld naming it), the interpreter
+// forks once per child at once, and the copies wait while r.Make makes the
+// children (the fork's two halves overlap); then each copy joins its
+// child, walls itself in and becomes a session there with the parent's
+// state (globals, imports, the working directory, open files re-opened by
+// path), reseeded. The parent goes on. The session's turn is held
+// throughout, so no cell changes the state between the check, the fork and
+// the children's files. On error no copy is left running (the caller
+// removes the children Make made).
+func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	if !s.opts.Spec.Forkable {
 		return nil, fmt.Errorf("%w: create it with \"forkable\": true (tine session create --forkable) to fork it live; POST /v1/sandboxes/%s/fork copies the sandbox's files, without its sessions", ErrNotForkable, s.sandbox)
 	}
@@ -54,10 +75,13 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	}
 	defer s.give()
 	s.mu.Lock()
-	a, why, count := s.agent, s.dead, s.count
+	a, why, count, forks := s.agent, s.dead, s.count, s.forks
 	s.mu.Unlock()
 	if a == nil {
 		return nil, fmt.Errorf("%w: %s (restart it)", ErrDead, why)
+	}
+	if forks >= MaxForks {
+		return nil, fmt.Errorf("%w: it has forked %d times, the most one interpreter can (each fork walls it off from its copies with a Landlock layer, and Landlock stacks 16); fork a new forkable session, or restart this one (its state is lost)", ErrHeld, forks)
 	}
 	held, err := a.held()
 	if err != nil {
@@ -66,11 +90,17 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	if err := held.Err(); err != nil {
 		return nil, err
 	}
-	into, err := prepare()
-	if err != nil {
-		return nil, err
+	if r.Check != nil {
+		if err := r.Check(); err != nil {
+			return nil, err
+		}
 	}
-	copies, err := a.fork(into)
+	// Counted whether or not it succeeds: the interpreter may have put up
+	// its layer before a copy failed.
+	s.mu.Lock()
+	s.forks++
+	s.mu.Unlock()
+	into, copies, err := a.fork(r)
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +114,10 @@ func (s *Session) Fork(prepare func() ([]ForkInto, error)) ([]*Session, error) {
 	return out, nil
 }
 
-// fork runs the fork protocol (agent/python.py) and returns the copies,
-// ready.
-func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
+// fork runs the fork protocol (agent/python.py) and returns the children
+// and the copies, ready.
+func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error) {
+	deadline := time.Now().Add(forkTimeout)
 	defer func() {
 		for _, t := range into {
 			if err != nil {
@@ -101,56 +132,69 @@ func (a *agent) fork(into []ForkInto) (copies []*agent, err error) {
 					c.kill()
 					c.close()
 				} else {
-					c.closeFDs()
+					c.closeFDs() // a copy still waiting exits at the end of its socket
 				}
 			}
 			copies = nil
 		}
 	}()
-	deadline := time.Now().Add(forkTimeout)
+	for range r.Count {
+		c, ends, err := newAgent()
+		if err != nil {
+			return nil, copies, err
+		}
+		copies = append(copies, c)
+		err = a.sendFDs(map[string]any{"op": "fork_target", "nfds": 3}, []int{int(ends[0].Fd()), int(ends[1].Fd()), int(ends[2].Fd())})
+		ends.close()
+		if err != nil {
+			return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
+		}
+	}
 	types := make([][2]any, len(sandbox.ForkNamespaces))
 	for i, ns := range sandbox.ForkNamespaces {
 		types[i] = [2]any{ns.Name, ns.Type}
 	}
-	for _, t := range into {
-		c, ends, err := newAgent()
-		if err != nil {
-			return copies, err
-		}
-		copies = append(copies, c)
-		fds := append([]int{int(ends[0].Fd()), int(ends[1].Fd()), int(ends[2].Fd())}, t.Target.FDs...)
-		err = a.sendFDs(map[string]any{"op": "fork_target", "nfds": len(fds)}, fds)
-		ends.close()
-		if err != nil {
-			return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
-		}
+	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "parent_scope": r.ParentScope, "syscalls": sandbox.ForkSyscalls}); err != nil {
+		return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
-	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "walls": into[0].Walls}); err != nil {
-		return copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
-	}
+	// The children are made while the interpreter forks: its answer is
+	// read after.
+	into, err = r.Make()
 	for {
-		f, err := a.next(deadline, func(int, []byte) {})
-		if err != nil {
-			return copies, fmt.Errorf("fork the interpreter: %w", err)
+		f, ferr := a.next(deadline, func(int, []byte) {})
+		if ferr != nil {
+			return into, copies, fmt.Errorf("fork the interpreter: %w", ferr)
 		}
 		if f.Type == "forked" {
 			if f.Value != "" {
-				return copies, fmt.Errorf("%w: %s", ErrStart, f.Value)
+				return into, copies, fmt.Errorf("%w: %s", ErrStart, f.Value)
 			}
 			break
 		}
 	}
+	if err != nil {
+		return into, copies, err
+	}
+	if len(into) != len(copies) {
+		return into, copies, fmt.Errorf("%w: %d children made for %d copies", ErrStart, len(into), len(copies))
+	}
+	for i, c := range copies {
+		t := into[i]
+		if err := c.sendFDs(map[string]any{"op": "join", "nfds": len(t.Target.FDs), "walls": t.Walls}, t.Target.FDs); err != nil {
+			return into, copies, fmt.Errorf("%w: the copy for sandbox %s: %v", ErrStart, t.SandboxID, err)
+		}
+	}
 	for i, c := range copies {
 		if err := c.awaitReadyFrom(deadline); err != nil {
-			return copies, fmt.Errorf("the copy for sandbox %s: %w", into[i].SandboxID, err)
+			return into, copies, fmt.Errorf("the copy for sandbox %s: %w", into[i].SandboxID, err)
 		}
 		proc, err := into[i].Target.Adopt()
 		if err != nil {
-			return copies, err
+			return into, copies, err
 		}
 		c.watch(proc)
 	}
-	return copies, nil
+	return into, copies, nil
 }
 
 // awaitReadyFrom waits for a copy's ready frame; with no process to watch

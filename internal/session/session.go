@@ -122,6 +122,7 @@ type Session struct {
 	agent   *agent // nil once dead
 	dead    string // why it died ("" while alive)
 	count   int
+	forks   int // live forks of this interpreter (MaxForks)
 	running bool
 	queued  int
 	closed  bool
@@ -300,7 +301,7 @@ func (s *Session) Restart(ctx context.Context) error {
 		a.close()
 		return fmt.Errorf("%w: session %s was deleted", ErrNoSession, s.id)
 	}
-	s.agent, s.dead, s.count = a, "", 0
+	s.agent, s.dead, s.count, s.forks = a, "", 0, 0
 	return nil
 }
 

@@ -74,6 +74,10 @@ type Snapshot struct {
 	PausedMs float64 `json:"paused_ms"`
 	// Memory describes the memory tier's images (nil for fs).
 	Memory *Memory `json:"memory,omitempty"`
+	// BootID is set on a snapshot committed without syncing its files
+	// (Draft.Unsynced: a live fork's): it is good only within that boot of
+	// the host, and Open removes it after a reboot.
+	BootID string `json:"boot_id,omitempty"`
 }
 
 // Memory is what the memory tier dumped.
@@ -165,6 +169,16 @@ func Open(stateDir string) (_ *Catalog, err error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.BootID != "" {
+			if now, err := bootID(); err != nil || now != s.BootID {
+				// Unsynced, and the host went down since: its files may
+				// not be on disk.
+				if err := os.RemoveAll(filepath.Join(c.dir, name)); err != nil {
+					return nil, fmt.Errorf("open snapshots: remove %s, unsynced before a reboot: %w", name, err)
+				}
+				continue
+			}
+		}
 		c.snaps[s.ID] = s
 	}
 	if err := c.collect(); err != nil {
@@ -228,11 +242,18 @@ func ValidID(id string) bool {
 
 // Draft is a snapshot being written.
 type Draft struct {
-	c    *Catalog
-	id   string
-	dir  string
-	held []store.Digest
+	c        *Catalog
+	id       string
+	dir      string
+	held     []store.Digest
+	unsynced bool
 }
+
+// Unsynced makes the draft commit without syncing anything to disk: its
+// snapshot is kept only while the host runs on (Snapshot.BootID). A live
+// fork's children live no longer than their parent's processes, so the
+// fork does not wait for the disk.
+func (d *Draft) Unsynced() { d.unsynced = true }
 
 // Begin starts snapshot id: its draft directory exists until Commit or
 // Abort.
@@ -264,7 +285,11 @@ func (d *Draft) CommitLayer(src *os.File, maxBytes int64, done func()) (store.La
 	if err != nil {
 		return store.Layer{}, err
 	}
-	l, err := p.Publish()
+	publish := p.Publish
+	if d.unsynced {
+		publish = p.PublishUnsynced
+	}
+	l, err := publish()
 	if err != nil {
 		return l, err
 	}
@@ -321,18 +346,27 @@ func (d *Draft) Abort() {
 // Commit writes s's metadata into the draft and publishes it under its id.
 func (d *Draft) Commit(s *Snapshot) error {
 	s.Version, s.ID = FormatVersion, d.id
+	if d.unsynced {
+		id, err := bootID()
+		if err != nil {
+			return fmt.Errorf("commit snapshot %s: %w", d.id, err)
+		}
+		s.BootID = id
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", d.id, err)
 	}
-	if err := writeSynced(filepath.Join(d.dir, "snapshot.json"), b); err != nil {
+	if err := writeFile(filepath.Join(d.dir, "snapshot.json"), b, !d.unsynced); err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", d.id, err)
 	}
 	if err := os.Rename(d.dir, filepath.Join(d.c.dir, d.id)); err != nil {
 		return fmt.Errorf("commit snapshot %s: %w", d.id, err)
 	}
-	if err := syncDir(d.c.dir); err != nil {
-		return fmt.Errorf("commit snapshot %s: %w", d.id, err)
+	if !d.unsynced {
+		if err := syncDir(d.c.dir); err != nil {
+			return fmt.Errorf("commit snapshot %s: %w", d.id, err)
+		}
 	}
 	d.c.mu.Lock()
 	d.c.snaps[d.id] = s
@@ -448,7 +482,9 @@ func (c *Catalog) collect() error {
 	return nil
 }
 
-func writeSynced(path string, b []byte) error {
+func writeSynced(path string, b []byte) error { return writeFile(path, b, true) }
+
+func writeFile(path string, b []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -457,12 +493,23 @@ func writeSynced(path string, b []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }
+
+// bootID names this boot of the host (an unsynced snapshot's validity).
+var bootID = sync.OnceValues(func() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("read the boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+})
 
 func syncDir(dir string) error {
 	f, err := os.Open(dir)

@@ -229,3 +229,49 @@ func TestOpenWaitsForADeadDaemonsChildren(t *testing.T) {
 	}
 	c.Close()
 }
+
+// An unsynced snapshot (a live fork's) carries the boot it was taken in:
+// it survives a reopen within that boot, and is removed, with its layer,
+// by an Open after a reboot (a boot id that is not the host's).
+func TestUnsyncedSnapshotGoesAfterAReboot(t *testing.T) {
+	require.Root(t)
+	state := t.TempDir()
+	c := open(t, state)
+	d, err := c.Begin(NewID())
+	must(t, err)
+	d.Unsynced()
+	l, err := d.CommitLayer(upper(t, "live"), 0, nil)
+	must(t, err)
+	s := &Snapshot{Tier: TierFS, Kind: "sandbox", Source: "abc", CreatedAt: time.Now(), Layers: []store.Digest{l.Digest}, Spec: []byte(`{}`)}
+	must(t, d.Commit(s))
+	now, err := bootID()
+	must(t, err)
+	if s.BootID != now || now == "" {
+		t.Fatalf("the unsynced snapshot's boot id %q, the host's %q", s.BootID, now)
+	}
+	synced := take(t, c, "durable", nil)
+	if synced.BootID != "" {
+		t.Fatalf("a synced snapshot carries boot id %q", synced.BootID)
+	}
+	c.Close()
+	c = open(t, state)
+	if _, err := c.Get(s.ID); err != nil {
+		t.Fatalf("the unsynced snapshot after a reopen in the same boot: %v", err)
+	}
+	c.Close()
+	// A reboot, as the next Open sees it.
+	path := filepath.Join(state, "snapshots", s.ID, "snapshot.json")
+	b, err := os.ReadFile(path)
+	must(t, err)
+	must(t, os.WriteFile(path, []byte(strings.Replace(string(b), now, "00000000-0000-0000-0000-000000000000", 1)), 0o600))
+	c = open(t, state)
+	if _, err := c.Get(s.ID); err == nil {
+		t.Fatal("the unsynced snapshot survived a reboot")
+	}
+	if _, err := c.Get(synced.ID); err != nil {
+		t.Fatalf("the synced snapshot after the reboot: %v", err)
+	}
+	if _, err := os.Stat(c.Layers.Path(l.Digest)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the unsynced snapshot's layer after the reboot: %v", err)
+	}
+}

@@ -96,7 +96,16 @@ func (s *Store) Copy(src *os.File, maxBytes int64) (*Pending, error) {
 
 // Publish syncs the copy and renames it under its digest; when the store
 // has that layer already, the copy goes and the stored one is returned.
-func (p *Pending) Publish() (Layer, error) {
+// (The syncfs flushes the whole store, layers published unsynced before
+// included.)
+func (p *Pending) Publish() (Layer, error) { return p.publish(true) }
+
+// PublishUnsynced is Publish without the sync: the layer is only as
+// durable as the page cache, good until the host goes down (a live
+// fork's, whose children die with the host anyway).
+func (p *Pending) PublishUnsynced() (Layer, error) { return p.publish(false) }
+
+func (p *Pending) publish(sync bool) (Layer, error) {
 	published := false
 	defer func() {
 		if !published {
@@ -106,16 +115,18 @@ func (p *Pending) Publish() (Layer, error) {
 	}()
 	// One syncfs for the whole tree, before the rename publishes it: a
 	// crash can then never leave a layer whose files are not on disk.
-	dst, err := unix.Open(p.tmp, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return Layer{}, fmt.Errorf("commit layer: %w", err)
+	if sync {
+		dst, err := unix.Open(p.tmp, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return Layer{}, fmt.Errorf("commit layer: %w", err)
+		}
+		err = unix.Syncfs(dst)
+		unix.Close(dst)
+		if err != nil {
+			return Layer{}, fmt.Errorf("commit layer: sync: %w", err)
+		}
 	}
-	err = unix.Syncfs(dst)
-	unix.Close(dst)
-	if err != nil {
-		return Layer{}, fmt.Errorf("commit layer: sync: %w", err)
-	}
-	err = unix.Renameat2(unix.AT_FDCWD, p.tmp, unix.AT_FDCWD, p.layer.Path, unix.RENAME_NOREPLACE)
+	err := unix.Renameat2(unix.AT_FDCWD, p.tmp, unix.AT_FDCWD, p.layer.Path, unix.RENAME_NOREPLACE)
 	switch {
 	case errors.Is(err, unix.EEXIST):
 		return p.layer, nil // the same tree is stored already; tmp goes

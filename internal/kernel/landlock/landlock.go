@@ -174,6 +174,22 @@ func RulesetAttr(abi int) []byte { return attrBytes(abi, true) }
 // copy, walled in as an exec).
 func UnscopedRulesetAttr(abi int) []byte { return attrBytes(abi, false) }
 
+// SignalScopeAttr is a ruleset that handles no access and scopes signals
+// only (nil before ABI 6, which has no scoping): a layer that walls a
+// process off from processes outside its domain, for ptrace and /proc as
+// every domain does, and for signals, and nothing else. A live fork's
+// parent interpreter puts one up after each fork, so that the copies,
+// forked before it, are outside its domain (ADR 0013). Abstract sockets
+// stay unscoped: they are per network namespace, and the children have
+// their own.
+func SignalScopeAttr(abi int) []byte {
+	if abi < 6 {
+		return nil
+	}
+	attr := rulesetAttr{scoped: scopeSignal}
+	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))...)
+}
+
 func attrBytes(abi int, scoped bool) []byte {
 	attr := rulesetAttr{handledFS: Supported(Write, abi)}
 	size := unsafe.Sizeof(uint64(0))

@@ -110,6 +110,7 @@ class Agent:
         self.inbuf = b""
         self.fds_in = []  # descriptors received and not yet taken by a frame
         self.targets = []  # fork_target descriptor lists, until fork
+        self.copies = []  # pids of the last fork's first copies, until reaped
         self.out, sys.stdout = counted_stream(1, sys.stdout)
         self.err, sys.stderr = counted_stream(2, sys.stderr)
         main = types.ModuleType("__main__")
@@ -290,46 +291,76 @@ class Agent:
     # --- fork ---
 
     def fork(self, msg):
-        # One copy per target. The copy (below) joins the child sandbox's
-        # namespaces, forks again so that the grandchild is in its pid
-        # namespace (the first copy exits; the sandbox's PID 1 adopts the
-        # grandchild), and becomes the child's session. The parent waits
-        # only for the first copies, so it goes on at once.
+        # One copy per target (its control socket and pipes). The copies are
+        # forked at once, and each waits on its own socket for the child
+        # sandbox the daemon makes meanwhile ("join": its namespaces, its
+        # cgroup, its walls); then it joins them, hops into the child's pid
+        # namespace (the first copy exits; the child's PID 1 adopts the one
+        # that goes on) and becomes the child's session. The parent walls
+        # itself off from them, answers, and reaps the first copies at its
+        # next request.
         targets, self.targets = self.targets, []
-        nns = int(msg.get("nns", 7))
-        types_ = msg.get("types") or []
-        walls = ForkWalls(msg.get("walls") or {})
         files = reopenable()
         cwd = os.getcwd()
+        hop = clone_vm_stub()
         sys.stdout.flush()
         sys.stderr.flush()
         pids, why = [], ""
         try:
-            for fds in targets:
+            for i, fds in enumerate(targets):
                 pid = os.fork()
                 if pid == 0:
-                    self.become_copy(fds, nns, types_, walls, files, cwd)  # never returns
+                    self.become_copy(fds, [f for t in targets for f in t if f not in fds], msg, files, cwd, hop)  # never returns
                 pids.append(pid)
         except OSError as e:  # the pids limit, memory: the copies not made fail
             why = "fork copy %d of %d: %s" % (len(pids) + 1, len(targets), e)
         for fds in targets:
             for fd in fds:
                 os.close(fd)
-        failed = []
-        for i, pid in enumerate(pids):
-            _, status = os.waitpid(pid, 0)
-            if status != 0:
-                failed.append(i)
-        self.send({"type": "forked", "count": len(pids), "failed": failed, "value": why})
+        # A Landlock layer the copies, forked already, are outside of: from
+        # now on this interpreter cannot signal, ptrace or open the /proc
+        # files of theirs (ADR 0013). A failure fails the fork (the daemon
+        # then ends the copies).
+        scope = msg.get("parent_scope")
+        if scope and not why:
+            try:
+                restrict_to_scope(scope, msg.get("syscalls") or {})
+            except OSError as e:
+                why = "wall this session off from its copies: %s" % e
+        self.copies = pids
+        self.send({"type": "forked", "count": len(pids), "value": why})
 
-    def become_copy(self, fds, nns, types_, walls, files, cwd):
-        ctl, out, err = fds[0], fds[1], fds[2]
-        ns, procs = fds[3:3 + nns], fds[3 + nns:]
+    def reap_copies(self):
+        # The first copies exit once they have hopped into their children
+        # (or at the end of their sockets): reaped at the next request, so
+        # the fork does not wait for it. A cell's os.wait() may have been
+        # first.
+        for pid in self.copies:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.copies = []
+
+    def become_copy(self, fds, others, msg, files, cwd, hop):
+        ctl, out, err = fds
         try:
+            for fd in others:
+                os.close(fd)
+            self.ctl = socket.socket(fileno=ctl)
+            self.ctl.set_inheritable(False)
+            self.inbuf, self.fds_in = b"", []
+            join = self.recv()
+            if join is None or join.get("op") != "join":
+                os._exit(0)  # the fork was given up
+            got, self.fds_in = self.fds_in, []
+            nns = int(msg.get("nns", 7))
+            types_ = msg.get("types") or []
+            ns, procs = got[:nns], got[nns:]
+            walls = ForkWalls(join.get("walls") or {}, hop)
             for fd, (name, nstype) in zip(ns, types_):
                 walls.setns(fd, nstype, name)
-            if os.fork() != 0:
-                os._exit(0)
+            walls.hop()
             # The grandchild: a process of the child sandbox's pid namespace.
             for fd in procs:
                 os.write(fd, b"0")
@@ -367,10 +398,8 @@ class Agent:
                         pass  # the listing's own descriptor
             os.close(out)
             os.close(err)
-            self.ctl = socket.socket(fileno=ctl)
-            self.ctl.set_inheritable(False)
-            self.inbuf, self.fds_in = b"", []
             self.out.n = self.err.n = 0
+            self.copies = []
             reseed()
             self.forked_lost = lost
         except BaseException as e:
@@ -422,6 +451,8 @@ class Agent:
                 continue  # an interrupt that came too late for its cell
             if msg is None:
                 return
+            if self.copies:
+                self.reap_copies()
             op = msg.get("op")
             if op == "run":
                 restore = self.set_env(msg.get("env") or {})
@@ -479,8 +510,8 @@ def fcntl_getfl(fd):
 
 class ForkWalls:
     # The walls of an exec in the child sandbox (sandbox.ForkWalls), made
-    # ready in the parent so that a copy only makes system calls.
-    def __init__(self, w):
+    # ready before the copy joins, so that it then only makes system calls.
+    def __init__(self, w, clone_vm):
         import base64
         import ctypes
         self.ctypes = ctypes
@@ -509,6 +540,7 @@ class ForkWalls:
             v = (keep >> (32 * i)) & 0xFFFFFFFF
             self.cap_data[i].effective = self.cap_data[i].permitted = self.cap_data[i].inheritable = v
         self.drop = w.get("drop_caps") or []
+        self.clone_vm = clone_vm
         ll = w.get("landlock")
         self.ll_attr = None
         if ll:
@@ -525,6 +557,26 @@ class ForkWalls:
 
     def setns(self, fd, nstype, what):
         self.check(self.syscall(self.nr["setns"], fd, nstype), "join the child's %s namespace" % what)
+
+    def hop(self):
+        # Into the child's pid namespace: the caller's children are born
+        # there, so the process that goes on must be a new one, and this one
+        # exits. A fork would copy the page tables of the whole interpreter
+        # again; on x86-64 a clone with CLONE_VM shares them instead (the
+        # child goes on in this address space, on this stack, which the
+        # caller leaves untouched: it only makes exit_group, signals
+        # blocked), so the copy owns them alone once this one is gone.
+        if self.clone_vm is None:
+            if os.fork() != 0:
+                os._exit(0)
+            return
+        import signal
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        r = self.clone_vm(0x100 | 17)  # CLONE_VM, SIGCHLD to the parent
+        if r < 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            raise OSError(-r, "clone into the child's pid namespace: %s" % os.strerror(-r))
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def put_up(self):
         # In an exec's order: Landlock, the bounding set, capabilities,
@@ -551,6 +603,62 @@ class ForkWalls:
         self.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         if self.filter_buf is not None:
             self.check(sysc(self.nr["seccomp"], 1, 0, c.byref(self.fprog)), "load seccomp filter")
+
+
+# clone(flags, 0, 0, 0, 0) on the caller's stack; the parent (rax > 0)
+# exits at once without touching memory, the child returns 0, an error
+# returns -errno. x86-64 System V: flags arrive in rdi.
+_CLONE_VM_X86_64 = bytes.fromhex(
+    "4831f6" "4831d2" "4d31d2" "4d31c0"  # newsp, parent_tid, child_tid, tls = 0
+    "b838000000" "0f05"                  # clone
+    "4885c0" "7f01" "c3"                 # parent? else return
+    "31ff" "b8e7000000" "0f05")          # exit_group(0)
+
+
+_clone_vm = []
+
+
+def clone_vm_stub():
+    # Made once per interpreter, in the parent, so a copy only calls it.
+    if _clone_vm:
+        return _clone_vm[0]
+    import ctypes
+    import mmap
+    import platform
+    _clone_vm.append(None)
+    if platform.machine() != "x86_64":
+        return None
+    try:
+        m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    except (OSError, ValueError):
+        return None
+    m.write(_CLONE_VM_X86_64)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    fn = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_ulong)(addr)
+    fn.keep = m
+    _clone_vm[0] = fn
+    return fn
+
+
+def restrict_to_scope(attr_b64, nr):
+    # A Landlock layer that handles no access and scopes signals
+    # (sandbox.ForkParentScope).
+    import base64
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    a = base64.b64decode(attr_b64)
+    attr = ctypes.create_string_buffer(a, len(a))
+    rs = libc.syscall(nr["landlock_create_ruleset"], attr, ctypes.c_size_t(len(a)), 0)
+    if rs < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "landlock ruleset: %s" % os.strerror(e))
+    try:
+        if libc.syscall(nr["landlock_restrict_self"], rs, 0) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "landlock restrict: %s" % os.strerror(e))
+    finally:
+        os.close(rs)
 
 
 def reseed():
