@@ -61,12 +61,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// busy is this process serving calls for d, as a daemon does: woken by
+// busy is this process serving ticks calls, as a daemon does: woken by
 // another process's write (a ticker child's, every 3 ms) while every P is
 // idle, it reads, works for a millisecond and goes back to waiting. The read
 // after a wake from I/O finds sysmon asleep and wakes it into its 20 µs
 // rounds.
-func busy(t *testing.T, d time.Duration, ran map[int]bool) {
+func busy(t *testing.T, ticks int, ran map[int]bool) {
 	t.Helper()
 	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
 	cmd.Env = append(os.Environ(), "TINE_SYSMON_TICKER=1")
@@ -78,9 +78,8 @@ func busy(t *testing.T, d time.Duration, ran map[int]bool) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	end := time.Now().Add(d)
 	var b [1]byte
-	for time.Now().Before(end) {
+	for range ticks {
 		if _, err := out.Read(b[:]); err != nil {
 			t.Fatal(err)
 		}
@@ -158,10 +157,11 @@ func TestRelaxSetsSysmonsSlackAlone(t *testing.T) {
 		t.Fatalf("sysmon's slack is already %d ns: the check would prove nothing", before)
 	}
 	s0 := switches(t, tid)
-	busy(t, 300*time.Millisecond, seen)
+	busy(t, 100, seen)
 	fast := switches(t, tid) - s0
-	// sysmon wakes on the read after each wake from I/O (≈ 100 here) and
-	// rounds while this works; a parked thread does not wake at all.
+	// sysmon wakes on the read after a wake from I/O that found it asleep
+	// and in rounds while this works (100 ms of it, where its slowest
+	// rounds are 10 ms apart); a parked thread does not wake at all.
 	if seen[tid] || fast < 20 {
 		t.Fatalf("thread %d woke %d times while the process served (a goroutine ran there: %v): not sysmon", tid, fast, seen[tid])
 	}
@@ -187,8 +187,8 @@ func TestRelaxSetsSysmonsSlackAlone(t *testing.T) {
 		}
 	}
 	s1 := switches(t, tid)
-	busy(t, 300*time.Millisecond, seen)
-	t.Logf("sysmon (thread %d) woke %d times in 300 ms of serving before, %d after a %v slack", tid, fast, switches(t, tid)-s1, Slack)
+	busy(t, 100, seen)
+	t.Logf("sysmon (thread %d) woke %d times in 100 calls before, %d after a %v slack", tid, fast, switches(t, tid)-s1, Slack)
 }
 
 func hasSysNice() bool {
