@@ -199,6 +199,7 @@ func (p *Plan) command() *command {
 func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg := newProgram()
 	pg.hop = hop
+	pg.resetTimerSlack()
 	if p.Spec.Detach {
 		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
 	} else {
@@ -314,6 +315,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 // forwarding signals, and dies with tine like PID 1 does.
 func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg := newProgram()
+	pg.resetTimerSlack()
 	if cmd.detach {
 		pg.detached = true
 	} else {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,6 +80,14 @@ func startTime(tid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
+// childSlack is the main thread's timer slack as Relax found it (0 before).
+var childSlack atomic.Uint64
+
+// ChildSlack is the timer slack a process this one starts should set for
+// itself: the process's own (its main thread's) from before Relax, or 0
+// when Relax has not changed any thread's, and none has inherited sysmon's.
+func ChildSlack() uintptr { return uintptr(childSlack.Load()) }
+
 // Relax sets sysmon's timer slack to slack and returns its thread id. It
 // needs CAP_SYS_NICE (the thread is not the caller's): without it the error
 // says so and nothing changed.
@@ -87,6 +96,15 @@ func Relax(slack time.Duration) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	b, err := os.ReadFile("/proc/self/timerslack_ns") // the main thread's
+	if err != nil {
+		return tid, fmt.Errorf("read this process's timer slack: %w", err)
+	}
+	own, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || own == 0 {
+		return tid, fmt.Errorf("read this process's timer slack: %q", b)
+	}
+	childSlack.Store(own)
 	// /proc/<tid>, not /proc/self/task/<tid>: only the former has the file.
 	path := "/proc/" + strconv.Itoa(tid) + "/timerslack_ns"
 	if err := os.WriteFile(path, []byte(strconv.FormatInt(slack.Nanoseconds(), 10)), 0); err != nil {
