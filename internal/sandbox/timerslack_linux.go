@@ -12,7 +12,7 @@ import (
 // a sandbox may get (every sleep and timeout there could end up to a
 // millisecond late). No step where nothing was changed (`tine run`).
 func (pg *program) resetTimerSlack() {
-	if s := sysmon.ChildSlack(); s > 0 && false {
+	if s := sysmon.ChildSlack(); s > 0 {
 		pg.addSetup("reset the timer slack", sys(unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, s))
 	}
 }
