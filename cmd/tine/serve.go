@@ -16,6 +16,7 @@ import (
 
 	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/image"
+	"github.com/tine-run/tine/internal/kernel/sysmon"
 	"github.com/tine-run/tine/internal/network"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/server"
@@ -142,6 +143,14 @@ func runServe(f serveFlags) error {
 		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
 	log := slog.New(h)
+	// A daemon wakes from I/O on every call, which keeps the Go runtime's
+	// sysmon in its 20 µs rounds: on a VM, ≈ 40% of the daemon's CPU under
+	// warm calls (docs/decisions/0007-warm-functions.md).
+	if tid, err := sysmon.Relax(sysmon.Slack); err != nil {
+		log.Debug("sysmon keeps its default timer slack", "err", err)
+	} else {
+		log.Debug("sysmon's timer slack widened", "thread", tid, "slack", sysmon.Slack)
+	}
 
 	if f.maxSandboxes <= 0 {
 		return usageError{fmt.Sprintf("invalid --max-sandboxes %d: want a positive whole number", f.maxSandboxes)}

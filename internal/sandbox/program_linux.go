@@ -204,6 +204,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg.setup = make([]op, 0, 3*len(p.Steps)+64)
 	pg.what = make([]string, 0, cap(pg.setup))
 	pg.hop = hop
+	pg.resetTimerSlack()
 	if p.Spec.Detach {
 		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
 	} else {
@@ -323,6 +324,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 // forwarding signals, and dies with tine like PID 1 does.
 func compileJoin(p *Plan, cmd *command, in inputs) (*program, error) {
 	pg := newProgram()
+	pg.resetTimerSlack()
 	if cmd.detach {
 		pg.detached = true
 	} else {
