@@ -39,10 +39,10 @@ func (f *runImageFlags) register(cmd *cobra.Command) {
 
 // apply finds (or pulls, per --pull) the image of f and makes it s's
 // root. release ends its lease, which keeps the image from removal while s
-// runs, and closes the image store.
+// runs, and closes the image store (without --image it does nothing).
 func (f *runImageFlags) apply(s *sandbox.Spec, oneShot bool) (release func(), err error) {
 	if f.image == "" {
-		return nil, nil
+		return func() {}, nil
 	}
 	if s.RootFS != "" {
 		return nil, usageError{"--image and --rootfs both name the root: drop one of them"}
