@@ -99,6 +99,27 @@ type Dumped struct {
 	once    sync.Once
 }
 
+// Options are for sandboxes whose processes hold descriptors from outside
+// the sandbox: an OCI container's stdio, pipes or files of containerd's
+// shim, which the restored container must get from its new shim.
+type Options struct {
+	// External (for a dump) are files from outside the sandbox that the
+	// processes hold, as criu's keys ("file[MNTID:INODE]", in hex): criu
+	// dumps them as references instead of refusing them ("Can't lookup
+	// mount"), to be given back at restore through Inherit.
+	External []string
+	// Inherit (for a restore) gives the restored processes File wherever
+	// they held the file criu knows as Key: an external file or a pipe
+	// whose other end was outside ("pipe:[INODE]").
+	Inherit []Inherit
+}
+
+// Inherit is one descriptor handed to the restored processes.
+type Inherit struct {
+	Key  string
+	File *os.File
+}
+
 // Restored is what Restore brought back.
 type Restored struct {
 	Processes int

@@ -43,7 +43,12 @@ func opts() *rpc.CriuOpts {
 // captures the rest of the files and then calls Resume, so files and
 // memory are of one instant. A sandbox with no process but PID 1 dumps to
 // an empty manifest. On error nothing stays stopped.
-func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
+func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
+	return t.DumpWith(sb, dir, Options{})
+}
+
+// DumpWith is Dump with o's external files.
+func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error) {
 	if err := t.Usable(); err != nil {
 		return nil, err
 	}
@@ -81,7 +86,7 @@ func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 		// Held before the dump, to continue them after: not the ones
 		// stopped already (by their own job control), which stay so.
 		out.stopped = append(out.stopped, pidfdsOfRunning(host)...)
-		if err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir)); err != nil {
+		if err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir), o.External); err != nil {
 			return nil, err
 		}
 		m.Trees = append(m.Trees, tree)
@@ -111,7 +116,7 @@ func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 }
 
 // dumpTree runs one criu dump, which leaves the tree stopped.
-func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
+func (t *Tier) dumpTree(pid1 int, tree Tree, dir string, external []string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create the images directory: %w", err)
 	}
@@ -120,11 +125,12 @@ func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
 		return err
 	}
 	defer images.Close()
-	s, err := startCRIU(t.criu, pid1, images, nil)
+	s, err := startCRIU(t.criu, pid1, images, nil, nil)
 	if err != nil {
 		return err
 	}
 	o := opts()
+	o.External = external
 	o.Pid = proto.Int32(int32(tree.Root))
 	o.LeaveStopped = proto.Bool(true)
 	// Deleted files still open are kept in the images up to this size.
@@ -176,6 +182,11 @@ func (d *Dumped) Resume() {
 // from the same snapshot's files: each tree keeps its pids in sb's pid
 // namespace, where its PID 1 adopts it, and is born in sb's cgroup.
 func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
+	return t.RestoreWith(sb, dir, Options{})
+}
+
+// RestoreWith is Restore with o's inherited descriptors.
+func (t *Tier) RestoreWith(sb Sandbox, dir string, o Options) (*Restored, error) {
 	if err := t.Usable(); err != nil {
 		return nil, err
 	}
@@ -205,7 +216,7 @@ func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
 		return nil, err
 	}
 	for _, tree := range m.Trees {
-		if err := t.restoreTree(sb, tree, filepath.Join(dir, tree.Dir)); err != nil {
+		if err := t.restoreTree(sb, tree, filepath.Join(dir, tree.Dir), o.Inherit); err != nil {
 			return nil, err
 		}
 		out.Processes += len(tree.Pids)
@@ -214,7 +225,7 @@ func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
 	return out, nil
 }
 
-func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
+func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string, inherit []Inherit) error {
 	images, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open the images: %w", err)
@@ -223,7 +234,11 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
 	// criu restores seccomp filters, capabilities and no_new_privs from
 	// the images, but no Landlock domain: the restored processes get the
 	// one criu is born in, made of the sandbox's rules.
-	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread)
+	files := make([]*os.File, len(inherit))
+	for i, in := range inherit {
+		files[i] = in.File
+	}
+	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread, files)
 	if err != nil {
 		return err
 	}
@@ -240,6 +255,9 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
 		return s.failed(fmt.Errorf("place criu in the sandbox's cgroup: %w", err))
 	}
 	o := opts()
+	for i, in := range inherit {
+		o.InheritFd = append(o.InheritFd, &rpc.InheritFd{Key: proto.String(in.Key), Fd: proto.Int32(int32(s.extra + i))})
+	}
 	if _, err := s.call(rpc.CriuReqType_RESTORE, o, false); err != nil {
 		return fmt.Errorf("restore process %d: %w", tree.Root, err)
 	}
@@ -346,8 +364,19 @@ var tmpfsDirs = []string{"/tmp", "/run", "/dev/shm"}
 const tmpfsDir = "tmpfs"
 
 // saveTmpfs copies the sandbox's tmpfs directories into dir and returns
-// the ones it copied (a sandbox may lack one).
+// the ones it copied: a sandbox may lack one, and one that is no mount of
+// its own is part of the root, whose files are the caller's to carry (an
+// OCI container's /tmp is in its rootfs).
 func saveTmpfs(pid1 int, dir string) ([]string, error) {
+	root, err := openInRoot(pid1, "/", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the sandbox's root: %w", err)
+	}
+	rootMount, err := mountID(root)
+	root.Close()
+	if err != nil {
+		return nil, err
+	}
 	var saved []string
 	for _, d := range tmpfsDirs {
 		src, err := openInRoot(pid1, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -357,6 +386,13 @@ func saveTmpfs(pid1 int, dir string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("keep the sandbox's %s: %w", d, err)
 		}
+		if m, err := mountID(src); err != nil || m == rootMount {
+			src.Close()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
 		err = copyInto(src, filepath.Join(dir, filepath.Base(d)))
 		src.Close()
 		if err != nil {
@@ -365,6 +401,15 @@ func saveTmpfs(pid1 int, dir string) ([]string, error) {
 		saved = append(saved, d)
 	}
 	return saved, nil
+}
+
+// mountID is the id of the mount f is on.
+func mountID(f *os.File) (uint64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, fmt.Errorf("statx %s: %w", f.Name(), err)
+	}
+	return stx.Mnt_id, nil
 }
 
 // restoreTmpfs copies the saved directories into the replica's.

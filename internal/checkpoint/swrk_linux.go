@@ -46,6 +46,8 @@ type session struct {
 	cmd  *exec.Cmd
 	sock *os.File
 	log  *capped.Buffer
+	// extra is criu's descriptor of startCRIU's first extra file.
+	extra int
 }
 
 // namespaces are the ones criu joins, as nsenter's options: all of the
@@ -58,16 +60,18 @@ var namespaces = []struct{ file, option string }{
 }
 
 // startCRIU starts criu swrk in the namespaces of host process pid1 (a
-// sandbox's PID 1), with images as its images directory. The namespaces
-// are opened here and handed over as descriptors: a criu in a Landlock
-// domain may not open another domain's /proc/<pid>/ns. A non-nil wall is
-// called on the locked OS thread criu is then started from (it puts the
-// thread in a Landlock domain that criu inherits).
-func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*session, error) {
+// sandbox's PID 1), with images as its images directory and extra as its
+// descriptors from session.extra up. The namespaces are opened here and
+// handed over as descriptors: a criu in a Landlock domain may not open
+// another domain's /proc/<pid>/ns. A non-nil wall is called on the locked
+// OS thread criu is then started from (it puts the thread in a Landlock
+// domain that criu inherits).
+func startCRIU(criu string, pid1 int, images *os.File, wall func() error, extra []*os.File) (*session, error) {
 	files := []*os.File{nil, images}
+	var nsFiles []*os.File
 	args := []string{}
 	defer func() {
-		for _, f := range files[2:] {
+		for _, f := range nsFiles {
 			f.Close()
 		}
 	}()
@@ -78,6 +82,7 @@ func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*sess
 		}
 		args = append(args, fmt.Sprintf("%s=/proc/self/fd/%d", ns.option, fdSocket+len(files)))
 		files = append(files, f)
+		nsFiles = append(nsFiles, f)
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -88,7 +93,8 @@ func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*sess
 	sock, theirs := os.NewFile(uintptr(pair[0]), "criu-rpc"), os.NewFile(uintptr(pair[1]), "criu-rpc")
 	defer theirs.Close()
 	files[0] = theirs
-	s := &session{sock: sock, log: capped.New(maxLog)}
+	s := &session{sock: sock, log: capped.New(maxLog), extra: fdSocket + len(files)}
+	files = append(files, extra...)
 	s.cmd = exec.Command(nsenter, append(args, "--", criu, "swrk", strconv.Itoa(fdSocket))...)
 	s.cmd.ExtraFiles = files
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
