@@ -53,7 +53,7 @@ type Sandbox interface {
 
 // Tier checkpoints and restores with one criu binary.
 type Tier struct {
-	criu string
+	criu *launcher
 	why  error // nil when usable
 }
 
@@ -81,7 +81,9 @@ func newTier(euid int) *Tier {
 		t.why = fmt.Errorf("%w: nsenter not found (apt-get install util-linux): %v", ErrUnavailable, err)
 		return t
 	}
-	t.criu = path
+	if t.criu, err = newLauncher(path); err != nil {
+		t.why = fmt.Errorf("%w: criu at %s: %v", ErrUnavailable, path, err)
+	}
 	return t
 }
 

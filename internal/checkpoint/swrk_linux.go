@@ -66,7 +66,7 @@ var namespaces = []struct{ file, option string }{
 // another domain's /proc/<pid>/ns. A non-nil wall is called on the locked
 // OS thread criu is then started from (it puts the thread in a Landlock
 // domain that criu inherits).
-func startCRIU(criu string, pid1 int, images *os.File, wall func() error, extra []*os.File) (*session, error) {
+func startCRIU(criu *launcher, pid1 int, images *os.File, wall func() error, extra []*os.File) (*session, error) {
 	files := []*os.File{nil, images}
 	var nsFiles []*os.File
 	args := []string{}
@@ -93,9 +93,17 @@ func startCRIU(criu string, pid1 int, images *os.File, wall func() error, extra 
 	sock, theirs := os.NewFile(uintptr(pair[0]), "criu-rpc"), os.NewFile(uintptr(pair[1]), "criu-rpc")
 	defer theirs.Close()
 	files[0] = theirs
+	hostRoot, err := os.OpenFile("/", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("open the host's root: %w", err)
+	}
+	defer hostRoot.Close()
+	rootFD := fdSocket + len(files)
+	files = append(files, hostRoot)
 	s := &session{sock: sock, log: capped.New(maxLog), extra: fdSocket + len(files)}
 	files = append(files, extra...)
-	s.cmd = exec.Command(nsenter, append(args, "--", criu, "swrk", strconv.Itoa(fdSocket))...)
+	s.cmd = exec.Command(nsenter, append(append(args, "--"), criu.argv(rootFD, "swrk", strconv.Itoa(fdSocket))...)...)
 	s.cmd.ExtraFiles = files
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}

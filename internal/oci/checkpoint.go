@@ -126,12 +126,12 @@ type RestoreOptions struct {
 // the restored command, whose stdio are this process's own.
 func (r *Runtime) Restore(id string, o RestoreOptions) (err error) {
 	defer func() { writeWorkLog(o.WorkPath, "restore.log", err) }()
-	tier := checkpoint.New()
-	if err := tier.Usable(); err != nil {
-		return err
-	}
 	img, err := readImage(o.ImagePath)
 	if err != nil {
+		return err
+	}
+	tier := checkpoint.New()
+	if err := tier.Usable(); err != nil {
 		return err
 	}
 	m, err := checkpoint.ReadManifest(o.ImagePath)

@@ -1,0 +1,309 @@
+package oci_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/tine-run/tine/internal/probe"
+	"github.com/tine-run/tine/internal/require"
+)
+
+// counterScript counts in its memory (n, and a nonce drawn at its start),
+// appending each count to /count in the container's root with the
+// outcome of a mknod of a block device, which CAP_MKNOD allows and
+// Landlock refuses (EACCES), and to its stdout when stdout is set.
+const counterScript = `nonce=$RANDOM$RANDOM$RANDOM; n=0
+while :; do
+  n=$((n+1))
+  w=$(mknod /mk b 7 0 2>&1 && rm -f /mk && echo made)
+  echo "$nonce $n ${w##*: }" >> /count
+  [ -n "$TO_STDOUT" ] && echo "$nonce $n"
+  sleep 0.1
+done`
+
+// count is one line of /count.
+type count struct {
+	nonce string
+	n     int
+	mknod string
+}
+
+func readCounts(t *testing.T, path string) []count {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []count
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		nonce, rest, _ := strings.Cut(sc.Text(), " ")
+		n, mknod, _ := strings.Cut(rest, " ")
+		v, err := strconv.Atoi(n)
+		if err != nil {
+			continue // a line being written
+		}
+		out = append(out, count{nonce, v, mknod})
+	}
+	return out
+}
+
+// requireCRIU skips without a usable criu (strict where TINE_STRICT says
+// criu: CI installs it with scripts/install-criu).
+func requireCRIU(t *testing.T) {
+	require.CRIU(t, probe.MinCRIU)
+	require.Binary(t, "nsenter")
+}
+
+// procStatus is the fields of a host process's /proc status.
+func procStatus(pid int) map[string]string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// checkRestoredWalls checks what criu carried of each restored process's
+// walls and that tine's Landlock domain holds again: Seccomp 2 (tine's
+// filters), no_new_privs, CAP_MKNOD still effective (so mknod's EACCES in
+// the counts is Landlock's, not a missing capability's).
+func checkRestoredWalls(t *testing.T, pids []int, counts []count) {
+	t.Helper()
+	if len(pids) == 0 {
+		t.Fatal("no restored process to check")
+	}
+	for _, pid := range pids {
+		st := procStatus(pid)
+		if st["Name"] == "" {
+			continue // a sleep that ended meanwhile
+		}
+		capEff, _ := strconv.ParseUint(st["CapEff"], 16, 64)
+		if st["Seccomp"] != "2" || st["NoNewPrivs"] != "1" || capEff&(1<<27) == 0 {
+			t.Errorf("restored process %d (%s): Seccomp %q NoNewPrivs %q CapEff %s, want 2, 1 and CAP_MKNOD", pid, st["Name"], st["Seccomp"], st["NoNewPrivs"], st["CapEff"])
+		}
+	}
+	for _, c := range counts {
+		if c.mknod != "Permission denied" {
+			t.Errorf("mknod in the restored container at count %d: %q, want Landlock's Permission denied", c.n, c.mknod)
+		}
+	}
+}
+
+// containerPids are the host pids of a container's processes but its PID 1.
+func containerPids(t *testing.T, link, root, id string) []int {
+	t.Helper()
+	b, err := exec.Command(link, "--root", root, "ps", "--format", "json", id).Output()
+	if err != nil {
+		t.Fatalf("tine-runc ps: %v", err)
+	}
+	var pids []int
+	json.Unmarshal(b, &pids)
+	return pids
+}
+
+// TestCheckpointRestore: a counter checkpointed with tine-runc checkpoint
+// (which stops it, as runc does) and restored into a new container from
+// the same bundle continues from its memory: the same nonce, the count
+// after the last one it wrote, on the restore's stdout too; with its walls
+// (Landlock again, which criu does not carry); and kill and delete leave
+// nothing of it.
+func TestCheckpointRestore(t *testing.T) {
+	r := newRuntime(t)
+	requireCRIU(t)
+	id := fmt.Sprintf("ckpt-%d", os.Getpid())
+	cfg := config("sh", "-c", counterScript)
+	cfg.Process.Env = append(cfg.Process.Env, "TO_STDOUT=1")
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	b := bundle(t, cfg)
+	countFile := filepath.Join(b, "rootfs", "count")
+	// The command's stdio are pipes, as containerd's shim gives.
+	if out, err := r.runPiped(nil, "create", "--bundle", b, id); err != nil {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { r.run("delete", "--force", id) })
+	r.must("start", id)
+	if !eventually(func() bool { return len(readCounts(t, countFile)) >= 3 }) {
+		t.Fatalf("the counter never counted: %v", readCounts(t, countFile))
+	}
+	before := r.state(id).Pid
+	beforePids := containerPids(t, r.link, r.root, id)
+
+	images := filepath.Join(t.TempDir(), "images")
+	work := filepath.Join(t.TempDir(), "work")
+	r.must("checkpoint", "--image-path", images, "--work-path", work, id)
+	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+		t.Fatalf("still %s after checkpoint without --leave-running", r.state(id).Status)
+	}
+	r.must("delete", id)
+	counts := readCounts(t, countFile)
+	last := counts[len(counts)-1]
+	for _, c := range counts {
+		if c.mknod != "Permission denied" {
+			t.Fatalf("mknod in the checkpointed container at count %d: %q, want Landlock's Permission denied", c.n, c.mknod)
+		}
+	}
+	for _, pid := range append(beforePids, before) {
+		if startTimeAlive(pid) {
+			t.Fatalf("process %d of the checkpointed container still runs", pid)
+		}
+	}
+	// The stopped counter stays stopped: nothing counts until restored.
+	if again := readCounts(t, countFile); len(again) != len(counts) {
+		t.Fatalf("the counter counted on after its checkpoint: %v", again[len(counts):])
+	}
+
+	var out lockedBuffer
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	if msg, err := r.runPiped(&out, "restore", "--detach", "--bundle", b, "--image-path", images, "--work-path", work, "--pid-file", pidFile, "-no-subreaper", id); err != nil {
+		t.Fatalf("restore: %v\n%s", err, msg)
+	}
+	s := r.state(id)
+	pidText, _ := os.ReadFile(pidFile)
+	if s.Status != specs.StateRunning || strconv.Itoa(s.Pid) != string(pidText) || s.Pid == before {
+		t.Fatalf("after restore: %s, pid %d, pid file %q (checkpointed PID 1 %d)", s.Status, s.Pid, pidText, before)
+	}
+	if !eventually(func() bool { return len(readCounts(t, countFile)) >= len(counts)+3 }) {
+		t.Fatalf("the restored counter never counted: %v", readCounts(t, countFile)[len(counts):])
+	}
+	after := readCounts(t, countFile)[len(counts):]
+	// A fresh start would draw another nonce and count from 1.
+	if after[0].nonce != last.nonce || after[0].n != last.n+1 {
+		t.Fatalf("after restore the counter wrote %+v; the checkpointed one had reached %+v (a fresh start: another nonce, 1)", after[0], last)
+	}
+	if !eventually(func() bool { return strings.Contains(out.String(), fmt.Sprintf("%s %d\n", last.nonce, last.n+2)) }) {
+		t.Errorf("the restored counter's stdout is not restore's: %q", out.String())
+	}
+	pids := containerPids(t, r.link, r.root, id)
+	var restored []int
+	for _, p := range pids {
+		if p != s.Pid {
+			restored = append(restored, p)
+		}
+	}
+	checkRestoredWalls(t, restored, after)
+	// exec, kill and delete handle it as any container.
+	if got, err := r.run("exec", id, "sh", "-c", "grep -c . /count"); err != nil || atoi(got) < len(counts) {
+		t.Errorf("exec into the restored container: %v %q", err, got)
+	}
+	r.must("kill", id, "KILL")
+	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+		t.Fatalf("the restored container is still %s after SIGKILL", r.state(id).Status)
+	}
+	r.must("delete", id)
+	for _, p := range append(restored, s.Pid) {
+		if startTimeAlive(p) {
+			t.Errorf("process %d of the restored container still runs", p)
+		}
+	}
+	if cg := memoryCgroup(cfg.Linux.CgroupsPath); cg != "" {
+		t.Errorf("cgroup left after delete: %s", cg)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), b) {
+		t.Errorf("a mount of the bundle is left:\n%s", mi)
+	}
+}
+
+// TestCheckpointRefusals: options tine cannot honour, and images that are
+// not tine-runc's, are refused with the reason, and a refused restore
+// leaves no container.
+func TestCheckpointRefusals(t *testing.T) {
+	r := newRuntime(t)
+	id := fmt.Sprintf("ckref-%d", os.Getpid())
+	cfg := config("sleep", "3600")
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	b := bundle(t, cfg)
+	r.must("create", "--bundle", b, id)
+	t.Cleanup(func() { r.run("delete", "--force", id) })
+	r.must("start", id)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tcp-established"}, "--tcp-established is not supported"},
+		{[]string{"--pre-dump"}, "--pre-dump is not supported"},
+		{[]string{"--lazy-pages"}, "--lazy-pages is not supported"},
+		{[]string{"--manage-cgroups-mode", "full"}, "--manage-cgroups-mode full is not supported"},
+		{[]string{"--parent-path", "../parent"}, "--parent-path is not supported"},
+	} {
+		args := append([]string{"checkpoint", "--image-path", filepath.Join(t.TempDir(), "img")}, c.args...)
+		if out, err := r.run(append(args, id)...); err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("checkpoint %v: %v %q, want %q", c.args, err, out, c.want)
+		}
+	}
+	if s := r.state(id); s.Status != specs.StateRunning {
+		t.Errorf("a refused checkpoint left the container %s", s.Status)
+	}
+	// A directory that is no tine-runc checkpoint (runc's images, or none).
+	other := fmt.Sprintf("ckref2-%d", os.Getpid())
+	out, err := r.run("restore", "--detach", "--bundle", b, "--image-path", t.TempDir(), other)
+	if err == nil || !strings.Contains(out, "no checkpoint made by tine-runc") {
+		t.Errorf("restore from an empty directory: %v %q", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(r.root, other)); !os.IsNotExist(err) {
+		t.Errorf("a refused restore left state: %v", err)
+	}
+}
+
+// runPiped runs tine-runc with pipes as its stdout and stderr, as
+// containerd's shim runs it, and returns once it exits (not when the
+// container it made, which keeps the pipes, ends). What comes after its
+// exit goes to rest (when not nil), which gets all of it.
+func (r *runtime) runPiped(rest io.Writer, args ...string) (string, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd := exec.Command(r.link, append([]string{"--root", r.root}, args...)...)
+	cmd.Stdout, cmd.Stderr = pw, pw
+	var own lockedBuffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		if rest == nil {
+			rest = io.Discard
+		}
+		io.Copy(io.MultiWriter(&own, rest), pr)
+		pr.Close()
+	}()
+	r.t.Cleanup(func() { pr.Close() })
+	err = cmd.Run()
+	pw.Close()
+	return own.String(), err
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and other readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
