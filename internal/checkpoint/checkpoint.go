@@ -38,6 +38,9 @@ var (
 	ErrUnavailable = errors.New("the memory tier is unavailable")
 	// ErrCRIU: criu ran and failed; the message carries its reason.
 	ErrCRIU = errors.New("criu failed")
+	// ErrRefused: the sandbox holds something that would let it take
+	// over criu; the message says what.
+	ErrRefused = errors.New("the sandbox cannot be checkpointed safely")
 )
 
 // Sandbox is what the tier needs of a live sandbox.
@@ -49,6 +52,9 @@ type Sandbox interface {
 	// RestrictThread puts the calling (locked) OS thread into a Landlock
 	// domain with its write rules.
 	RestrictThread() error
+	// Freeze stops every process of the sandbox until Thaw.
+	Freeze() error
+	Thaw() error
 }
 
 // Tier checkpoints and restores with one criu binary.

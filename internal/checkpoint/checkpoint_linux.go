@@ -86,7 +86,7 @@ func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error
 		// Held before the dump, to continue them after: not the ones
 		// stopped already (by their own job control), which stay so.
 		out.stopped = append(out.stopped, pidfdsOfRunning(host)...)
-		if err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir), o.External); err != nil {
+		if err := t.dumpTree(sb, tree, filepath.Join(dir, tree.Dir), o.External); err != nil {
 			return nil, err
 		}
 		m.Trees = append(m.Trees, tree)
@@ -116,7 +116,7 @@ func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error
 }
 
 // dumpTree runs one criu dump, which leaves the tree stopped.
-func (t *Tier) dumpTree(pid1 int, tree Tree, dir string, external []string) error {
+func (t *Tier) dumpTree(sb Sandbox, tree Tree, dir string, external []string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create the images directory: %w", err)
 	}
@@ -125,7 +125,7 @@ func (t *Tier) dumpTree(pid1 int, tree Tree, dir string, external []string) erro
 		return err
 	}
 	defer images.Close()
-	s, err := startCRIU(t.criu, pid1, images, nil, nil)
+	s, err := t.start(sb, images, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -140,6 +140,55 @@ func (t *Tier) dumpTree(pid1 int, tree Tree, dir string, external []string) erro
 	}
 	if err := s.close(); err != nil {
 		return fmt.Errorf("%w: %w", ErrCRIU, err)
+	}
+	return nil
+}
+
+// start starts criu in sb's namespaces (startCRIU) while none of sb's
+// processes runs, and returns once criu answered a first request: criu's
+// loader, running as root before criu's own code, reads
+// /etc/ld.so.preload in the sandbox's mount namespace and would load what
+// it names, so that file must be absent and stay absent until criu runs.
+func (t *Tier) start(sb Sandbox, images *os.File, wall func() error, extra []*os.File) (*session, error) {
+	if err := sb.Freeze(); err != nil {
+		return nil, fmt.Errorf("freeze the sandbox while criu starts: %w", err)
+	}
+	defer sb.Thaw()
+	if err := refuseLoaderFiles(sb.Pid()); err != nil {
+		return nil, err
+	}
+	s, err := startCRIU(t.criu, sb.Pid(), images, wall, extra)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.call(rpc.CriuReqType_VERSION, nil, true); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// loaderFiles are files of a sandbox's root that criu's dynamic loader
+// reads (--inhibit-cache keeps it from ld.so.cache).
+var loaderFiles = []string{"/etc/ld.so.preload"}
+
+// refuseLoaderFiles refuses a sandbox whose root holds a loaderFile, or
+// a path to one that cannot be told apart (a loop, a magic link).
+func refuseLoaderFiles(pid1 int) error {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid1), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the sandbox's root: %w", err)
+	}
+	defer unix.Close(root)
+	for _, f := range loaderFiles {
+		// Resolved as the loader does, symlinks followed, in the root.
+		fd, err := unix.Openat2(root, f, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+		return fmt.Errorf("%w: the sandbox has %s, which criu's loader would load into criu, a process running as root outside the sandbox's walls: remove it before a checkpoint (%v)", ErrRefused, f, err)
 	}
 	return nil
 }
@@ -238,13 +287,10 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string, inherit []Inherit)
 	for i, in := range inherit {
 		files[i] = in.File
 	}
-	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread, files)
+	// criu answered a first request (start's), so it exists to be moved,
+	// and it has forked nothing yet.
+	s, err := t.start(sb, images, sb.RestrictThread, files)
 	if err != nil {
-		return err
-	}
-	// A first request proves criu runs (so it exists to be moved) before
-	// it forks anything.
-	if _, err := s.call(rpc.CriuReqType_VERSION, nil, true); err != nil {
 		return err
 	}
 	pid, err := s.criuPid()

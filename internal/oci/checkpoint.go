@@ -61,8 +61,9 @@ func (r *Runtime) Checkpoint(id string, o CheckpointOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if s := st.status(); s != specs.StateRunning {
-		return fmt.Errorf("container %s is %s: only a running container can be checkpointed", id, s)
+	s := st.status()
+	if s != specs.StateRunning && s != "paused" {
+		return fmt.Errorf("container %s is %s: only a running or paused container can be checkpointed", id, s)
 	}
 	tier := checkpoint.New()
 	if err := tier.Usable(); err != nil {
@@ -93,12 +94,26 @@ func (r *Runtime) Checkpoint(id string, o CheckpointOptions) (err error) {
 			external = append(external, k)
 		}
 	}
+	if s == "paused" {
+		// ctr checkpoint pauses first. criu cannot seize frozen processes,
+		// and runc's way (criu's freeze-cgroup) would seize tine's PID 1
+		// too, which is not dumped: the container is thawed for criu,
+		// which stops its processes itself, and frozen again after.
+		// Until criu has stopped them they run on (milliseconds).
+		if err := sb.Thaw(); err != nil {
+			return err
+		}
+	}
 	d, err := tier.DumpWith(sb, o.ImagePath, checkpoint.Options{External: external})
+	defer func() {
+		if s == "paused" {
+			sb.Freeze() // first: the processes continue paused
+		}
+		d.Resume() // what the dump left stopped
+	}()
 	if err != nil {
 		return err
 	}
-	// Resume continues what the dump left stopped, and lets go of it.
-	defer d.Resume()
 	if err := writeJSON(filepath.Join(o.ImagePath, imageName), img); err != nil {
 		return fmt.Errorf("write the checkpoint: %w", err)
 	}

@@ -307,3 +307,64 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// preloadC is a library that, once loaded, leaves a file saying so: at
+// $PWN_OUT, else /preload-ran in its process's root.
+const preloadC = `#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void ran(void) {
+	const char *out = getenv("PWN_OUT");
+	int fd = open(out ? out : "/preload-ran", O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (fd >= 0) { write(fd, "ran as root\n", 12); close(fd); }
+}`
+
+// TestCheckpointRefusesLoaderPreload: criu runs as root outside the
+// container's walls, inside its mount namespace, and its dynamic loader
+// reads /etc/ld.so.preload there. A container that names its own library
+// in that file would run code in criu at a checkpoint; tine refuses the
+// checkpoint instead, and the library never runs.
+func TestCheckpointRefusesLoaderPreload(t *testing.T) {
+	r := newRuntime(t)
+	requireCRIU(t)
+	require.Binary(t, "gcc")
+	id := fmt.Sprintf("ckpre-%d", os.Getpid())
+	cfg := config("sh", "-c", "echo /pwn.so > /etc/ld.so.preload; echo planted; exec sleep 3600")
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	b := bundle(t, cfg)
+	rootfs := filepath.Join(b, "rootfs")
+	src := filepath.Join(t.TempDir(), "pwn.c")
+	os.WriteFile(src, []byte(preloadC), 0o644)
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(rootfs, "pwn.so"), src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	// Negative control: the library runs wherever a loader loads it.
+	ctl := filepath.Join(t.TempDir(), "ctl")
+	cmd := exec.Command("/bin/true")
+	cmd.Env = []string{"LD_PRELOAD=" + filepath.Join(rootfs, "pwn.so"), "PWN_OUT=" + ctl}
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ctl); err != nil {
+		t.Fatalf("the library did not run when preloaded on the host, so its absence below proves nothing: %v", err)
+	}
+	os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755)
+	if out, err := r.runPiped(nil, "create", "--bundle", b, id); err != nil {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { r.run("delete", "--force", id) })
+	r.must("start", id)
+	if !eventually(func() bool { _, err := os.Stat(filepath.Join(rootfs, "etc/ld.so.preload")); return err == nil }) {
+		t.Fatal("the container never wrote its /etc/ld.so.preload")
+	}
+	out, err := r.run("checkpoint", "--leave-running", "--image-path", filepath.Join(t.TempDir(), "img"), id)
+	if _, serr := os.Stat(filepath.Join(rootfs, "preload-ran")); serr == nil {
+		t.Errorf("the container's library ran inside criu, as root outside its walls (checkpoint: %v %s)", err, out)
+	}
+	if err == nil || !strings.Contains(out, "/etc/ld.so.preload") {
+		t.Errorf("checkpoint of a container with /etc/ld.so.preload: %v %q, want it refused naming the file", err, out)
+	}
+	if s := r.state(id); s.Status != specs.StateRunning {
+		t.Errorf("after the refused checkpoint the container is %s", s.Status)
+	}
+}
