@@ -357,11 +357,14 @@ func treePids(root int) (ns, host []int, top int, err error) {
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		ns, host = append(ns, n), append(host, pid)
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if errors.Is(err, os.ErrNotExist) && pid != root {
+			continue // it ended meanwhile
+		}
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("threads of %d: %w", pid, err)
 		}
+		ns, host = append(ns, n), append(host, pid)
 		for _, task := range tasks {
 			if tid, err := nsPid(pid, task.Name()); err == nil && tid > top {
 				top = tid // threads need their ids free too

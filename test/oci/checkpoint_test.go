@@ -368,3 +368,126 @@ func TestCheckpointRefusesLoaderPreload(t *testing.T) {
 		t.Errorf("after the refused checkpoint the container is %s", s.Status)
 	}
 }
+
+// TestContainerdCheckpointRestore goes containerd's own way: ctr
+// checkpoints the task (pausing it, tine-runc checkpoint --leave-running,
+// the images tarred into containerd's content store with the rw layer)
+// and restores it into a new container from that checkpoint image
+// (extracted, tine-runc restore by the shim). The counter continues from
+// its memory over the restored rw layer, behind its walls, and kill and
+// removal leave nothing of it.
+func TestContainerdCheckpointRestore(t *testing.T) {
+	c := startContainerd(t)
+	requireCRIU(t)
+	link := runcLink(t)
+	const ref = "tine.test/busybox:latest"
+	if err := c.ImportBusybox(ref); err != nil {
+		t.Fatal(err)
+	}
+	stateRoot := filepath.Join("/run/containerd/runc", c.Namespace)
+	state := func() (s specs.State) {
+		b, _ := exec.Command(link, "--root", stateRoot, "state", "ck").Output()
+		json.Unmarshal(b, &s)
+		return s
+	}
+	if out, err := c.Ctr("run", "-d", "--runc-binary", link, ref, "ck", "sh", "-c", counterScript); err != nil {
+		t.Fatalf("ctr run -d: %v\n%s", err, out)
+	}
+	countFile := func() string { return filepath.Join(state().Bundle, "rootfs", "count") }
+	if !eventually(func() bool { return len(readCounts(t, countFile())) >= 3 }) {
+		t.Fatalf("the counter never counted: %v", readCounts(t, countFile()))
+	}
+	first := state()
+	firstPids := containerPids(t, link, stateRoot, "ck")
+	const ckRef = "tine.test/ck:1"
+	if out, err := c.Ctr("container", "checkpoint", "--rw", "--task", "ck", ckRef); err != nil {
+		t.Fatalf("ctr container checkpoint: %v\n%s", err, out)
+	}
+	atCheckpoint := len(readCounts(t, countFile()))
+	if s := state(); s.Status != specs.StateRunning {
+		t.Errorf("after ctr's checkpoint (which leaves it running) the container is %s", s.Status)
+	}
+	// The first container goes; its checkpoint image stays.
+	if out, err := c.Ctr("task", "kill", "-s", "SIGKILL", "ck"); err != nil {
+		t.Fatalf("ctr task kill: %v\n%s", err, out)
+	}
+	if !eventually(func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
+		t.Fatal("the checkpointed container never stopped")
+	}
+	c.Ctr("task", "rm", "ck")
+	if out, err := c.Ctr("container", "rm", "ck"); err != nil {
+		t.Fatalf("ctr container rm: %v\n%s", err, out)
+	}
+	for _, pid := range append(firstPids, first.Pid) {
+		if startTimeAlive(pid) {
+			t.Fatalf("process %d of the first container still runs", pid)
+		}
+	}
+
+	if out, err := c.Ctr("container", "restore", "--rw", "--live", "ck", ckRef); err != nil {
+		t.Fatalf("ctr container restore: %v\n%s", err, out)
+	}
+	restored := state()
+	if restored.Status != specs.StateRunning || restored.Pid == first.Pid {
+		t.Fatalf("after ctr's restore: %+v (first PID 1 %d)", restored, first.Pid)
+	}
+	if out, _ := c.Ctr("task", "ls"); !strings.Contains(out, "RUNNING") {
+		t.Errorf("ctr task ls after restore:\n%s", out)
+	}
+	var counts []count
+	if !eventually(func() bool { counts = readCounts(t, countFile()); return len(counts) >= atCheckpoint+3 }) {
+		t.Fatalf("the restored counter never counted on: %d counts, %d at the checkpoint", len(counts), atCheckpoint)
+	}
+	// One nonce throughout (a fresh start draws another, and counts from
+	// 1), each count one more than the last but once: containerd takes
+	// the rw layer before the task's dump, and for criu the paused
+	// container is thawed, so the counter may count once more in between.
+	gaps := 0
+	for i, c := range counts {
+		if c.nonce != counts[0].nonce {
+			t.Fatalf("count %d has nonce %s, the first %s: not the checkpointed counter's memory\n%v", i, c.nonce, counts[0].nonce, counts)
+		}
+		if i > 0 && c.n != counts[i-1].n+1 {
+			if gaps++; c.n != counts[i-1].n+2 || gaps > 1 {
+				t.Fatalf("the counts jump from %d to %d: %v", counts[i-1].n, c.n, counts)
+			}
+		}
+	}
+	pids := containerPids(t, link, stateRoot, "ck")
+	var procs []int
+	for _, p := range pids {
+		if p != restored.Pid {
+			procs = append(procs, p)
+		}
+	}
+	checkRestoredWalls(t, procs, counts)
+	out, err := c.Ctr("task", "exec", "--exec-id", "x1", "ck", "sh", "-c", "grep -c . /count; grep Seccomp: /proc/self/status")
+	if err != nil || atoi(strings.Fields(out + " 0")[0]) < atCheckpoint || !strings.Contains(out, "Seccomp:\t2") {
+		t.Errorf("ctr task exec into the restored container: %v\n%s", err, out)
+	}
+	if out, err := c.Ctr("task", "kill", "-s", "SIGKILL", "ck"); err != nil {
+		t.Fatalf("ctr task kill: %v\n%s", err, out)
+	}
+	if !eventually(func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
+		out, _ := c.Ctr("task", "ls")
+		t.Fatalf("the restored container never stopped:\n%s", out)
+	}
+	if out, err := c.Ctr("task", "rm", "ck"); err != nil {
+		t.Fatalf("ctr task rm: %v\n%s", err, out)
+	}
+	c.Ctr("container", "rm", "ck")
+	if _, err := os.Stat(filepath.Join(stateRoot, "ck")); !os.IsNotExist(err) {
+		t.Errorf("tine-runc state left: %v", err)
+	}
+	if cg := memoryCgroup("/" + c.Namespace + "/ck"); cg != "" {
+		t.Errorf("cgroup left: %s", cg)
+	}
+	for _, pid := range append(procs, restored.Pid) {
+		if startTimeAlive(pid) {
+			t.Errorf("process %d of the restored container still runs", pid)
+		}
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), restored.Bundle) {
+		t.Errorf("a mount of the restored bundle is left:\n%s", mi)
+	}
+}
