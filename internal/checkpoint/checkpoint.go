@@ -50,8 +50,8 @@ type Sandbox interface {
 	// Adopt moves a host process into its cgroup.
 	Adopt(pid int) error
 	// RestrictThread puts the calling (locked) OS thread into a Landlock
-	// domain with its write rules.
-	RestrictThread() error
+	// domain with its write rules, and writes to each of also.
+	RestrictThread(also ...*os.File) error
 	// Freeze stops every process of the sandbox until Thaw.
 	Freeze() error
 	Thaw() error

@@ -289,7 +289,25 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string, inherit []Inherit)
 	}
 	// criu answered a first request (start's), so it exists to be moved,
 	// and it has forked nothing yet.
-	s, err := t.start(sb, images, sb.RestrictThread, files)
+	// criu reopens an inherited file (not a pipe) through /proc/self/fd
+	// with the flags it had: a write there needs the domain's leave, given
+	// for the files handed over open for writing.
+	var writable []*os.File
+	for _, f := range files {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFDIR:
+			continue
+		}
+		if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE != unix.O_RDONLY {
+			writable = append(writable, f)
+		}
+	}
+	wall := func() error { return sb.RestrictThread(writable...) }
+	s, err := t.start(sb, images, wall, files)
 	if err != nil {
 		return err
 	}

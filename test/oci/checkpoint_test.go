@@ -491,3 +491,74 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 		t.Errorf("a mount of the restored bundle is left:\n%s", mi)
 	}
 }
+
+// TestCheckpointRestoreFileStdio: a container whose stdio are files of the
+// host (the host's /dev/null as stdin, a file appended to as stdout, as
+// tine-runc run >>file gives) restores with restore's own files there: criu reopens such
+// a file, which the restored container's Landlock domain allows for
+// those files alone.
+func TestCheckpointRestoreFileStdio(t *testing.T) {
+	r := newRuntime(t)
+	requireCRIU(t)
+	id := fmt.Sprintf("ckfile-%d", os.Getpid())
+	cfg := config("sh", "-c", counterScript)
+	cfg.Process.Env = append(cfg.Process.Env, "TO_STDOUT=1")
+	cfg.Linux.CgroupsPath = "/tine-test/" + id
+	b := bundle(t, cfg)
+	countFile := filepath.Join(b, "rootfs", "count")
+	if msg, err := r.runTo(filepath.Join(t.TempDir(), "created.out"), "create", "--bundle", b, id); err != nil {
+		t.Fatalf("create: %v\n%s", err, msg)
+	}
+	t.Cleanup(func() { r.run("delete", "--force", id) })
+	r.must("start", id)
+	if !eventually(func() bool { return len(readCounts(t, countFile)) >= 2 }) {
+		t.Fatalf("the counter never counted: %v", readCounts(t, countFile))
+	}
+	images := filepath.Join(t.TempDir(), "images")
+	r.must("checkpoint", "--image-path", images, id)
+	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+		t.Fatalf("still %s after checkpoint", r.state(id).Status)
+	}
+	r.must("delete", id)
+	counts := readCounts(t, countFile)
+	last := counts[len(counts)-1]
+	out := filepath.Join(t.TempDir(), "restored.out")
+	if msg, err := r.runTo(out, "restore", "--detach", "--bundle", b, "--image-path", images, id); err != nil {
+		t.Fatalf("restore: %v\n%s", err, msg)
+	}
+	want := fmt.Sprintf("%s %d\n", last.nonce, last.n+1)
+	if !eventually(func() bool { b, _ := os.ReadFile(out); return strings.Contains(string(b), want) }) {
+		b, _ := os.ReadFile(out)
+		t.Errorf("the restored counter's stdout, restore's file, has %q; want %q in it", b, want)
+	}
+	var procs []int
+	for _, p := range containerPids(t, r.link, r.root, id) {
+		if p != r.state(id).Pid {
+			procs = append(procs, p)
+		}
+	}
+	checkRestoredWalls(t, procs, readCounts(t, countFile)[len(counts):])
+	r.must("kill", id, "KILL")
+	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+		t.Fatalf("the restored container is still %s after SIGKILL", r.state(id).Status)
+	}
+	r.must("delete", id)
+}
+
+// runTo runs tine-runc with its stdout and stderr appending to the file
+// out, which a container's command keeps as its own, and the host's
+// /dev/null as stdin.
+func (r *runtime) runTo(out string, args ...string) (string, error) {
+	// Appending: criu restores a file held for writing only so, or when
+	// its size is the dumped one.
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(r.link, append([]string{"--root", r.root}, args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	err = cmd.Run()
+	b, _ := os.ReadFile(out)
+	return string(b), err
+}
