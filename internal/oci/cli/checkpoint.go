@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -21,47 +20,46 @@ type criuFlags struct {
 	emptyNS             []string
 }
 
-// refusedCRIU are criu options tine does not offer, and why.
-var refusedCRIU = []struct{ name, why string }{
-	{"tcp-established", "criu 4.1 cannot dump internet sockets on Linux 6.16 and later, and tine closes TCP connections at a checkpoint (ADR 0016)"},
-	{"ext-unix-sk", "a unix socket connected outside the container cannot be carried: the restored container is a new one, with nothing at the other end"},
-	{"parent-path", "pre-dumps need the kernel's soft-dirty page tracking, which tine does not use: take full checkpoints"},
-	{"pre-dump", "pre-dumps need the kernel's soft-dirty page tracking, which tine does not use: take full checkpoints"},
-	{"auto-dedup", "it deduplicates against a parent image, and tine takes no pre-dumps"},
-	{"lazy-pages", "lazy pages need criu's page server and userfaultfd in the restored container"},
-	{"status-fd", "it reports lazy pages' readiness, which tine does not offer"},
-	{"page-server", "tine writes images to --image-path only"},
-	{"lsm-profile", "tine sets no AppArmor or SELinux label"},
-	{"lsm-mount-context", "tine sets no SELinux mount context"},
+// refusedCRIU are criu options tine does not offer, their kind of value
+// (a flag, "string" or "int"), and why.
+var refusedCRIU = []struct{ name, kind, why string }{
+	{"tcp-established", "", "criu 4.1 cannot dump internet sockets on Linux 6.16 and later, and tine closes TCP connections at a checkpoint (ADR 0016)"},
+	{"ext-unix-sk", "", "a unix socket connected outside the container cannot be carried: the restored container is a new one, with nothing at the other end"},
+	{"parent-path", "string", "pre-dumps need the kernel's soft-dirty page tracking, which tine does not use: take full checkpoints"},
+	{"pre-dump", "", "pre-dumps need the kernel's soft-dirty page tracking, which tine does not use: take full checkpoints"},
+	{"auto-dedup", "", "it deduplicates against a parent image, and tine takes no pre-dumps"},
+	{"lazy-pages", "", "lazy pages need criu's page server and userfaultfd in the restored container"},
+	{"status-fd", "int", "it reports lazy pages' readiness, which tine does not offer"},
+	{"page-server", "string", "tine writes images to --image-path only"},
+	{"lsm-profile", "string", "tine sets no AppArmor or SELinux label"},
+	{"lsm-mount-context", "string", "tine sets no SELinux mount context"},
 }
 
 func (c *criuFlags) add(fs *pflag.FlagSet) {
-	wd, _ := os.Getwd()
-	fs.StringVar(&c.imagePath, "image-path", filepath.Join(wd, "checkpoint"), "directory of the criu images")
+	fs.StringVar(&c.imagePath, "image-path", "", "directory of the criu images (default: checkpoint in the working directory, as runc)")
 	fs.StringVar(&c.workPath, "work-path", "", "directory where an error of criu is left (dump.log, restore.log)")
 	fs.StringVar(&c.cgroupsMode, "manage-cgroups-mode", "", "only ignore: the restored container is in the cgroup its bundle names, with its limits")
 	fs.StringArrayVar(&c.emptyNS, "empty-ns", nil, "accepted: tine never saves namespaces (a restore makes them from the bundle)")
 	fs.Bool("shell-job", false, "accepted: tine always restores the processes into the new container's session")
 	fs.Bool("file-locks", false, "accepted: tine always dumps file locks")
 	for _, r := range refusedCRIU {
-		if r.name == "parent-path" || r.name == "page-server" || r.name == "lsm-profile" || r.name == "lsm-mount-context" {
+		switch r.kind {
+		case "string":
 			fs.String(r.name, "", "refused: "+r.why)
-		} else if r.name == "status-fd" {
+		case "int":
 			fs.Int(r.name, -1, "refused: "+r.why)
-		} else {
+		default:
 			fs.Bool(r.name, false, "refused: "+r.why)
 		}
 	}
 }
 
-// check refuses the options tine cannot honour.
+// check refuses the options tine cannot honour and fills in the image path.
 func (c *criuFlags) check(fs *pflag.FlagSet) error {
 	for _, r := range refusedCRIU {
-		f := fs.Lookup(r.name)
-		if f == nil || !fs.Changed(r.name) || f.Value.String() == f.DefValue || f.Value.Type() == "bool" && f.Value.String() == "false" {
-			continue
+		if f := fs.Lookup(r.name); f != nil && fs.Changed(r.name) && f.Value.String() != f.DefValue {
+			return fmt.Errorf("--%s is not supported by tine's OCI runtime: %s", r.name, r.why)
 		}
-		return fmt.Errorf("--%s is not supported by tine's OCI runtime: %s", r.name, r.why)
 	}
 	if c.cgroupsMode != "" && c.cgroupsMode != "ignore" {
 		return fmt.Errorf("--manage-cgroups-mode %s is not supported by tine's OCI runtime: criu leaves cgroups alone, and the restored container is in the cgroup its bundle names, with its limits (use ignore, or leave it out)", c.cgroupsMode)
@@ -72,7 +70,12 @@ func (c *criuFlags) check(fs *pflag.FlagSet) error {
 			return usageError{fmt.Sprintf("--empty-ns %q: not a namespace (want one of %v)", ns, known)}
 		}
 	}
-	return nil
+	if c.imagePath == "" {
+		c.imagePath = "checkpoint"
+	}
+	p, err := filepath.Abs(c.imagePath)
+	c.imagePath = p
+	return err
 }
 
 func newCheckpointCommand(rt func() *oci.Runtime, logged func(func(*cobra.Command, []string) error) func(*cobra.Command, []string) error) *cobra.Command {

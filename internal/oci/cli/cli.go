@@ -72,17 +72,16 @@ func NewCommand(use string) *cobra.Command {
 		Short: "Run OCI bundles, as containerd's runc shim and CRI-O expect (tine as an OCI runtime)",
 		Long: `tine as an OCI runtime: the command line of runc (create, start, exec, state,
 kill, delete, ps, pause, resume, list, features, run, update, checkpoint,
-restore), for containerd's
-runc shim (io.containerd.runc.v2 with BinaryName pointing at tine-runc, ctr or
-the CRI plugin's runtime handlers) and CRI-O, and checkpoint and restore
-through tine's CRIU memory tier. A container is a tine sandbox
-made from the bundle's config.json: its rootfs written in place, new pid and
-mount namespaces, ipc, uts and network namespaces of its own or joined by path
-(a pod's) or the host's when the config leaves them out, the cgroup at its
-cgroupsPath, the config's user, OOM score, namespaced sysctls and seccomp
-profile (stacked on tine's walls: Docker's seccomp policy, Landlock, its masks,
-no_new_privs). Every config field tine cannot honour is refused with an error
-naming it. See docs/kubernetes.md.`,
+restore), for containerd's runc shim (io.containerd.runc.v2 with BinaryName
+pointing at tine-runc, ctr or the CRI plugin's runtime handlers) and CRI-O.
+A container is a tine sandbox made from the bundle's config.json: its rootfs
+written in place, new pid and mount namespaces, ipc, uts and network
+namespaces of its own or joined by path (a pod's) or the host's when the
+config leaves them out, the cgroup at its cgroupsPath, the config's user, OOM
+score, namespaced sysctls and seccomp profile (stacked on tine's walls:
+Docker's seccomp policy, Landlock, its masks, no_new_privs). checkpoint and
+restore go through tine's CRIU memory tier. Every config field or option tine
+cannot honour is refused with an error naming it. See docs/kubernetes.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
