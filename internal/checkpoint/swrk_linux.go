@@ -214,11 +214,12 @@ func (s *session) close() error {
 // of its log, else its error message, with the errno it reported.
 func criuReason(resp *rpc.CriuResp, log string) string {
 	why := lastError(log)
-	if why == "" {
-		why = strings.TrimSpace(resp.GetCrErrmsg())
+	if m := strings.TrimSpace(resp.GetCrErrmsg()); why == "" && !isNoise(m) {
+		why = m
 	}
 	if why == "" {
-		why = "no error in its log"
+		// Nothing but noise: the log's end says most.
+		why = "no error in its log, which ends: " + logTail(log, 3)
 	}
 	if resp.GetCrErrno() != 0 {
 		why += " (" + unix.Errno(resp.GetCrErrno()).Error() + ")"
@@ -245,6 +246,16 @@ var hints = []struct{ seen, means string }{
 // RLIMIT_NOFILE without CAP_SYS_RESOURCE, its probe for a tun device.
 var noise = []string{"RLIMIT_NOFILE", "Unable to create tun"}
 
+func isNoise(line string) bool {
+	return slices.ContainsFunc(noise, func(n string) bool { return strings.Contains(line, n) })
+}
+
+// logTail is the last n lines of log, joined.
+func logTail(log string, n int) string {
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "; ")
+}
+
 // lastError picks criu's first error lines that are not noise nor a
 // consequence of an earlier one ("Dumping FAILED").
 func lastError(log string) string {
@@ -258,7 +269,7 @@ func lastError(log string) string {
 			rest = msg
 		}
 		rest = strings.TrimSpace(rest)
-		if strings.HasSuffix(rest, "FAILED.") || slices.ContainsFunc(noise, func(n string) bool { return strings.Contains(rest, n) }) {
+		if strings.HasSuffix(rest, "FAILED.") || isNoise(rest) {
 			continue
 		}
 		errs = append(errs, rest)
