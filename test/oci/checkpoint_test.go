@@ -425,6 +425,10 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 	}
 
 	if out, err := c.Ctr("container", "restore", "--rw", "--live", "ck", ckRef); err != nil {
+		// The task stays created with no process: task rm -f (containerd's
+		// cleanup) would wait for its exit forever, a plain rm removes it.
+		c.Ctr("task", "rm", "ck")
+		c.Ctr("container", "rm", "ck")
 		t.Fatalf("ctr container restore: %v\n%s", err, out)
 	}
 	restored := state()
