@@ -154,6 +154,9 @@ func (t *Tier) start(sb Sandbox, images *os.File, wall func() error, extra []*os
 		return nil, fmt.Errorf("freeze the sandbox while criu starts: %w", err)
 	}
 	defer sb.Thaw()
+	if err := refuseLoaderFiles(sb.Pid()); err != nil {
+		return nil, err
+	}
 	s, err := startCRIU(t.criu, sb.Pid(), images, wall, extra)
 	if err != nil {
 		return nil, err
