@@ -566,3 +566,23 @@ func (r *runtime) runTo(out string, args ...string) (string, error) {
 	b, _ := os.ReadFile(out)
 	return string(b), err
 }
+
+// TestCRICheckpointUnimplemented records what a kubelet's checkpoint
+// (CRI CheckpointContainer, crictl checkpoint) gets from containerd 1.6's
+// CRI plugin with the tine handler: Unimplemented, before any runtime is
+// asked (docs/kubernetes.md says what containerd 2.0 would ask of it).
+// With a containerd that implements it, this test fails and must become
+// a real checkpoint through the CRI.
+func TestCRICheckpointUnimplemented(t *testing.T) {
+	p := startCRIPod(t)
+	id := p.container("ckpt", "echo up; exec sleep 3600", map[string]any{
+		"security_context": map[string]any{"namespace_options": map[string]any{"network": 2, "pid": 1, "ipc": 0}}})
+	p.logsUntil(id, "up")
+	out, err := p.run("checkpoint", "--export", filepath.Join(t.TempDir(), "ckpt.tar"), id)
+	if err == nil || !strings.Contains(out, "Unimplemented") {
+		t.Fatalf("crictl checkpoint: %v\n%s", err, out)
+	}
+	if st := p.must("inspect", "-o", "go-template", "--template", "{{.status.state}}", id); !strings.Contains(st, "RUNNING") {
+		t.Errorf("after the refused checkpoint the container is %q", st)
+	}
+}
