@@ -280,33 +280,17 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string, inherit []Inherit)
 		return fmt.Errorf("open the images: %w", err)
 	}
 	defer images.Close()
-	// criu restores seccomp filters, capabilities and no_new_privs from
-	// the images, but no Landlock domain: the restored processes get the
-	// one criu is born in, made of the sandbox's rules.
 	files := make([]*os.File, len(inherit))
 	for i, in := range inherit {
 		files[i] = in.File
 	}
+	// criu restores seccomp filters, capabilities and no_new_privs from
+	// the images, but no Landlock domain: the restored processes get the
+	// one criu is born in, made of the sandbox's rules.
+	writable := openForWriting(files)
+	wall := func() error { return sb.RestrictThread(writable...) }
 	// criu answered a first request (start's), so it exists to be moved,
 	// and it has forked nothing yet.
-	// criu reopens an inherited file (not a pipe) through /proc/self/fd
-	// with the flags it had: a write there needs the domain's leave, given
-	// for the files handed over open for writing.
-	var writable []*os.File
-	for _, f := range files {
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) != nil {
-			continue
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFDIR:
-			continue
-		}
-		if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE != unix.O_RDONLY {
-			writable = append(writable, f)
-		}
-	}
-	wall := func() error { return sb.RestrictThread(writable...) }
 	s, err := t.start(sb, images, wall, files)
 	if err != nil {
 		return err
@@ -329,6 +313,28 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string, inherit []Inherit)
 		return fmt.Errorf("%w: %w", ErrCRIU, err)
 	}
 	return nil
+}
+
+// openForWriting are the files of files (not pipes or sockets) open for
+// writing. criu reopens an inherited file through /proc/self/fd with the
+// flags it had, which the restoring criu's Landlock domain refuses for
+// writing unless it allows those files.
+func openForWriting(files []*os.File) []*os.File {
+	var out []*os.File
+	for _, f := range files {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFDIR:
+			continue
+		}
+		if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE != unix.O_RDONLY {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // raiseLastPid makes the next pid of pid1's pid namespace next: a shell
