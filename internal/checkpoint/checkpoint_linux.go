@@ -89,6 +89,22 @@ func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error
 		if err := t.dumpTree(sb, tree, filepath.Join(dir, tree.Dir), o.External); err != nil {
 			return nil, err
 		}
+		// The tree ran until criu stopped it: what it forked meanwhile is
+		// in the images, stopped too. Listed again now that nothing in it
+		// runs, so the restore keeps those pids free (criu's helpers would
+		// take them: "Can't fork for N: File exists") and Resume
+		// continues them.
+		var after []int
+		if tree.Pids, after, tree.Top, err = treePids(root); err != nil {
+			return nil, err
+		}
+		var forked []int
+		for _, pid := range after {
+			if !slices.Contains(host, pid) {
+				forked = append(forked, pid)
+			}
+		}
+		out.stopped = append(out.stopped, pidfdsOf(forked)...)
 		m.Trees = append(m.Trees, tree)
 		out.Processes += len(tree.Pids)
 	}
@@ -196,7 +212,7 @@ func refuseLoaderFiles(pid1 int) error {
 // pidfdsOfRunning opens pidfds of the processes of pids that are not
 // stopped (state T) now.
 func pidfdsOfRunning(pids []int) []int {
-	var fds []int
+	var running []int
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -206,6 +222,15 @@ func pidfdsOfRunning(pids []int) []int {
 		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'T' {
 			continue
 		}
+		running = append(running, pid)
+	}
+	return pidfdsOf(running)
+}
+
+// pidfdsOf opens pidfds of pids (those still there).
+func pidfdsOf(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			fds = append(fds, fd)
 		}
