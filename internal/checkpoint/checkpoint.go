@@ -38,6 +38,9 @@ var (
 	ErrUnavailable = errors.New("the memory tier is unavailable")
 	// ErrCRIU: criu ran and failed; the message carries its reason.
 	ErrCRIU = errors.New("criu failed")
+	// ErrRefused: the sandbox holds something that would let it take
+	// over criu; the message says what.
+	ErrRefused = errors.New("the sandbox cannot be checkpointed safely")
 )
 
 // Sandbox is what the tier needs of a live sandbox.
@@ -47,13 +50,16 @@ type Sandbox interface {
 	// Adopt moves a host process into its cgroup.
 	Adopt(pid int) error
 	// RestrictThread puts the calling (locked) OS thread into a Landlock
-	// domain with its write rules.
-	RestrictThread() error
+	// domain with its write rules, and writes to each of also.
+	RestrictThread(also ...*os.File) error
+	// Freeze stops every process of the sandbox until Thaw.
+	Freeze() error
+	Thaw() error
 }
 
 // Tier checkpoints and restores with one criu binary.
 type Tier struct {
-	criu string
+	criu *launcher
 	why  error // nil when usable
 }
 
@@ -81,7 +87,9 @@ func newTier(euid int) *Tier {
 		t.why = fmt.Errorf("%w: nsenter not found (apt-get install util-linux): %v", ErrUnavailable, err)
 		return t
 	}
-	t.criu = path
+	if t.criu, err = newLauncher(path); err != nil {
+		t.why = fmt.Errorf("%w: criu at %s: %v", ErrUnavailable, path, err)
+	}
 	return t
 }
 
@@ -97,6 +105,27 @@ type Dumped struct {
 
 	stopped []int // pidfds of the processes to continue
 	once    sync.Once
+}
+
+// Options are for sandboxes whose processes hold descriptors from outside
+// the sandbox: an OCI container's stdio, pipes or files of containerd's
+// shim, which the restored container must get from its new shim.
+type Options struct {
+	// External (for a dump) are files from outside the sandbox that the
+	// processes hold, as criu's keys ("file[MNTID:INODE]", in hex): criu
+	// dumps them as references instead of refusing them ("Can't lookup
+	// mount"), to be given back at restore through Inherit.
+	External []string
+	// Inherit (for a restore) gives the restored processes File wherever
+	// they held the file criu knows as Key: an external file or a pipe
+	// whose other end was outside ("pipe:[INODE]").
+	Inherit []Inherit
+}
+
+// Inherit is one descriptor handed to the restored processes.
+type Inherit struct {
+	Key  string
+	File *os.File
 }
 
 // Restored is what Restore brought back.

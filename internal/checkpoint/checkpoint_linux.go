@@ -43,7 +43,12 @@ func opts() *rpc.CriuOpts {
 // captures the rest of the files and then calls Resume, so files and
 // memory are of one instant. A sandbox with no process but PID 1 dumps to
 // an empty manifest. On error nothing stays stopped.
-func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
+func (t *Tier) Dump(sb Sandbox, dir string) (*Dumped, error) {
+	return t.DumpWith(sb, dir, Options{})
+}
+
+// DumpWith is Dump with o's external files.
+func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error) {
 	if err := t.Usable(); err != nil {
 		return nil, err
 	}
@@ -81,9 +86,25 @@ func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 		// Held before the dump, to continue them after: not the ones
 		// stopped already (by their own job control), which stay so.
 		out.stopped = append(out.stopped, pidfdsOfRunning(host)...)
-		if err := t.dumpTree(pid1, tree, filepath.Join(dir, tree.Dir)); err != nil {
+		if err := t.dumpTree(sb, tree, filepath.Join(dir, tree.Dir), o.External); err != nil {
 			return nil, err
 		}
+		// The tree ran until criu stopped it: what it forked meanwhile is
+		// in the images, stopped too. Listed again now that nothing in it
+		// runs, so the restore keeps those pids free (criu's helpers would
+		// take them: "Can't fork for N: File exists") and Resume
+		// continues them.
+		var after []int
+		if tree.Pids, after, tree.Top, err = treePids(root); err != nil {
+			return nil, err
+		}
+		var forked []int
+		for _, pid := range after {
+			if !slices.Contains(host, pid) {
+				forked = append(forked, pid)
+			}
+		}
+		out.stopped = append(out.stopped, pidfdsOf(forked)...)
 		m.Trees = append(m.Trees, tree)
 		out.Processes += len(tree.Pids)
 	}
@@ -111,7 +132,7 @@ func (t *Tier) Dump(sb Sandbox, dir string) (_ *Dumped, err error) {
 }
 
 // dumpTree runs one criu dump, which leaves the tree stopped.
-func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
+func (t *Tier) dumpTree(sb Sandbox, tree Tree, dir string, external []string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create the images directory: %w", err)
 	}
@@ -120,11 +141,12 @@ func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
 		return err
 	}
 	defer images.Close()
-	s, err := startCRIU(t.criu, pid1, images, nil)
+	s, err := t.start(sb, images, nil, nil)
 	if err != nil {
 		return err
 	}
 	o := opts()
+	o.External = external
 	o.Pid = proto.Int32(int32(tree.Root))
 	o.LeaveStopped = proto.Bool(true)
 	// Deleted files still open are kept in the images up to this size.
@@ -138,10 +160,59 @@ func (t *Tier) dumpTree(pid1 int, tree Tree, dir string) error {
 	return nil
 }
 
+// start starts criu in sb's namespaces (startCRIU) while none of sb's
+// processes runs, and returns once criu answered a first request: criu's
+// loader, running as root before criu's own code, reads
+// /etc/ld.so.preload in the sandbox's mount namespace and would load what
+// it names, so that file must be absent and stay absent until criu runs.
+func (t *Tier) start(sb Sandbox, images *os.File, wall func() error, extra []*os.File) (*session, error) {
+	if err := sb.Freeze(); err != nil {
+		return nil, fmt.Errorf("freeze the sandbox while criu starts: %w", err)
+	}
+	defer sb.Thaw()
+	if err := refuseLoaderFiles(sb.Pid()); err != nil {
+		return nil, err
+	}
+	s, err := startCRIU(t.criu, sb.Pid(), images, wall, extra)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.call(rpc.CriuReqType_VERSION, nil, true); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// loaderFiles are files of a sandbox's root that criu's dynamic loader
+// reads (--inhibit-cache keeps it from ld.so.cache).
+var loaderFiles = []string{"/etc/ld.so.preload"}
+
+// refuseLoaderFiles refuses a sandbox whose root holds a loaderFile, or
+// a path to one that cannot be told apart (a loop, a magic link).
+func refuseLoaderFiles(pid1 int) error {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid1), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the sandbox's root: %w", err)
+	}
+	defer unix.Close(root)
+	for _, f := range loaderFiles {
+		// Resolved as the loader does, symlinks followed, in the root.
+		fd, err := unix.Openat2(root, f, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+		return fmt.Errorf("%w: the sandbox has %s, which criu's loader would load into criu, a process running as root outside the sandbox's walls: remove it before a checkpoint (%v)", ErrRefused, f, err)
+	}
+	return nil
+}
+
 // pidfdsOfRunning opens pidfds of the processes of pids that are not
 // stopped (state T) now.
 func pidfdsOfRunning(pids []int) []int {
-	var fds []int
+	var running []int
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -151,6 +222,15 @@ func pidfdsOfRunning(pids []int) []int {
 		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'T' {
 			continue
 		}
+		running = append(running, pid)
+	}
+	return pidfdsOf(running)
+}
+
+// pidfdsOf opens pidfds of pids (those still there).
+func pidfdsOf(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			fds = append(fds, fd)
 		}
@@ -176,6 +256,11 @@ func (d *Dumped) Resume() {
 // from the same snapshot's files: each tree keeps its pids in sb's pid
 // namespace, where its PID 1 adopts it, and is born in sb's cgroup.
 func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
+	return t.RestoreWith(sb, dir, Options{})
+}
+
+// RestoreWith is Restore with o's inherited descriptors.
+func (t *Tier) RestoreWith(sb Sandbox, dir string, o Options) (*Restored, error) {
 	if err := t.Usable(); err != nil {
 		return nil, err
 	}
@@ -205,7 +290,7 @@ func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
 		return nil, err
 	}
 	for _, tree := range m.Trees {
-		if err := t.restoreTree(sb, tree, filepath.Join(dir, tree.Dir)); err != nil {
+		if err := t.restoreTree(sb, tree, filepath.Join(dir, tree.Dir), o.Inherit); err != nil {
 			return nil, err
 		}
 		out.Processes += len(tree.Pids)
@@ -214,22 +299,25 @@ func (t *Tier) Restore(sb Sandbox, dir string) (*Restored, error) {
 	return out, nil
 }
 
-func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
+func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string, inherit []Inherit) error {
 	images, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open the images: %w", err)
 	}
 	defer images.Close()
+	files := make([]*os.File, len(inherit))
+	for i, in := range inherit {
+		files[i] = in.File
+	}
 	// criu restores seccomp filters, capabilities and no_new_privs from
 	// the images, but no Landlock domain: the restored processes get the
 	// one criu is born in, made of the sandbox's rules.
-	s, err := startCRIU(t.criu, sb.Pid(), images, sb.RestrictThread)
+	writable := openForWriting(files)
+	wall := func() error { return sb.RestrictThread(writable...) }
+	// criu answered a first request (start's), so it exists to be moved,
+	// and it has forked nothing yet.
+	s, err := t.start(sb, images, wall, files)
 	if err != nil {
-		return err
-	}
-	// A first request proves criu runs (so it exists to be moved) before
-	// it forks anything.
-	if _, err := s.call(rpc.CriuReqType_VERSION, nil, true); err != nil {
 		return err
 	}
 	pid, err := s.criuPid()
@@ -240,6 +328,9 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
 		return s.failed(fmt.Errorf("place criu in the sandbox's cgroup: %w", err))
 	}
 	o := opts()
+	for i, in := range inherit {
+		o.InheritFd = append(o.InheritFd, &rpc.InheritFd{Key: proto.String(in.Key), Fd: proto.Int32(int32(s.extra + i))})
+	}
 	if _, err := s.call(rpc.CriuReqType_RESTORE, o, false); err != nil {
 		return fmt.Errorf("restore process %d: %w", tree.Root, err)
 	}
@@ -247,6 +338,28 @@ func (t *Tier) restoreTree(sb Sandbox, tree Tree, dir string) error {
 		return fmt.Errorf("%w: %w", ErrCRIU, err)
 	}
 	return nil
+}
+
+// openForWriting are the files of files (not pipes or sockets) open for
+// writing. criu reopens an inherited file through /proc/self/fd with the
+// flags it had, which the restoring criu's Landlock domain refuses for
+// writing unless it allows those files.
+func openForWriting(files []*os.File) []*os.File {
+	var out []*os.File
+	for _, f := range files {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFDIR:
+			continue
+		}
+		if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE != unix.O_RDONLY {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // raiseLastPid makes the next pid of pid1's pid namespace next: a shell
@@ -293,11 +406,14 @@ func treePids(root int) (ns, host []int, top int, err error) {
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		ns, host = append(ns, n), append(host, pid)
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if errors.Is(err, os.ErrNotExist) && pid != root {
+			continue // it ended meanwhile
+		}
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("threads of %d: %w", pid, err)
 		}
+		ns, host = append(ns, n), append(host, pid)
 		for _, task := range tasks {
 			if tid, err := nsPid(pid, task.Name()); err == nil && tid > top {
 				top = tid // threads need their ids free too
@@ -346,8 +462,19 @@ var tmpfsDirs = []string{"/tmp", "/run", "/dev/shm"}
 const tmpfsDir = "tmpfs"
 
 // saveTmpfs copies the sandbox's tmpfs directories into dir and returns
-// the ones it copied (a sandbox may lack one).
+// the ones it copied: a sandbox may lack one, and one that is no mount of
+// its own is part of the root, whose files are the caller's to carry (an
+// OCI container's /tmp is in its rootfs).
 func saveTmpfs(pid1 int, dir string) ([]string, error) {
+	root, err := openInRoot(pid1, "/", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the sandbox's root: %w", err)
+	}
+	rootMount, err := mountID(root)
+	root.Close()
+	if err != nil {
+		return nil, err
+	}
 	var saved []string
 	for _, d := range tmpfsDirs {
 		src, err := openInRoot(pid1, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -357,6 +484,13 @@ func saveTmpfs(pid1 int, dir string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("keep the sandbox's %s: %w", d, err)
 		}
+		if m, err := mountID(src); err != nil || m == rootMount {
+			src.Close()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
 		err = copyInto(src, filepath.Join(dir, filepath.Base(d)))
 		src.Close()
 		if err != nil {
@@ -365,6 +499,15 @@ func saveTmpfs(pid1 int, dir string) ([]string, error) {
 		saved = append(saved, d)
 	}
 	return saved, nil
+}
+
+// mountID is the id of the mount f is on.
+func mountID(f *os.File) (uint64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, fmt.Errorf("statx %s: %w", f.Name(), err)
+	}
+	return stx.Mnt_id, nil
 }
 
 // restoreTmpfs copies the saved directories into the replica's.

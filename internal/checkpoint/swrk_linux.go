@@ -46,6 +46,8 @@ type session struct {
 	cmd  *exec.Cmd
 	sock *os.File
 	log  *capped.Buffer
+	// extra is criu's descriptor of startCRIU's first extra file.
+	extra int
 }
 
 // namespaces are the ones criu joins, as nsenter's options: all of the
@@ -58,16 +60,18 @@ var namespaces = []struct{ file, option string }{
 }
 
 // startCRIU starts criu swrk in the namespaces of host process pid1 (a
-// sandbox's PID 1), with images as its images directory. The namespaces
-// are opened here and handed over as descriptors: a criu in a Landlock
-// domain may not open another domain's /proc/<pid>/ns. A non-nil wall is
-// called on the locked OS thread criu is then started from (it puts the
-// thread in a Landlock domain that criu inherits).
-func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*session, error) {
+// sandbox's PID 1), with images as its images directory and extra as its
+// descriptors from session.extra up. The namespaces are opened here and
+// handed over as descriptors: a criu in a Landlock domain may not open
+// another domain's /proc/<pid>/ns. A non-nil wall is called on the locked
+// OS thread criu is then started from (it puts the thread in a Landlock
+// domain that criu inherits).
+func startCRIU(criu *launcher, pid1 int, images *os.File, wall func() error, extra []*os.File) (*session, error) {
 	files := []*os.File{nil, images}
+	var nsFiles []*os.File
 	args := []string{}
 	defer func() {
-		for _, f := range files[2:] {
+		for _, f := range nsFiles {
 			f.Close()
 		}
 	}()
@@ -78,6 +82,7 @@ func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*sess
 		}
 		args = append(args, fmt.Sprintf("%s=/proc/self/fd/%d", ns.option, fdSocket+len(files)))
 		files = append(files, f)
+		nsFiles = append(nsFiles, f)
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -88,8 +93,17 @@ func startCRIU(criu string, pid1 int, images *os.File, wall func() error) (*sess
 	sock, theirs := os.NewFile(uintptr(pair[0]), "criu-rpc"), os.NewFile(uintptr(pair[1]), "criu-rpc")
 	defer theirs.Close()
 	files[0] = theirs
-	s := &session{sock: sock, log: capped.New(maxLog)}
-	s.cmd = exec.Command(nsenter, append(args, "--", criu, "swrk", strconv.Itoa(fdSocket))...)
+	hostRoot, err := os.OpenFile("/", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("open the host's root: %w", err)
+	}
+	defer hostRoot.Close()
+	rootFD := fdSocket + len(files)
+	files = append(files, hostRoot)
+	s := &session{sock: sock, log: capped.New(maxLog), extra: fdSocket + len(files)}
+	files = append(files, extra...)
+	s.cmd = exec.Command(nsenter, append(append(args, "--"), criu.argv(rootFD, "swrk", strconv.Itoa(fdSocket))...)...)
 	s.cmd.ExtraFiles = files
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -200,11 +214,12 @@ func (s *session) close() error {
 // of its log, else its error message, with the errno it reported.
 func criuReason(resp *rpc.CriuResp, log string) string {
 	why := lastError(log)
-	if why == "" {
-		why = strings.TrimSpace(resp.GetCrErrmsg())
+	if m := strings.TrimSpace(resp.GetCrErrmsg()); why == "" && !isNoise(m) {
+		why = m
 	}
 	if why == "" {
-		why = "no error in its log"
+		// Nothing but noise: the log's end says most.
+		why = "no error in its log, which ends: " + logTail(log, 3)
 	}
 	if resp.GetCrErrno() != 0 {
 		why += " (" + unix.Errno(resp.GetCrErrno()).Error() + ")"
@@ -231,6 +246,16 @@ var hints = []struct{ seen, means string }{
 // RLIMIT_NOFILE without CAP_SYS_RESOURCE, its probe for a tun device.
 var noise = []string{"RLIMIT_NOFILE", "Unable to create tun"}
 
+func isNoise(line string) bool {
+	return slices.ContainsFunc(noise, func(n string) bool { return strings.Contains(line, n) })
+}
+
+// logTail is the last n lines of log, joined.
+func logTail(log string, n int) string {
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "; ")
+}
+
 // lastError picks criu's first error lines that are not noise nor a
 // consequence of an earlier one ("Dumping FAILED").
 func lastError(log string) string {
@@ -244,7 +269,7 @@ func lastError(log string) string {
 			rest = msg
 		}
 		rest = strings.TrimSpace(rest)
-		if strings.HasSuffix(rest, "FAILED.") || slices.ContainsFunc(noise, func(n string) bool { return strings.Contains(rest, n) }) {
+		if strings.HasSuffix(rest, "FAILED.") || isNoise(rest) {
 			continue
 		}
 		errs = append(errs, rest)

@@ -37,6 +37,9 @@ type state struct {
 	Started     bool              `json:"started"`
 	CgroupPath  string            `json:"cgroup_path"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// Stdio are criu's keys of the descriptors the command was given
+	// (stdioKeys), for a checkpoint to hand over to its restore.
+	Stdio [3]string `json:"stdio"`
 }
 
 // State is the runtime-spec's state of a container, with runc's extra
@@ -76,7 +79,21 @@ type CreateOptions struct {
 // Create sets a container up from its bundle: its PID 1 is made, in its
 // namespaces, cgroup and walls, and waits for Start. The calling process
 // may exit; PID 1 outlives it (containerd's shim, a subreaper, inherits it).
-func (r *Runtime) Create(id string, o CreateOptions) (err error) {
+func (r *Runtime) Create(id string, o CreateOptions) error {
+	return r.create(id, o, nil)
+}
+
+// restoreHook is Restore's part of create: it names the restored command
+// PID 1 adopts instead of forking one (sandbox.Spec.Adopt) and restores
+// its tree into the created container, whose PID 1 is pid.
+type restoreHook struct {
+	adopt   int
+	restore func(c *Container, pid int) error
+}
+
+// create makes the container; with rh it restores a checkpoint into it and
+// starts it (PID 1 then adopts the restored command).
+func (r *Runtime) create(id string, o CreateOptions, rh *restoreHook) (err error) {
 	dir, err := r.dir(id)
 	if err != nil {
 		return err
@@ -94,6 +111,9 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 	}
 	if c.Spec.CgroupPath == "" {
 		c.Spec.CgroupPath = "/tine-oci/" + id
+	}
+	if rh != nil {
+		c.Spec.Adopt = rh.adopt
 	}
 	if err := os.MkdirAll(r.Root, 0o700); err != nil {
 		return fmt.Errorf("create state root: %w", err)
@@ -178,7 +198,7 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 		return errors.New("--console-socket given, but process.terminal is not set")
 	}
 	st := state{ID: id, Pid: pid, StartTime: startTime(pid), Bundle: bundle, Rootfs: c.Spec.RootFS,
-		Created: time.Now().UTC(), CgroupPath: c.Spec.CgroupPath, Annotations: c.Config.Annotations}
+		Created: time.Now().UTC(), CgroupPath: c.Spec.CgroupPath, Annotations: c.Config.Annotations, Stdio: stdioKeys()}
 	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
 		return err
 	}
@@ -187,7 +207,20 @@ func (r *Runtime) Create(id string, o CreateOptions) (err error) {
 			return fmt.Errorf("write pid file: %w", err)
 		}
 	}
-	return p.Commit()
+	if err := p.Commit(); err != nil || rh == nil {
+		return err
+	}
+	if err := rh.restore(c, pid); err != nil {
+		return err
+	}
+	st.Started = true
+	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
+		return err
+	}
+	if err := unix.Kill(pid, sandbox.StartSignal); err != nil {
+		return fmt.Errorf("start the restored container %s: %w", id, err)
+	}
+	return nil
 }
 
 // checkCommand finds the command in the container's root before anything

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"github.com/tine-run/tine/internal/kernel/landlock"
@@ -17,7 +18,11 @@ import (
 // has locked the thread and never unlocks it (a domain cannot be left, so
 // the thread must end with its goroutine). Without Landlock, or for a
 // zygote sandbox (whose PID 1 has no domain either), it does nothing.
-func (sb *Sandbox) RestrictThread() error {
+//
+// Each of also (a file from outside the sandbox that restored processes
+// held open for writing, such as an OCI container's stdout, which criu
+// reopens) may be written too: what the processes could write already.
+func (sb *Sandbox) RestrictThread(also ...*os.File) error {
 	abi := sb.h.landlockABI
 	if abi == 0 || sb.plan.Spec.Zygote {
 		return nil
@@ -46,6 +51,12 @@ func (sb *Sandbox) RestrictThread() error {
 		unix.Close(fd)
 		if errno != 0 {
 			return fmt.Errorf("landlock: allow writes beneath %s: %w", r.Path, errno)
+		}
+	}
+	for _, f := range also {
+		attr := landlock.PathBeneathAttr{Allowed: landlock.Supported(landlock.FileWrite, abi), ParentFd: int32(f.Fd())}
+		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs), landlock.RuleTypePathBeneath, uintptr(unsafe.Pointer(&attr)), 0, 0, 0); errno != 0 {
+			return fmt.Errorf("landlock: allow writes to %s: %w", f.Name(), errno)
 		}
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs), 0, 0); errno != 0 {

@@ -150,10 +150,16 @@ func childMain(p *program) {
 			}
 		}
 	}
-	p.vfork.kind = vforkCommand
-	pid, e := forkCommand(&p.vfork)
-	if e != 0 {
-		report(p, failClone, syscall.Errno(e), 1)
+	var pid uintptr
+	if p.adopt != 0 {
+		// A restored command, already PID 1's child (Spec.Adopt).
+		pid = uintptr(p.adopt)
+	} else {
+		p.vfork.kind = vforkCommand
+		var e uintptr
+		if pid, e = forkCommand(&p.vfork); e != 0 {
+			report(p, failClone, syscall.Errno(e), 1)
+		}
 	}
 	// The parent learns the command's pid (a host pid when this is an
 	// exec's reaper outside the sandbox's pid namespace): it kills the

@@ -55,7 +55,10 @@ type program struct {
 	// startSet is a detached sandbox's start signal, which PID 1 waits for
 	// before it forks the command; 0 otherwise.
 	startSet uint64
-	siginfo  [128]byte
+	// adopt is the pid (in the sandbox) PID 1 waits for instead of forking
+	// the command (Spec.Adopt); 0 otherwise.
+	adopt   int32
+	siginfo [128]byte
 
 	// A live sandbox's PID 1 launches commands (serve) from resident
 	// memory; residentMem is the parent's copy, released after the clone.
@@ -206,7 +209,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	pg.hop = hop
 	pg.resetTimerSlack()
 	if p.Spec.Detach {
-		pg.detached, pg.startSet = true, 1<<(StartSignal-1)
+		pg.detached, pg.startSet, pg.adopt = true, 1<<(StartSignal-1), int32(p.Spec.Adopt)
 	} else {
 		pg.addSetup("set parent-death signal", sys(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL)))
 	}

@@ -104,6 +104,13 @@ type Spec struct {
 	// and exits with the command's exit code (128+signal when a signal
 	// ended it). Start returns once PID 1 waits.
 	Detach bool
+	// Adopt, for a detached sandbox, makes PID 1 fork no command at
+	// start: it waits instead for this process of its pid namespace, as it
+	// would for the command (signals forwarded, its exit status PID 1's).
+	// An OCI restore: criu restores the command's tree into the created
+	// sandbox, and criu's exit leaves it to PID 1 (the namespace's init),
+	// which reaps it.
+	Adopt int
 	// CgroupPath puts the sandbox in this cgroup (a path below each
 	// hierarchy's root, such as /default/c1) instead of one of tine's
 	// own; tine's reaper never touches it.
@@ -372,6 +379,9 @@ func (s *Spec) validateOCI() error {
 	}
 	if s.Detach && len(s.Args) == 0 {
 		return fmt.Errorf("%w: a detached sandbox needs a command", ErrInvalidSpec)
+	}
+	if s.Adopt < 0 || s.Adopt == 1 || s.Adopt > 0 && !s.Detach {
+		return fmt.Errorf("%w: adopting process %d: want a pid above 1, for a detached sandbox", ErrInvalidSpec, s.Adopt)
 	}
 	if s.Detach && s.UserNS {
 		return fmt.Errorf("%w: a detached sandbox in a user namespace is not supported", ErrInvalidSpec)

@@ -93,7 +93,7 @@ func statusOf(err error) (int, api.ErrorCode) {
 		return http.StatusNotImplemented, api.CodeUnsupported
 	case errors.Is(err, ErrNoSnapshot), errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState), errors.Is(err, checkpoint.ErrCRIU):
+	case errors.Is(err, snapshot.ErrInUse), errors.Is(err, ErrConflictState), errors.Is(err, checkpoint.ErrCRIU), errors.Is(err, checkpoint.ErrRefused):
 		return http.StatusConflict, api.CodeConflict
 	case errors.Is(err, image.ErrInvalid), errors.Is(err, image.ErrUnsafeLayer):
 		return http.StatusBadRequest, api.CodeInvalidArgument

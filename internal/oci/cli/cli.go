@@ -1,6 +1,7 @@
 // Package cli is the command line of tine-runc, tine's OCI runtime: runc's
 // (create, start, exec, state, kill, delete, ps, pause, resume, list,
-// features, run, update), for containerd's runc shim and CRI-O.
+// features, run, update, checkpoint, restore), for containerd's runc shim
+// and CRI-O.
 package cli
 
 import (
@@ -36,6 +37,7 @@ func (e usageError) Error() string { return e.msg }
 // Main runs the command line as name and exits.
 func Main(name string) {
 	cmd := NewCommand(name)
+	cmd.SetArgs(runcArgs(os.Args[1:]))
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	err := cmd.Execute()
 	if err == nil {
@@ -69,16 +71,17 @@ func NewCommand(use string) *cobra.Command {
 		Use:   use,
 		Short: "Run OCI bundles, as containerd's runc shim and CRI-O expect (tine as an OCI runtime)",
 		Long: `tine as an OCI runtime: the command line of runc (create, start, exec, state,
-kill, delete, ps, pause, resume, list, features, run, update), for containerd's
-runc shim (io.containerd.runc.v2 with BinaryName pointing at tine-runc, ctr or
-the CRI plugin's runtime handlers) and CRI-O. A container is a tine sandbox
-made from the bundle's config.json: its rootfs written in place, new pid and
-mount namespaces, ipc, uts and network namespaces of its own or joined by path
-(a pod's) or the host's when the config leaves them out, the cgroup at its
-cgroupsPath, the config's user, OOM score, namespaced sysctls and seccomp
-profile (stacked on tine's walls: Docker's seccomp policy, Landlock, its masks,
-no_new_privs). Every config field tine cannot honour is refused with an error
-naming it. See docs/kubernetes.md.`,
+kill, delete, ps, pause, resume, list, features, run, update, checkpoint,
+restore), for containerd's runc shim (io.containerd.runc.v2 with BinaryName
+pointing at tine-runc, ctr or the CRI plugin's runtime handlers) and CRI-O.
+A container is a tine sandbox made from the bundle's config.json: its rootfs
+written in place, new pid and mount namespaces, ipc, uts and network
+namespaces of its own or joined by path (a pod's) or the host's when the
+config leaves them out, the cgroup at its cgroupsPath, the config's user, OOM
+score, namespaced sysctls and seccomp profile (stacked on tine's walls:
+Docker's seccomp policy, Landlock, its masks, no_new_privs). checkpoint and
+restore go through tine's CRIU memory tier. Every config field or option tine
+cannot honour is refused with an error naming it. See docs/kubernetes.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -91,6 +94,10 @@ naming it. See docs/kubernetes.md.`,
 			if f.logFormat != "json" && f.logFormat != "text" {
 				return usageError{fmt.Sprintf("--log-format %q: want json or text", f.logFormat)}
 			}
+			if f.criu != "" {
+				// internal/probe finds criu there first.
+				os.Setenv("TINE_CRIU", f.criu)
+			}
 			return nil
 		},
 	}
@@ -101,7 +108,7 @@ naming it. See docs/kubernetes.md.`,
 	pf.BoolVar(&f.systemdCgroup, "systemd-cgroup", false, "refused: tine drives cgroupfs")
 	pf.StringVar(&f.rootless, "rootless", "auto", "refused when true: the runtime needs root")
 	pf.BoolVar(&f.debug, "debug", false, "accepted for runc compatibility")
-	pf.StringVar(&f.criu, "criu", "", "accepted for runc compatibility (checkpoint is not available through this path yet)")
+	pf.StringVar(&f.criu, "criu", "", "the criu binary for checkpoint and restore (default: the one tine doctor finds)")
 	rt := func() *oci.Runtime { return &oci.Runtime{Root: f.root} }
 	logged := func(run func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
@@ -154,16 +161,7 @@ naming it. See docs/kubernetes.md.`,
 				return err
 			}
 			// This process made PID 1: it is its child.
-			var ws unix.WaitStatus
-			for {
-				if _, err := unix.Wait4(st.Pid, &ws, 0, nil); err != unix.EINTR {
-					break
-				}
-			}
-			if ws.ExitStatus() != 0 {
-				return exitError{ws.ExitStatus()}
-			}
-			return nil
+			return waitChild(st.Pid)
 		}),
 	}
 	addCreateFlags(run)
@@ -291,19 +289,13 @@ naming it. See docs/kubernetes.md.`,
 			return enc.Encode(ociFeatures())
 		},
 	}
-	notYet := func(use, why string) *cobra.Command {
-		return &cobra.Command{Use: use, Short: "Not supported yet: " + why, DisableFlagParsing: true,
-			RunE: logged(func(cmd *cobra.Command, args []string) error {
-				return fmt.Errorf("%s is not supported by tine's OCI runtime yet: %s", strings.Fields(use)[0], why)
-			})}
-	}
 	cmd.AddCommand(create, run, one("start", "Start a created container's command", (*oci.Runtime).Start), state, kill, del, ps, list,
 		one("pause", "Freeze every process of a running container", (*oci.Runtime).Pause),
 		one("resume", "Thaw a paused container", (*oci.Runtime).Resume), feats,
 		newOCIExecCommand(rt, logged),
 		newUpdateCommand(rt, logged),
-		notYet("checkpoint", "CRIU checkpoints through the OCI path"),
-		notYet("restore", "CRIU restores through the OCI path"))
+		newCheckpointCommand(rt, logged),
+		newRestoreCommand(rt, logged))
 	return cmd
 }
 
