@@ -106,7 +106,7 @@ func startCRIU(criu *launcher, pid1 int, images *os.File, wall func() error, ext
 	s.cmd = exec.Command(nsenter, append(append(args, "--"), criu.argv(rootFD, "swrk", strconv.Itoa(fdSocket))...)...)
 	s.cmd.ExtraFiles = files
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	s.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	s.cmd.Env = criu.env(rootFD)
 	if err := startOn(s.cmd, wall); err != nil {
 		sock.Close()
 		return nil, err
