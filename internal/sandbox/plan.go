@@ -99,9 +99,6 @@ type Plan struct {
 	// RootSteps, for a live fork's child (Spec.ForkOf), is how many of
 	// Steps make its root before its user namespace exists.
 	RootSteps int
-	// lateRoot, for a spare fork child (CreateSpare), is the root overlay
-	// mounted at Complete instead of by a step.
-	lateRoot *lateRoot
 
 	Spec *Spec
 	// Rootless: run by an unprivileged user (in a user namespace, without
@@ -221,23 +218,24 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 			p.addHostView(view, "/", stage+"/view", "trusted.overlay.opaque", true)
 			lowers = slices.Insert(lowers, len(lowers)-1, stage+"/view")
 		}
-		ovl, err := overlayOptions(lowers, stage, userns && s.ForkOf == nil)
-		if err != nil {
-			return nil, err
+		for i, l := range lowers {
+			lowers[i] = escapeOverlay(l)
+		}
+		ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", strings.Join(lowers, ":"), stage, stage)
+		if userns && s.ForkOf == nil {
+			ovl += ",userxattr"
+		}
+		if len(ovl) > maxMountData {
+			// mount(2) would cut the options at a page, mid-path, and
+			// fail on a directory that does not exist.
+			return nil, fmt.Errorf("%w: the root stacks %d layers (%d bytes of overlay options; one mount takes %d): too many to mount (images are flattened to fit; a stack of snapshots is not)", ErrInvalidSpec, len(lowers), len(ovl), maxMountData)
 		}
 		rootFlags := uintptr(nsd)
 		if s.Setuid {
 			rootFlags = unix.MS_NODEV // sudo's set-user-ID bit counts (Spec.Setuid)
 		}
-		if s.ForkOf != nil && s.spare != nil {
-			// A spare child: its root comes at Complete, over the layers
-			// it is given then; everything before it runs now.
-			p.RootSteps = len(p.Steps)
-			p.lateRoot = &lateRoot{lowers: lowers, stage: stage, root: R, flags: rootFlags}
-		} else {
-			mount("overlay", R, "overlay", rootFlags, ovl)
-		}
-		if s.ForkOf != nil && s.spare == nil {
+		mount("overlay", R, "overlay", rootFlags, ovl)
+		if s.ForkOf != nil {
 			// A live fork's child: the steps so far run before its user
 			// namespace exists (nestedHop), with the host's privilege, as
 			// for any root sandbox: a user namespace can neither take "/"
@@ -542,25 +540,6 @@ func depth(p string) int { return strings.Count(path.Clean(p), "/") }
 const maxMountData = 4095
 
 // escapeOverlay escapes the characters overlayfs treats as separators.
-// overlayOptions are the root overlay's mount options over lowers
-// (topmost first), or an error when mount(2) could not take them.
-func overlayOptions(lowers []string, stage string, userxattr bool) (string, error) {
-	esc := make([]string, len(lowers))
-	for i, l := range lowers {
-		esc[i] = escapeOverlay(l)
-	}
-	ovl := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", strings.Join(esc, ":"), stage, stage)
-	if userxattr {
-		ovl += ",userxattr"
-	}
-	if len(ovl) > maxMountData {
-		// mount(2) would cut the options at a page, mid-path, and
-		// fail on a directory that does not exist.
-		return "", fmt.Errorf("%w: the root stacks %d layers (%d bytes of overlay options; one mount takes %d): too many to mount (images are flattened to fit; a stack of snapshots is not)", ErrInvalidSpec, len(lowers), len(ovl), maxMountData)
-	}
-	return ovl, nil
-}
-
 func escapeOverlay(p string) string {
 	r := strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`)
 	return r.Replace(p)

@@ -328,11 +328,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 			return nil, err
 		}
 	}
-	if s.spare != nil {
-		if err := s.spare.await(s, pid, pidfd, plan.lateRoot); err != nil {
-			return nil, err
-		}
-	}
 	var rights []byte
 	if !userns {
 		r := <-netns
