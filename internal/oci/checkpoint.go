@@ -105,9 +105,13 @@ func (r *Runtime) Checkpoint(id string, o CheckpointOptions) (err error) {
 		}
 	}
 	d, err := tier.DumpWith(sb, o.ImagePath, checkpoint.Options{External: external})
+	stopped := false // killed after its checkpoint: never frozen again
 	defer func() {
-		if s == "paused" {
-			sb.Freeze() // first: the processes continue paused
+		if s == "paused" && !stopped {
+			// First: the processes continue paused. Not a killed
+			// container: on v1 a frozen task does not die of SIGKILL
+			// until thawed, so it would stay frozen, dying, for good.
+			sb.Freeze()
 		}
 		d.Resume() // what the dump left stopped
 	}()
@@ -122,6 +126,7 @@ func (r *Runtime) Checkpoint(id string, o CheckpointOptions) (err error) {
 		if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
 			return fmt.Errorf("stop container %s after its checkpoint: %w", id, err)
 		}
+		stopped = true
 	}
 	return nil
 }
