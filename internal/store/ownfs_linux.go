@@ -43,6 +43,10 @@ type OwnFilesystem struct {
 // caller Releases the hold when it is done with the store; the loop device
 // is released with the last unmount (autoclear).
 func EnsureOwnFilesystem(dir string, imageBytes int64) (*OwnFilesystem, error) {
+	dir, err := filepath.Abs(dir) // as loop devices name their files
+	if err != nil {
+		return nil, fmt.Errorf("layer store: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("layer store: %w", err)
 	}
@@ -151,9 +155,19 @@ func mountOwnImage(dir string, imageBytes int64) (bool, error) {
 			return false, err
 		}
 	}
-	loop, err := attachLoop(image)
+	// A loop device may still hold the image: unmounted lazily while
+	// something (a fork's overlay, a copy of the mount in another
+	// namespace) kept its filesystem alive. Mounting that device again
+	// reuses its superblock; a second device would make a second ext4
+	// superblock over one file and corrupt it.
+	loop, err := heldLoop(image)
 	if err != nil {
 		return false, err
+	}
+	if loop == nil {
+		if loop, err = attachLoop(image); err != nil {
+			return false, err
+		}
 	}
 	// An autoclear device is released at its last close unless mounted:
 	// close it only after the mount holds it.
@@ -205,6 +219,24 @@ func makeImage(image string, size int64) error {
 		return fmt.Errorf("layer store: %w", err)
 	}
 	return nil
+}
+
+// heldLoop returns, open, a loop device already bound to image, or nil.
+func heldLoop(image string) (*os.File, error) {
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range devs {
+		b, err := os.ReadFile(f)
+		if err != nil || strings.TrimSpace(string(b)) != image {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		loop, err := os.OpenFile(dev, os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("layer store: %s still holds %s: %w", dev, image, err)
+		}
+		return loop, nil
+	}
+	return nil, nil
 }
 
 // attachLoop binds image to a free loop device and returns it open.

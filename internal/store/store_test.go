@@ -268,6 +268,46 @@ func TestParseDigest(t *testing.T) {
 
 var a1970 = time.Unix(0, 0)
 
+// An image unmounted lazily while its filesystem is still in use is
+// mounted again through the loop device that still holds it: one
+// superblock, never two over one file.
+func TestOwnFilesystemRemountsTheDeviceStillHoldingIt(t *testing.T) {
+	require.Root(t)
+	base, err := os.MkdirTemp("/var/tmp", "tine-store-test-")
+	must(t, err)
+	defer os.RemoveAll(base)
+	var st, root unix.Stat_t
+	must(t, unix.Stat(base, &st))
+	must(t, unix.Stat("/", &root))
+	if st.Dev != root.Dev {
+		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
+	}
+	dir := filepath.Join(base, "store")
+	h, err := EnsureOwnFilesystem(dir, 256<<20)
+	must(t, err)
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	var first unix.Stat_t
+	must(t, unix.Stat(dir, &first))
+	busy, err := os.Create(filepath.Join(dir, "busy")) // keeps the filesystem alive
+	must(t, err)
+	defer busy.Close()
+	must(t, h.Release())
+	if isMountPoint(t, dir) {
+		t.Fatal("the last hold's release left the image mounted")
+	}
+	h, err = EnsureOwnFilesystem(dir, 256<<20)
+	must(t, err)
+	defer h.Release()
+	var again unix.Stat_t
+	must(t, unix.Stat(dir, &again))
+	if again.Dev != first.Dev {
+		t.Fatalf("mounted again as device %d:%d, was %d:%d: a second loop device over one image", unix.Major(again.Dev), unix.Minor(again.Dev), unix.Major(first.Dev), unix.Minor(first.Dev))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "busy")); err != nil {
+		t.Errorf("the file made before is not in the mount: %v", err)
+	}
+}
+
 // isMountPoint says whether dir is a mount point (on another device than
 // its parent).
 func isMountPoint(t *testing.T, dir string) bool {
