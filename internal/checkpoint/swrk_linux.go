@@ -20,6 +20,8 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"github.com/tine-run/tine/internal/capped"
 	"golang.org/x/sys/unix"
+
+	"github.com/tine-run/tine/internal/kernel/sysmon"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -114,19 +116,23 @@ func startCRIU(criu *launcher, pid1 int, images *os.File, wall func() error, ext
 	return s, nil
 }
 
-// startOn starts cmd, from an OS thread walled in by wall first when it
-// is not nil.
+// startOn starts cmd from an OS thread of its own, walled in by wall
+// first when it is not nil, and with tine's own timer slack: a daemon
+// thread may have inherited the wider one of the Go runtime's sysmon
+// (internal/kernel/sysmon), which criu, and what it restores, must not.
 func startOn(cmd *exec.Cmd, wall func() error) error {
-	if wall == nil {
-		return cmd.Start()
-	}
 	done := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread, and its domain, end with this goroutine.
 		runtime.LockOSThread()
-		if err := wall(); err != nil {
-			done <- fmt.Errorf("wall criu in: %w", err)
-			return
+		if s := sysmon.ChildSlack(); s > 0 {
+			unix.Prctl(unix.PR_SET_TIMERSLACK, s, 0, 0, 0)
+		}
+		if wall != nil {
+			if err := wall(); err != nil {
+				done <- fmt.Errorf("wall criu in: %w", err)
+				return
+			}
 		}
 		done <- cmd.Start() // forks from this thread
 	}()
