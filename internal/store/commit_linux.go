@@ -116,18 +116,19 @@ func (p *Pending) publish(sync bool) (Layer, error) {
 	// One syncfs for the whole tree, before the rename publishes it: a
 	// crash can then never leave a layer whose files are not on disk.
 	if sync {
-		dst, err := unix.Open(p.tmp, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return Layer{}, fmt.Errorf("commit layer: %w", err)
-		}
-		err = unix.Syncfs(dst)
-		unix.Close(dst)
-		if err != nil {
+		if err := syncPath(p.tmp); err != nil {
 			return Layer{}, fmt.Errorf("commit layer: sync: %w", err)
 		}
 	}
 	err := unix.Renameat2(unix.AT_FDCWD, p.tmp, unix.AT_FDCWD, p.layer.Path, unix.RENAME_NOREPLACE)
 	switch {
+	case errors.Is(err, unix.EEXIST) && sync:
+		// The same tree is stored already, maybe published unsynced
+		// after this copy's syncfs: flush again before saying durable.
+		if err := syncPath(p.layer.Path); err != nil {
+			return Layer{}, fmt.Errorf("commit layer: sync: %w", err)
+		}
+		return p.layer, nil
 	case errors.Is(err, unix.EEXIST):
 		return p.layer, nil // the same tree is stored already; tmp goes
 	case err != nil:
@@ -135,6 +136,16 @@ func (p *Pending) publish(sync bool) (Layer, error) {
 	}
 	published = true
 	return p.layer, nil
+}
+
+// syncPath flushes the filesystem that holds the directory dir.
+func syncPath(dir string) error {
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }
 
 // Discard removes the copy.
