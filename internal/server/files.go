@@ -20,6 +20,8 @@ func (s *Server) inRoot(r *http.Request, fn func(root *inroot.Root) error) error
 		return err
 	}
 	defer done()
+	b.snapMu.RLock()
+	defer b.snapMu.RUnlock()
 	root, err := inroot.Open(b.inst.Root())
 	if err != nil {
 		select {

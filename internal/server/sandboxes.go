@@ -29,6 +29,13 @@ type box struct {
 	release func() // gives its share of the budget back
 
 	destroyOnce sync.Once
+	// snapMu is held by a snapshot for writing, and by a file request for
+	// reading: snapshots of one sandbox never overlap (one would thaw the
+	// other's freeze, two criu would seize one tree), and the daemon
+	// writes no file into a sandbox while criu starts in it (its loader
+	// must find no /etc/ld.so.preload; checkpoint.Tier freezes only the
+	// sandbox's own processes).
+	snapMu sync.RWMutex
 
 	mu         sync.Mutex
 	state      api.State

@@ -120,6 +120,8 @@ func (s *Server) snapshotBox(b *box, req api.SnapshotRequest, unsynced bool) (*s
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: this runtime's sandboxes cannot be snapshotted", ErrNoSnapshots)
 	}
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
 	var mem checkpoint.Sandbox
 	if tier == snapshot.TierMemory {
 		var err error
