@@ -21,7 +21,9 @@ import (
 //
 // Each of also (a file from outside the sandbox that restored processes
 // held open for writing, such as an OCI container's stdout, which criu
-// reopens) may be written too: what the processes could write already.
+// reopens) may be written too, but not truncated: what the processes could
+// do with it already, though the rule stays in their domain, so they may
+// reopen it (through /proc/self/fd) as well.
 func (sb *Sandbox) RestrictThread(also ...*os.File) error {
 	abi := sb.h.landlockABI
 	if abi == 0 || sb.plan.Spec.Zygote {
@@ -54,7 +56,7 @@ func (sb *Sandbox) RestrictThread(also ...*os.File) error {
 		}
 	}
 	for _, f := range also {
-		attr := landlock.PathBeneathAttr{Allowed: landlock.Supported(landlock.FileWrite, abi), ParentFd: int32(f.Fd())}
+		attr := landlock.PathBeneathAttr{Allowed: landlock.Supported(landlock.WriteFile, abi), ParentFd: int32(f.Fd())}
 		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs), landlock.RuleTypePathBeneath, uintptr(unsafe.Pointer(&attr)), 0, 0, 0); errno != 0 {
 			return fmt.Errorf("landlock: allow writes to %s: %w", f.Name(), errno)
 		}
