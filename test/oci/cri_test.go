@@ -63,14 +63,24 @@ const (
 	criBusybox = "tine.test/busybox:latest"
 )
 
-func startCRIPod(t *testing.T) *criPod {
+// startCRIPod starts the pod on PATH's containerd (Debian's 1.6).
+func startCRIPod(t *testing.T) *criPod { return startCRIPodOn(t, ctrd.CRI{}) }
+
+// startCRIPodOn starts the pod on the containerd in cri.BinDir (PATH's
+// when empty) with cri.Path first on its PATH; the handler and the pause
+// image are the pod's.
+func startCRIPodOn(t *testing.T, cri ctrd.CRI) *criPod {
 	require.Root(t)
 	require.Feature(t, "cgroup")
-	for _, b := range append([]string{"busybox"}, ctrd.Binaries...) {
-		require.Binary(t, b)
+	require.Binary(t, "busybox")
+	if cri.BinDir == "" {
+		for _, b := range ctrd.Binaries {
+			require.Binary(t, b)
+		}
 	}
 	p := &criPod{t: t, crictl: crictl(t), runc: runcLink(t), dir: t.TempDir(), cgRoot: fmt.Sprintf("/tine-cri-%d", os.Getpid())}
-	c, err := ctrd.StartCRI(p.dir, ctrd.CRI{Handler: "tine", Binary: p.runc, SandboxImage: criPause})
+	cri.Handler, cri.Binary, cri.SandboxImage = "tine", p.runc, criPause
+	c, err := ctrd.StartCRI(p.dir, cri)
 	if err != nil {
 		t.Fatal(err)
 	}
