@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/tine-run/tine/internal/ctrd"
+	"github.com/tine-run/tine/internal/image/imagetest"
 	"github.com/tine-run/tine/internal/probe"
 	"github.com/tine-run/tine/internal/require"
 )
@@ -31,7 +33,18 @@ func startCRIPod2(t *testing.T) *criPod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startCRIPodOn(t, ctrd.CRI{BinDir: dir, Path: []string{filepath.Dir(criu)}})
+	p := startCRIPodOn(t, ctrd.CRI{BinDir: dir, Path: []string{filepath.Dir(criu)}})
+	// The container's image comes from a registry (in-process, on a
+	// loopback port: plain HTTP), as a kubelet's do: a restore pulls the
+	// checkpoint's base image by its digest (containerd 2.1 always does,
+	// even when the image is there). /run as images have it: criu reads
+	// its kernel cache there at a restore.
+	reg := imagetest.NewRegistry(t)
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}, Cmd: []string{"sh"}},
+		imagetest.BusyboxLayer(t), imagetest.Layer(t, imagetest.File{Name: "run/", Dir: true, Mode: 0o755}))
+	p.image = reg.Push(t, "busybox:1", img)
+	p.must("pull", p.image)
+	return p
 }
 
 // archiveEntries reads a checkpoint archive: its entries' names, and the
@@ -127,8 +140,11 @@ func TestCRICheckpoint(t *testing.T) {
 	if err := json.Unmarshal(files["checkpoint/tine-oci.json"], &img); err != nil || img.Version < 1 || img.Command != 2 {
 		t.Errorf("checkpoint/tine-oci.json: %v %s; want tine-runc's, command pid 2", err, files["checkpoint/tine-oci.json"])
 	}
-	var cfg struct{ ID, OCIRuntime string }
-	if json.Unmarshal(files["config.dump"], &cfg); cfg.ID != id || cfg.OCIRuntime != "io.containerd.runc.v2" {
+	var cfg struct {
+		ID      string `json:"id"`
+		Runtime string `json:"runtime"`
+	}
+	if json.Unmarshal(files["config.dump"], &cfg); cfg.ID != id || cfg.Runtime != "io.containerd.runc.v2" {
 		t.Errorf("config.dump: %s; want container %s, the runc shim", files["config.dump"], id)
 	}
 	if !strings.Contains(string(files["spec.dump"]), p.runc) && !strings.Contains(string(files["spec.dump"]), "counter") {
@@ -192,6 +208,7 @@ func TestCRICheckpoint(t *testing.T) {
 	if r := restored[0]; r.nonce != before[0].nonce || r.n < lo || r.n > hi {
 		t.Fatalf("the restored counter starts at %+v; the checkpointed one (nonce %s) was between %d and %d", r, before[0].nonce, lo, hi)
 	}
+	t.Logf("checkpointed counter %s logged %d..%d; the restored one counts on from %d", before[0].nonce, lo, hi-1, restored[0].n)
 	for i := 1; i < len(restored); i++ {
 		if restored[i].nonce != restored[0].nonce || restored[i].n != restored[i-1].n+1 {
 			t.Fatalf("the restored counter's counts: %v", restored)

@@ -56,6 +56,8 @@ type criPod struct {
 	crictl, runc    string
 	dir, id, cgRoot string
 	podConfig       string
+	// image is what container runs: the imported busybox unless changed.
+	image string
 }
 
 const (
@@ -78,7 +80,7 @@ func startCRIPodOn(t *testing.T, cri ctrd.CRI) *criPod {
 			require.Binary(t, b)
 		}
 	}
-	p := &criPod{t: t, crictl: crictl(t), runc: runcLink(t), dir: t.TempDir(), cgRoot: fmt.Sprintf("/tine-cri-%d", os.Getpid())}
+	p := &criPod{t: t, crictl: crictl(t), runc: runcLink(t), dir: t.TempDir(), cgRoot: fmt.Sprintf("/tine-cri-%d", os.Getpid()), image: criBusybox}
 	cri.Handler, cri.Binary, cri.SandboxImage = "tine", p.runc, criPause
 	c, err := ctrd.StartCRI(p.dir, cri)
 	if err != nil {
@@ -151,7 +153,7 @@ func (p *criPod) container(name, script string, linux map[string]any) string {
 	p.t.Helper()
 	cfg := p.writeJSON(name+".json", map[string]any{
 		"metadata": map[string]any{"name": name},
-		"image":    map[string]any{"image": criBusybox},
+		"image":    map[string]any{"image": p.image},
 		"command":  []string{"sh", "-c", script},
 		"log_path": name + ".log",
 		"linux":    linux,
