@@ -2,6 +2,8 @@ package oci_test
 
 import (
 	"archive/tar"
+	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -47,7 +49,7 @@ func startCRIPod2(t *testing.T) *criPod {
 	return p
 }
 
-// archiveEntries reads a checkpoint archive: its entries' names, and the
+// archiveEntries reads a (gzipped) tar file, a checkpoint archive say: its entries' names, and the
 // contents of those named in want.
 func archiveEntries(t *testing.T, path string, want ...string) (names []string, files map[string][]byte) {
 	t.Helper()
@@ -57,7 +59,13 @@ func archiveEntries(t *testing.T, path string, want ...string) (names []string, 
 	}
 	defer f.Close()
 	files = map[string][]byte{}
-	tr := tar.NewReader(f)
+	var r io.Reader = bufio.NewReader(f)
+	if magic, _ := r.(*bufio.Reader).Peek(2); string(magic) == "\x1f\x8b" { // the rw layer is gzipped
+		if r, err = gzip.NewReader(r); err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+	}
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -122,7 +130,7 @@ func TestCRICheckpoint(t *testing.T) {
 
 	// The archive: containerd's files and, under checkpoint/, what
 	// tine-runc checkpoint wrote into the shim's image path.
-	names, files := archiveEntries(t, archive, "checkpoint/tine-oci.json", "config.dump", "spec.dump")
+	names, files := archiveEntries(t, archive, "checkpoint/tine-oci.json", "config.dump", "spec.dump", "rootfs-diff.tar")
 	have := map[string]bool{}
 	for _, n := range names {
 		have[n] = true
@@ -149,6 +157,17 @@ func TestCRICheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(string(files["spec.dump"]), p.runc) && !strings.Contains(string(files["spec.dump"]), "counter") {
 		t.Errorf("spec.dump is not the counter's spec: %.300s", files["spec.dump"])
+	}
+
+	// The rw layer is the counter's: its /count, in its nonce, behind
+	// Landlock (mknod refused) as it counted.
+	diff := filepath.Join(t.TempDir(), "rootfs-diff.tar")
+	os.WriteFile(diff, files["rootfs-diff.tar"], 0o600)
+	_, layer := archiveEntries(t, diff, "count")
+	countFile := filepath.Join(t.TempDir(), "count")
+	os.WriteFile(countFile, layer["count"], 0o600)
+	if c := readCounts(t, countFile); len(c) < len(before) || c[0].nonce != before[0].nonce || c[0].mknod != "Permission denied" {
+		t.Errorf("/count in the archive's rw layer: %+v; want the counter's (nonce %s), mknod refused", c, before[0].nonce)
 	}
 
 	// The container runs on: the same process, counting on in its memory.
