@@ -113,6 +113,9 @@ func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error
 	if len(roots) > 0 {
 		kdat, err := readInRoot(pid1, kdatPath, 1<<20)
 		unlinkInRoot(pid1, kdatPath)
+		if errors.Is(err, os.ErrNotExist) {
+			kdat, err = t.freshKdat()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
 		}
