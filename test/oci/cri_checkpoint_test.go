@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,6 +158,13 @@ func TestCRICheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(string(files["spec.dump"]), p.runc) && !strings.Contains(string(files["spec.dump"]), "counter") {
 		t.Errorf("spec.dump is not the counter's spec: %.300s", files["spec.dump"])
+	}
+
+	// checkpointctl, which reads one set of criu images per archive, finds
+	// the counter's process tree in it: its shell as pid 2.
+	tree, err := exec.Command(goTool(t, checkpointctlModule), "inspect", "--ps-tree", archive).CombinedOutput()
+	if err != nil || !strings.Contains(string(tree), "[2]  sh") {
+		t.Errorf("checkpointctl inspect --ps-tree: %v\n%s", err, tree)
 	}
 
 	// The rw layer is the counter's: its /count, in its nonce, behind
