@@ -322,7 +322,9 @@ func (t *Tier) RestoreWith(sb Sandbox, dir string, o Options) (*Restored, error)
 	if err != nil {
 		return nil, fmt.Errorf("the memory images: %w", err)
 	}
-	if err := writeInRoot(sb.Pid(), kdatPath, kdat); err != nil {
+	if err := writeInRoot(sb.Pid(), kdatPath, kdat); errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("seed criu's kernel cache: the sandbox's root has no %s, where criu reads it: give the image one: %w", filepath.Dir(kdatPath), err)
+	} else if err != nil {
 		return nil, fmt.Errorf("seed criu's kernel cache: %w", err)
 	}
 	defer unlinkInRoot(sb.Pid(), kdatPath)
