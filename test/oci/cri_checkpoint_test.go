@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -118,7 +119,9 @@ func TestCRICheckpoint(t *testing.T) {
 	// Host network, the pod's ipc: as TestCRIPod's container; pid
 	// CONTAINER (1), so that the counter is the container's command.
 	linux := map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2, "pid": 1, "ipc": 0}}}
-	id := p.container("counter", "TO_STDOUT=1\n"+counterScript, linux)
+	// An orphan, which the container's PID 1 adopts, is a second tree for
+	// criu: its images go in as tree-1.*.
+	id := p.container("counter", "(exec sleep 2147483646 &)\nTO_STDOUT=1\n"+counterScript, linux)
 	var before []count
 	if !eventually(func() bool { out, _ := p.run("logs", id); before = countsIn(out); return len(before) >= 3 }) {
 		t.Fatalf("the counter never counted: %v", before)
@@ -136,7 +139,7 @@ func TestCRICheckpoint(t *testing.T) {
 	for _, n := range names {
 		have[n] = true
 	}
-	for _, want := range []string{"checkpoint/tine-oci.json", "checkpoint/inventory.img", "checkpoint/pstree.img",
+	for _, want := range []string{"checkpoint/tine-oci.json", "checkpoint/inventory.img", "checkpoint/pstree.img", "checkpoint/tree-1.pstree.img",
 		"rootfs-diff.tar", "spec.dump", "config.dump", "status.dump"} {
 		if !have[want] {
 			t.Errorf("the archive has no %s: %v", want, names)
@@ -252,6 +255,15 @@ func TestCRICheckpoint(t *testing.T) {
 		}
 	}
 	checkRestoredWalls(t, procs, nil)
+	orphan := false
+	for _, pid := range procs {
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmdline), "2147483646") {
+			orphan = true
+		}
+	}
+	if !orphan {
+		t.Errorf("the orphaned sleep (the second tree) was not restored: processes %v", procs)
+	}
 	// What the restored counter appends to /count (over the archive's rw
 	// layer): its nonce, and Landlock's refusal of its mknod.
 	out, err := p.run("exec", "-s", rid, "sh", "-c", "grep ^Seccomp: /proc/self/status; tail -n 1 /count")
