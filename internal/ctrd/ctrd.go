@@ -118,7 +118,11 @@ func (c *Containerd) start(config string) error {
 	defer log.Close()
 	c.cmd = exec.Command(c.bin("containerd"), "--config", filepath.Join(dir, "config.toml"))
 	c.cmd.Stdout, c.cmd.Stderr = log, log
-	if first := append([]string{c.BinDir}, c.path...); c.BinDir != "" || len(c.path) > 0 {
+	first := c.path
+	if c.BinDir != "" {
+		first = append([]string{c.BinDir}, first...)
+	}
+	if len(first) > 0 {
 		c.cmd.Env = append(os.Environ(), "PATH="+strings.Join(append(first, os.Getenv("PATH")), string(os.PathListSeparator)))
 	}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
