@@ -15,7 +15,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/image/imagetest"
 	"github.com/tine-run/tine/internal/probe"
@@ -26,7 +31,7 @@ import (
 // "containerd2": scripts/install-containerd2), whose CRI plugin
 // implements CheckpointContainer, with criu's directory on its PATH (it
 // checks criu's version before asking the runtime).
-func startCRIPod2(t *testing.T) *criPod {
+func startCRIPod2(t *testing.T) (*criPod, *imagetest.Registry) {
 	require.Feature(t, "containerd2")
 	requireCRIU(t)
 	dir, _, err := probe.Containerd2Dir()
@@ -48,7 +53,7 @@ func startCRIPod2(t *testing.T) *criPod {
 		imagetest.BusyboxLayer(t), imagetest.Layer(t, imagetest.File{Name: "run/", Dir: true, Mode: 0o755}))
 	p.image = reg.Push(t, "busybox:1", img)
 	p.must("pull", p.image)
-	return p
+	return p, reg
 }
 
 // archiveEntries reads a (gzipped) tar file, a checkpoint archive say: its entries' names, and the
@@ -115,7 +120,7 @@ func countsIn(log string) []count {
 // restored counter continues from its memory (the nonce it drew at its
 // start, the count after the checkpointed one), behind its walls.
 func TestCRICheckpoint(t *testing.T) {
-	p := startCRIPod2(t)
+	p, reg := startCRIPod2(t)
 	// Host network, the pod's ipc: as TestCRIPod's container; pid
 	// CONTAINER (1), so that the counter is the container's command.
 	linux := map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2, "pid": 1, "ipc": 0}}}
@@ -203,10 +208,43 @@ func TestCRICheckpoint(t *testing.T) {
 	if startTimeAlive(cpid) {
 		t.Fatalf("the checkpointed container's PID 1 %d still runs", cpid)
 	}
-	rcfg := p.writeJSON("restored.json", map[string]any{
+	restoreCounter(t, p, "restored", archive, linux, before, cpid)
+
+	// The archive as a checkpoint image (an index whose annotation names
+	// the checkpointed container, its one layer the archive's files), as
+	// a pod spec would name it, pulled from the registry: the same restore.
+	ckLayer, err := tarball.LayerFromFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: imagetest.Image(t, v1.Config{}, ckLayer),
+		Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
+	idx = mutate.Annotations(idx, map[string]string{checkpointAnnotation: "counter"}).(v1.ImageIndex)
+	ref, err := name.ParseReference(reg.Host + "/counter-checkpoint:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	p.must("pull", ref.String())
+	restoreCounter(t, p, "from-image", ref.String(), linux, before, cpid)
+}
+
+// checkpointAnnotation marks a checkpoint image for containerd 2.1's CRI
+// (checkpointctl's lib.CheckpointAnnotationName, which it reads).
+const checkpointAnnotation = "org.criu.checkpoint.container.name"
+
+// restoreCounter is a kubelet's restore of the checkpointed counter: a
+// container created in the pod from image (the archive's path, or a
+// checkpoint image), started, checked, stopped and removed. before are
+// the counts logged before the checkpoint; cpid the checkpointed PID 1.
+func restoreCounter(t *testing.T, p *criPod, name, image string, linux map[string]any, before []count, cpid int) {
+	t.Helper()
+	rcfg := p.writeJSON(name+".json", map[string]any{
 		"metadata": map[string]any{"name": "counter"},
-		"image":    map[string]any{"image": archive},
-		"log_path": "restored.log",
+		"image":    map[string]any{"image": image},
+		"log_path": name + ".log",
 		"linux":    linux,
 	})
 	rid := lastLine(p.must("create", p.id, rcfg, p.podConfig))
@@ -214,7 +252,7 @@ func TestCRICheckpoint(t *testing.T) {
 	// containerd copies the archive's log (as it was at the checkpoint)
 	// to the new container's at its creation: what the restored counter
 	// logs comes after.
-	logFile := filepath.Join(p.dir, "logs", "restored.log")
+	logFile := filepath.Join(p.dir, "logs", name+".log")
 	b, err := os.ReadFile(logFile)
 	archived := countsIn(string(b))
 	if err != nil || len(archived) < len(before) {
@@ -228,7 +266,7 @@ func TestCRICheckpoint(t *testing.T) {
 		return len(restored) >= 3
 	}) {
 		out, _ := p.run("logs", rid)
-		t.Fatalf("the restored counter never counted:\n%s\n%s", out, p.containerdLog())
+		t.Fatalf("%s: the restored counter never counted:\n%s\n%s", name, out, p.containerdLog())
 	}
 	// Its memory is the checkpointed counter's: the same nonce, and a
 	// count at least the one logged before the checkpoint (a fresh start
@@ -238,7 +276,7 @@ func TestCRICheckpoint(t *testing.T) {
 	if r := restored[0]; r.nonce != before[0].nonce || r.n < lo || r.n > hi {
 		t.Fatalf("the restored counter starts at %+v; the checkpointed one (nonce %s) was between %d and %d", r, before[0].nonce, lo, hi)
 	}
-	t.Logf("checkpointed counter %s logged %d..%d; the restored one counts on from %d", before[0].nonce, lo, hi-1, restored[0].n)
+	t.Logf("%s: checkpointed counter %s logged %d..%d; the restored one counts on from %d", name, before[0].nonce, lo, hi-1, restored[0].n)
 	for i := 1; i < len(restored); i++ {
 		if restored[i].nonce != restored[0].nonce || restored[i].n != restored[i-1].n+1 {
 			t.Fatalf("the restored counter's counts: %v", restored)
