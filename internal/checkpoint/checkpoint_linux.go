@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +113,9 @@ func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error
 	if len(roots) > 0 {
 		kdat, err := readInRoot(pid1, kdatPath, 1<<20)
 		unlinkInRoot(pid1, kdatPath)
+		if errors.Is(err, os.ErrNotExist) {
+			kdat, err = t.freshKdat()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("keep criu's kernel cache: %w", err)
 		}
@@ -129,6 +134,46 @@ func (t *Tier) DumpWith(sb Sandbox, dir string, o Options) (_ *Dumped, err error
 	}
 	out.Bytes, err = dirBytes(dir)
 	return out, err
+}
+
+// freshKdat is criu's kernel cache for a sandbox whose /run is no tmpfs,
+// where criu keeps none ("Can't keep kdat cache on non-tempfs"): an OCI
+// container's under containerd's CRI plugin, which mounts no /run. criu
+// check runs on the host, from an OS thread with a mount namespace of its
+// own and a fresh tmpfs at /run (the host's may be no tmpfs either, and
+// is not written), where its cache is read before the thread ends.
+func (t *Tier) freshKdat() ([]byte, error) {
+	type result struct {
+		kdat []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread, and its mount namespace, end with
+		// this goroutine. What it forks (criu) starts in that namespace.
+		runtime.LockOSThread()
+		kdat, err := func() ([]byte, error) {
+			if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+				return nil, fmt.Errorf("unshare a mount namespace: %w", err)
+			}
+			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+				return nil, fmt.Errorf("make the mounts private: %w", err)
+			}
+			if err := unix.Mount("tine-criu-kdat", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=1m,mode=0700"); err != nil {
+				return nil, fmt.Errorf("mount a tmpfs at /run: %w", err)
+			}
+			if out, err := exec.Command(t.criu.criu, "check").CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("criu check: %v: %s", err, logTail(string(out), 5))
+			}
+			return os.ReadFile(kdatPath)
+		}()
+		done <- result{kdat, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		return nil, fmt.Errorf("the sandbox's /run is no tmpfs, where criu keeps its kernel cache; making one on the host: %w", r.err)
+	}
+	return r.kdat, nil
 }
 
 // dumpTree runs one criu dump, which leaves the tree stopped.
@@ -277,7 +322,9 @@ func (t *Tier) RestoreWith(sb Sandbox, dir string, o Options) (*Restored, error)
 	if err != nil {
 		return nil, fmt.Errorf("the memory images: %w", err)
 	}
-	if err := writeInRoot(sb.Pid(), kdatPath, kdat); err != nil {
+	if err := writeInRoot(sb.Pid(), kdatPath, kdat); errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("seed criu's kernel cache: the sandbox's root has no %s, where criu reads it: give the image one: %w", filepath.Dir(kdatPath), err)
+	} else if err != nil {
 		return nil, fmt.Errorf("seed criu's kernel cache: %w", err)
 	}
 	defer unlinkInRoot(sb.Pid(), kdatPath)

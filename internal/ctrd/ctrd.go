@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tine-run/tine/internal/probe"
 )
 
 // Containerd is a running containerd and the ctr namespace its callers use.
@@ -26,7 +28,14 @@ type Containerd struct {
 	// shim's default (/run/containerd/runc/NAMESPACE) for ctr, under Dir
 	// with the CRI plugin.
 	RuncRoot string
-	cmd      *exec.Cmd
+	// BinDir, when set, holds the containerd, ctr and shim to run instead
+	// of PATH's (scripts/install-containerd2's 2.x next to Debian's 1.6).
+	BinDir string
+	// version is containerd's major version: its config's version follows.
+	version int
+	// path are directories put first on containerd's PATH, after BinDir.
+	path []string
+	cmd  *exec.Cmd
 }
 
 // Binaries are what Start needs on PATH.
@@ -37,25 +46,67 @@ var Binaries = []string{"containerd", "ctr", "containerd-shim-runc-v2"}
 func Start(dir, namespace string) (*Containerd, error) {
 	c := &Containerd{Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), Namespace: namespace,
 		RuncRoot: filepath.Join("/run/containerd/runc", namespace)}
+	if err := c.prepare(); err != nil {
+		return nil, err
+	}
 	if err := c.start(c.config("disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// config is containerd's config with everything under Dir: top-level
-// keys top, then tables.
-func (c *Containerd) config(top string, tables ...string) string {
-	return fmt.Sprintf("version = 2\nroot = %q\nstate = %q\n%s[grpc]\n  address = %q\n[plugins.\"io.containerd.internal.v1.opt\"]\n  path = %q\n",
-		filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), top, c.Socket, filepath.Join(c.Dir, "opt")) + strings.Join(tables, "")
+// bin is the path of one of Binaries: BinDir's, or the name for PATH.
+func (c *Containerd) bin(name string) string {
+	if c.BinDir != "" {
+		return filepath.Join(c.BinDir, name)
+	}
+	return name
 }
 
-func (c *Containerd) start(config string) error {
+// major is the major version of the containerd at bin.
+func major(bin string) (int, error) {
+	v, err := probe.ContainerdVersion(bin)
+	if err != nil {
+		return 0, err
+	}
+	var m int
+	if _, err := fmt.Sscanf(v, "%d", &m); err != nil {
+		return 0, fmt.Errorf("%s --version: no version in %q", bin, v)
+	}
+	return m, nil
+}
+
+// config is containerd's config with everything under Dir: top-level
+// keys top, then tables. containerd 1.x reads version 2, 2.x version 3
+// (which renamed the CRI plugin's tables, not these).
+func (c *Containerd) config(top string, tables ...string) string {
+	version := 2
+	if c.version >= 2 {
+		version = 3
+	}
+	return fmt.Sprintf("version = %d\nroot = %q\nstate = %q\n%s[grpc]\n  address = %q\n[plugins.\"io.containerd.internal.v1.opt\"]\n  path = %q\n",
+		version, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), top, c.Socket, filepath.Join(c.Dir, "opt")) + strings.Join(tables, "")
+}
+
+// prepare finds the programs and reads containerd's version, which the
+// config depends on.
+func (c *Containerd) prepare() error {
 	for _, b := range Binaries {
-		if _, err := exec.LookPath(b); err != nil {
+		if _, err := exec.LookPath(c.bin(b)); err != nil {
+			if c.BinDir != "" {
+				return fmt.Errorf("%s: %w (scripts/install-containerd2 puts containerd 2.x there)", c.bin(b), err)
+			}
 			return fmt.Errorf("%s is not installed (Debian: apt-get install containerd)", b)
 		}
 	}
+	var err error
+	c.version, err = major(c.bin("containerd"))
+	return err
+}
+
+// start writes config and starts containerd, BinDir first on its PATH so
+// that its shim is BinDir's too.
+func (c *Containerd) start(config string) error {
 	dir := c.Dir
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		return err
@@ -65,8 +116,15 @@ func (c *Containerd) start(config string) error {
 		return err
 	}
 	defer log.Close()
-	c.cmd = exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
+	c.cmd = exec.Command(c.bin("containerd"), "--config", filepath.Join(dir, "config.toml"))
 	c.cmd.Stdout, c.cmd.Stderr = log, log
+	first := c.path
+	if c.BinDir != "" {
+		first = append([]string{c.BinDir}, first...)
+	}
+	if len(first) > 0 {
+		c.cmd.Env = append(os.Environ(), "PATH="+strings.Join(append(first, os.Getenv("PATH")), string(os.PathListSeparator)))
+	}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := c.cmd.Start(); err != nil {
 		return err
@@ -85,7 +143,7 @@ func (c *Containerd) start(config string) error {
 
 // CtrArgs is the start of a ctr command line for this containerd.
 func (c *Containerd) CtrArgs() []string {
-	return []string{"ctr", "--address", c.Socket, "--namespace", c.Namespace}
+	return []string{c.bin("ctr"), "--address", c.Socket, "--namespace", c.Namespace}
 }
 
 // Ctr runs ctr and returns its output. The output goes through a file: a
@@ -145,7 +203,8 @@ func BusyboxRoot(dir string) error {
 	if err != nil {
 		return errors.New("busybox is not installed (Debian: apt-get install busybox-static)")
 	}
-	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc"} {
+	// /run as images have it: criu reads its kernel cache there at a restore.
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc", "run"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
 		}

@@ -25,8 +25,9 @@ import (
 // imageName is tine-runc's own file among the criu images.
 const imageName = "tine-oci.json"
 
-// imageVersion is the version of imageName this code writes.
-const imageVersion = 1
+// imageVersion is the version of imageName this code writes: 2 since the
+// image directory is flat (flat.go).
+const imageVersion = 2
 
 // image is what a restore needs besides criu's images.
 type image struct {
@@ -104,7 +105,9 @@ func (r *Runtime) Checkpoint(id string, o CheckpointOptions) (err error) {
 			return err
 		}
 	}
-	d, err := tier.DumpWith(sb, o.ImagePath, checkpoint.Options{External: external})
+	stage := filepath.Join(o.ImagePath, stageName)
+	defer os.RemoveAll(stage)
+	d, err := tier.DumpWith(sb, stage, checkpoint.Options{External: external})
 	stopped := false // killed after its checkpoint: never frozen again
 	defer func() {
 		if s == "paused" && !stopped {
@@ -117,6 +120,9 @@ func (r *Runtime) Checkpoint(id string, o CheckpointOptions) (err error) {
 	}()
 	if err != nil {
 		return err
+	}
+	if err := flatten(stage, o.ImagePath); err != nil {
+		return fmt.Errorf("write the checkpoint: %w", err)
 	}
 	if err := writeJSON(filepath.Join(o.ImagePath, imageName), img); err != nil {
 		return fmt.Errorf("write the checkpoint: %w", err)
@@ -154,7 +160,13 @@ func (r *Runtime) Restore(id string, o RestoreOptions) (err error) {
 	if err := tier.Usable(); err != nil {
 		return err
 	}
-	m, err := checkpoint.ReadManifest(o.ImagePath)
+	stage := filepath.Join(o.ImagePath, stageName)
+	os.RemoveAll(stage) // a failed restore's
+	defer os.RemoveAll(stage)
+	if err := unflatten(o.ImagePath, stage); err != nil {
+		return fmt.Errorf("read the checkpoint: %w", err)
+	}
+	m, err := checkpoint.ReadManifest(stage)
 	if err != nil {
 		return err
 	}
@@ -180,7 +192,7 @@ func (r *Runtime) Restore(id string, o RestoreOptions) (err error) {
 				inherit = append(inherit, checkpoint.Inherit{Key: key, File: []*os.File{os.Stdin, os.Stdout, os.Stderr}[fd]})
 			}
 		}
-		_, err = tier.RestoreWith(sb, o.ImagePath, checkpoint.Options{Inherit: inherit})
+		_, err = tier.RestoreWith(sb, stage, checkpoint.Options{Inherit: inherit})
 		return err
 	}})
 }

@@ -17,18 +17,20 @@ func TestRestoreRefusesForeignImages(t *testing.T) {
 	if _, err := readImage(runc); err == nil || !strings.Contains(err.Error(), "no checkpoint made by tine-runc") {
 		t.Errorf("runc's images: %v", err)
 	}
-	newer := t.TempDir()
-	os.WriteFile(filepath.Join(newer, imageName), []byte(`{"version":2,"command":2}`), 0o600)
-	if _, err := readImage(newer); err == nil || !strings.Contains(err.Error(), "version 2") {
-		t.Errorf("a newer format: %v", err)
+	for _, v := range []string{"1", "3"} { // the nested layout before flat.go, a newer one
+		other := t.TempDir()
+		os.WriteFile(filepath.Join(other, imageName), []byte(`{"version":`+v+`,"command":2}`), 0o600)
+		if _, err := readImage(other); err == nil || !strings.Contains(err.Error(), "version "+v) {
+			t.Errorf("format %s: %v", v, err)
+		}
 	}
 	bad := t.TempDir()
-	os.WriteFile(filepath.Join(bad, imageName), []byte(`{"version":1,"command":1}`), 0o600)
+	os.WriteFile(filepath.Join(bad, imageName), []byte(`{"version":2,"command":1}`), 0o600)
 	if _, err := readImage(bad); err == nil || !strings.Contains(err.Error(), "command pid 1") {
 		t.Errorf("PID 1 as the command: %v", err)
 	}
 	good := t.TempDir()
-	os.WriteFile(filepath.Join(good, imageName), []byte(`{"version":1,"command":2,"stdio":["pipe:[7]","",""]}`), 0o600)
+	os.WriteFile(filepath.Join(good, imageName), []byte(`{"version":2,"command":2,"stdio":["pipe:[7]","",""]}`), 0o600)
 	if img, err := readImage(good); err != nil || img.Command != 2 || img.Stdio[0] != "pipe:[7]" {
 		t.Errorf("readImage = %+v, %v", img, err)
 	}

@@ -33,6 +33,8 @@ var registry = []*probe{
 		affects: "race-free waiting on and signalling of sandbox processes"},
 	{name: "criu", run: checkCRIU,
 		affects: "the memory snapshot tier (checkpoint and restore of running sandboxes)"},
+	{name: "containerd2", run: checkContainerd2,
+		affects: "only the kubelet's checkpoint API with tine-runc (CRI CheckpointContainer needs containerd >= 2.0)"},
 	{name: "nftables", run: checkNFTables,
 		affects: "--network egress: the per-sandbox egress policy and NAT"},
 	{name: "veth", run: checkVeth,

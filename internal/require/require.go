@@ -10,7 +10,7 @@
 //
 //   - every probe check: root, userns, ns.pid, ns.mount, ns.ipc, ns.uts,
 //     ns.net, ns.cgroup, overlayfs, cgroup, seccomp, landlock, clone3, pidfd,
-//     criu, xvfb, bwrap, kernel;
+//     criu, containerd2, xvfb, bwrap, kernel;
 //   - the namespace aliases pidns, mountns (or mntns), ipcns, utsns, netns,
 //     cgroupns, and "ns" for all six;
 //   - bin:NAME for Binary(t, NAME), e.g. bin:python3. Binary gates for

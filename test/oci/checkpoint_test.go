@@ -570,9 +570,8 @@ func (r *runtime) runTo(out string, args ...string) (string, error) {
 // TestCRICheckpointUnimplemented records what a kubelet's checkpoint
 // (CRI CheckpointContainer, crictl checkpoint) gets from containerd 1.6's
 // CRI plugin with the tine handler: Unimplemented, before any runtime is
-// asked (docs/kubernetes.md says what containerd 2.0 would ask of it).
-// With a containerd that implements it, this test fails and must become
-// a real checkpoint through the CRI.
+// asked. PATH's containerd is Debian 12's: containerd 2.x implements it,
+// and TestCRICheckpoint runs it there.
 func TestCRICheckpointUnimplemented(t *testing.T) {
 	p := startCRIPod(t)
 	id := p.container("ckpt", "echo up; exec sleep 3600", map[string]any{

@@ -18,34 +18,42 @@ import (
 // the Go proxy serves; crictl speaks CRI v1, which containerd 1.6 serves).
 const crictlModule = "sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0"
 
-var crictlBuild struct {
-	once sync.Once
-	path string
-	err  error
+// checkpointctlModule reads the kubelet's checkpoint archives (the
+// checkpoint-restore project's tool); v1.7.0 needs a go-criu release
+// the Go proxy does not serve.
+const checkpointctlModule = "github.com/checkpoint-restore/checkpointctl@v1.6.0"
+
+var goTools struct {
+	mu    sync.Mutex
+	built map[string]string
 }
 
-// crictl builds crictl once per test binary, next to the test's tine (in
-// the directory TestMain removes); the Go build cache makes later builds
-// a link.
-func crictl(t *testing.T) string {
+// goTool builds the command of module once per test binary, next to the
+// test's tine (in the directory TestMain removes), and returns its path;
+// the Go build cache makes later builds a link.
+func goTool(t *testing.T, module string) string {
 	t.Helper()
 	require.Binary(t, "go")
-	b := &crictlBuild
-	b.once.Do(func() {
-		dir := filepath.Dir(tineBin)
-		cmd := exec.Command("go", "install", crictlModule)
-		cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go install %s: %v\n%s", crictlModule, err, out)
-			return
-		}
-		b.path = filepath.Join(dir, "crictl")
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
+	goTools.mu.Lock()
+	defer goTools.mu.Unlock()
+	if p, ok := goTools.built[module]; ok {
+		return p
 	}
-	return b.path
+	dir := filepath.Dir(tineBin)
+	cmd := exec.Command("go", "install", module)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s: %v\n%s", module, err, out)
+	}
+	path, _, _ := strings.Cut(module, "@")
+	if goTools.built == nil {
+		goTools.built = map[string]string{}
+	}
+	goTools.built[module] = filepath.Join(dir, filepath.Base(path))
+	return goTools.built[module]
 }
+
+func crictl(t *testing.T) string { return goTool(t, crictlModule) }
 
 // criPod is a containerd with its CRI plugin, a `tine` runtime handler
 // running tine-runc, and a host-network pod sandbox made through crictl
@@ -56,6 +64,8 @@ type criPod struct {
 	crictl, runc    string
 	dir, id, cgRoot string
 	podConfig       string
+	// image is what container runs: the imported busybox unless changed.
+	image string
 }
 
 const (
@@ -63,14 +73,24 @@ const (
 	criBusybox = "tine.test/busybox:latest"
 )
 
-func startCRIPod(t *testing.T) *criPod {
+// startCRIPod starts the pod on PATH's containerd (Debian's 1.6).
+func startCRIPod(t *testing.T) *criPod { return startCRIPodOn(t, ctrd.CRI{}) }
+
+// startCRIPodOn starts the pod on the containerd in cri.BinDir (PATH's
+// when empty) with cri.Path first on its PATH; the handler and the pause
+// image are the pod's.
+func startCRIPodOn(t *testing.T, cri ctrd.CRI) *criPod {
 	require.Root(t)
 	require.Feature(t, "cgroup")
-	for _, b := range append([]string{"busybox"}, ctrd.Binaries...) {
-		require.Binary(t, b)
+	require.Binary(t, "busybox")
+	if cri.BinDir == "" {
+		for _, b := range ctrd.Binaries {
+			require.Binary(t, b)
+		}
 	}
-	p := &criPod{t: t, crictl: crictl(t), runc: runcLink(t), dir: t.TempDir(), cgRoot: fmt.Sprintf("/tine-cri-%d", os.Getpid())}
-	c, err := ctrd.StartCRI(p.dir, ctrd.CRI{Handler: "tine", Binary: p.runc, SandboxImage: criPause})
+	p := &criPod{t: t, crictl: crictl(t), runc: runcLink(t), dir: t.TempDir(), cgRoot: fmt.Sprintf("/tine-cri-%d", os.Getpid()), image: criBusybox}
+	cri.Handler, cri.Binary, cri.SandboxImage = "tine", p.runc, criPause
+	c, err := ctrd.StartCRI(p.dir, cri)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +161,7 @@ func (p *criPod) container(name, script string, linux map[string]any) string {
 	p.t.Helper()
 	cfg := p.writeJSON(name+".json", map[string]any{
 		"metadata": map[string]any{"name": name},
-		"image":    map[string]any{"image": criBusybox},
+		"image":    map[string]any{"image": p.image},
 		"command":  []string{"sh", "-c", script},
 		"log_path": name + ".log",
 		"linux":    linux,
