@@ -113,8 +113,11 @@ session replaying the cells (what a user does without fork), next to the live
 fork of a forkable session holding that state into 1, 8 and 32 children
 (timed until the first child answers), and the memory-tier fork (snapshot,
 fork, until the restored process answers) of a sandbox whose python3, started
-by an exec, holds the same state (when criu is available). The targets:
-`+bench.SessionTarget.Text+`; `+bench.LiveForkTarget.Text+`; `+bench.LiveForkMemoryTarget.Text+`.`,
+by an exec, holds the same state (when criu is available). Then it forks the
+session into 8 more children and reads the PSS of every interpreter before
+and after (the slope per child), and again once each child has read its
+50 MiB. The targets: `+bench.SessionTarget.Text+`; `+bench.LiveForkTarget.Text+`;
+`+bench.LiveForkMemoryTarget.Text+`; PSS per untouched child at most 2 MiB.`,
 			func(self string) ([]bench.Group, func(), error) {
 				d, err := bench.StartDaemon(self, 0, "--max-sandboxes", "80", "--max-memory", "1000t")
 				if err != nil {

@@ -135,6 +135,12 @@ func SuiteFigures(suite string, b []byte) ([]SummaryRow, map[string]float64, err
 				}
 				rows = append(rows, row)
 			}
+			for _, c := range g.Checks {
+				figures[c.Text] = c.Value
+				if c.Bar != 0 || c.Outcome == NotMeasured {
+					rows = append(rows, SummaryRow{Suite: suite, Target: c.Text, Value: c.Value, Outcome: c.Outcome, Why: c.Why})
+				}
+			}
 		}
 		return rows, figures, nil
 	}

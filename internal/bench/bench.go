@@ -79,6 +79,11 @@ func (r Report) Missed() bool {
 				return true
 			}
 		}
+		for _, c := range g.Checks {
+			if c.Outcome == Missed {
+				return true
+			}
+		}
 	}
 	return false
 }

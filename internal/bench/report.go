@@ -84,6 +84,20 @@ func writeGroup(p *printer, g GroupResult) {
 		}
 		p.printf("  target: %s: %s\n", t.Text, verdict)
 	}
+	for _, c := range g.Checks {
+		verdict := strings.ToUpper(string(c.Outcome))
+		if c.Why != "" {
+			verdict += " (" + c.Why + ")"
+		}
+		switch {
+		case c.Bar != 0:
+			p.printf("  target %s: %.3g (bar %.3g) %s\n", c.Text, c.Value, c.Bar, verdict)
+		case c.Outcome == NotMeasured:
+			p.printf("  %s: %s\n", c.Text, verdict)
+		default: // a figure without a bar
+			p.printf("  %s: %.3g\n", c.Text, c.Value)
+		}
+	}
 	for _, v := range g.Variants {
 		if f := v.Failure; f != nil {
 			p.printf("  %s failed in %s run %d: %s\n    command: %s\n", v.Name, f.Phase, f.Run, f.Error, shellJoin(v.Argv))

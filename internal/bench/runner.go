@@ -44,6 +44,10 @@ type Group struct {
 	Subject  string
 	Variants []Variant
 	Targets  []Target
+	// Measure, when set, measures figures that are not latencies (memory
+	// per fork child, …) after the rounds, inside the group's host window,
+	// each against its bar.
+	Measure func(ctx context.Context) ([]Check, error)
 }
 
 // Failure is the first failed run of a variant. The variant is not run again,
@@ -86,6 +90,8 @@ type GroupResult struct {
 	Verdict   Verdict         `json:"verdict"`
 	Variants  []VariantResult `json:"variants"`
 	Targets   []TargetResult  `json:"targets,omitempty"`
+	// Checks are Group.Measure's figures (NOT MEASURED on a disturbed host).
+	Checks []Check `json:"checks,omitempty"`
 }
 
 // Variant returns the result of the variant called name.
@@ -231,10 +237,25 @@ func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 			}
 		}
 	}
+	if g.Measure != nil {
+		checks, err := g.Measure(ctx)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if err != nil {
+			checks = append(checks, Check{Text: g.Name + ": measure", Outcome: NotMeasured, Why: err.Error()})
+		}
+		res.Checks = checks
+	}
 	// Judged at both ends by what the CPUs do over a second, not by the
 	// 1-minute load average, which carries the group's own fan-outs.
 	res.After = opts.Guard.ReadBusy()
 	res.Verdict = Judge(opts.Guard.Cores, res.Before, res.After)
+	if res.Verdict.Disturbed {
+		for i := range res.Checks {
+			res.Checks[i].Outcome, res.Checks[i].Why = NotMeasured, "host disturbed"
+		}
+	}
 
 	for i := range res.Variants {
 		v := &res.Variants[i]

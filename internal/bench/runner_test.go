@@ -183,3 +183,37 @@ func TestRunGroupKeepsRunsBeforeAFailure(t *testing.T) {
 			len(v.WarmupNs), len(v.SamplesNs), v.Stats, calls)
 	}
 }
+
+// A group's Measure runs after its rounds; its checks are in the result,
+// a missed one misses the report, and a failed Measure reads NOT MEASURED.
+func TestRunGroupMeasures(t *testing.T) {
+	ran := 0
+	g := Group{
+		Name:     "mem",
+		Variants: []Variant{{Name: "a", Func: func(context.Context) error { ran++; return nil }}},
+		Measure: func(context.Context) ([]Check, error) {
+			if ran != 3 {
+				t.Errorf("Measure ran after %d of 3 runs", ran)
+			}
+			return []Check{check("MiB per child (at most)", 3, 2, true), {Text: "MiB after", Value: 4}}, nil
+		},
+	}
+	res, err := RunGroup(context.Background(), g, quietOptions(2, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Checks) != 2 || res.Checks[0].Outcome != Missed {
+		t.Fatalf("checks %+v, want the bar missed", res.Checks)
+	}
+	if r := (Report{Groups: []GroupResult{res}}); !r.Missed() {
+		t.Error("a missed check does not miss the report")
+	}
+	g.Measure = func(context.Context) ([]Check, error) { return nil, errors.New("no children") }
+	res, err = RunGroup(context.Background(), g, quietOptions(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Checks) != 1 || res.Checks[0].Outcome != NotMeasured || res.Checks[0].Why != "no children" {
+		t.Errorf("a failed Measure: %+v", res.Checks)
+	}
+}

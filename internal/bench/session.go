@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -167,7 +169,7 @@ func SessionGroups(d *Daemon) ([]Group, func(), error) {
 	return []Group{
 		{Name: "cell round trip", Reference: execFloor.Name, Subject: cellJSON.Name, Variants: []Variant{execFloor, cellJSON, cellStream}, Targets: []Target{SessionTarget}},
 		{Name: "session state → new sandbox, first cell answered", Reference: replay.Name, Subject: forks.variants[0].Name,
-			Variants: stateVariants, Targets: []Target{LiveForkTarget, LiveForkMemoryTarget}},
+			Variants: stateVariants, Targets: []Target{LiveForkTarget, LiveForkMemoryTarget}, Measure: forks.measure},
 	}, cleanup, nil
 }
 
@@ -205,7 +207,39 @@ func replayed(ctx context.Context, d *Daemon, want *string) (string, error) {
 
 type liveForks struct {
 	variants []Variant
-	cleanup  func()
+	// measure forks LiveForkPSSChildren children and reads their memory.
+	measure func(ctx context.Context) ([]Check, error)
+	cleanup func()
+}
+
+// LiveForkPSSChildren is how many children the PSS figures fork, and
+// LiveForkPSSBarMiB the bar for an untouched child's PSS.
+const (
+	LiveForkPSSChildren = 8
+	LiveForkPSSBarMiB   = 2
+)
+
+// agentPids are the session interpreters (tine's code-interpreter agent)
+// among the processes of the daemon whose pid is daemon.
+func agentPids(daemon int) map[int]bool {
+	out := map[int]bool{}
+	for _, pid := range processTree(daemon) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && bytes.Contains(b, []byte("code-interpreter agent")) {
+			out[pid] = true
+		}
+	}
+	return out
+}
+
+// sumPSS is the PSS of pids, in bytes.
+func sumPSS(pids map[int]bool) int64 {
+	var total int64
+	for pid := range pids {
+		pss, _ := processPSS(pid)
+		total += pss
+	}
+	return total
 }
 
 // liveForkVariants are the live forks of a forkable session that ran
@@ -242,6 +276,63 @@ func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, 
 	if err := fresh(); err != nil {
 		out.cleanup()
 		return nil, err
+	}
+	out.measure = func(ctx context.Context) ([]Check, error) {
+		if forks >= session.MaxForks {
+			if err := fresh(); err != nil {
+				return nil, err
+			}
+		}
+		before := agentPids(d.Pid())
+		total := sumPSS(before)
+		forks++
+		kids, res, err := s.Fork(ctx, LiveForkPSSChildren)
+		if res != nil {
+			defer func() {
+				var wg sync.WaitGroup
+				for _, sb := range res.Sandboxes {
+					wg.Go(func() { c.Delete(context.Background(), sb.ID) })
+				}
+				wg.Wait()
+			}()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fork %d children: %w", LiveForkPSSChildren, err)
+		}
+		// Each child answers a cell first, so its copy has settled.
+		slope := func(code string) (float64, error) {
+			for _, k := range kids {
+				if ex, err := k.Run(ctx, code); err != nil || ex.Status != api.ExecOK {
+					return 0, fmt.Errorf("a child's cell %q: %+v %v", code, ex, err)
+				}
+			}
+			now := agentPids(d.Pid())
+			fresh := 0
+			for pid := range now {
+				if !before[pid] {
+					fresh++
+				}
+			}
+			if fresh != LiveForkPSSChildren {
+				return 0, fmt.Errorf("found %d new interpreters after forking %d", fresh, LiveForkPSSChildren)
+			}
+			for pid := range before {
+				now[pid] = true // the parent's own PSS falls as it shares
+			}
+			return float64(sumPSS(now)-total) / LiveForkPSSChildren / (1 << 20), nil
+		}
+		untouched, err := slope("1")
+		if err != nil {
+			return nil, err
+		}
+		read, err := slope("hashlib.sha256(data).hexdigest()[:16] == marker")
+		if err != nil {
+			return nil, err
+		}
+		return []Check{
+			check(fmt.Sprintf("PSS per untouched live-fork child (slope over %d), MiB (at most)", LiveForkPSSChildren), untouched, LiveForkPSSBarMiB, true),
+			{Text: "PSS per live-fork child after it reads its 50 MiB, MiB", Value: read}, // no bar
+		}, nil
 	}
 	for _, n := range LiveForkCounts {
 		var made []string
