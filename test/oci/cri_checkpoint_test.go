@@ -201,6 +201,14 @@ func TestCRICheckpoint(t *testing.T) {
 		t.Fatalf("another counter after the checkpoint: %v", after)
 	}
 
+	// The kubelet's restore, through CreateContainer, is what containerd
+	// 2.2.7 turned off by default and 2.4 removed: with a newer containerd
+	// (sid moves on) the checkpoint above, the kubelet's checkpoint API, is
+	// what is left to test.
+	if _, v, err := probe.Containerd2Dir(); err == nil && !restoresViaCreate(v) {
+		t.Logf("containerd %s: restore through CreateContainer is off or gone from 2.2.7 on; tested the checkpoint only", v)
+		return
+	}
 	// The kubelet's restore: the original goes, and a container whose
 	// image is the archive is created in the pod and started.
 	p.must("stop", id)
@@ -229,6 +237,15 @@ func TestCRICheckpoint(t *testing.T) {
 	}
 	p.must("pull", ref.String())
 	restoreCounter(t, p, "from-image", ref.String(), linux, before, cpid)
+}
+
+// restoresViaCreate says whether containerd version v restores a
+// checkpoint through CRI's CreateContainer with its default config: 2.0 up
+// to 2.2.6.
+func restoresViaCreate(v string) bool {
+	var major, minor, patch int
+	fmt.Sscanf(v, "%d.%d.%d", &major, &minor, &patch)
+	return major == 2 && (minor < 2 || minor == 2 && patch < 7)
 }
 
 // checkpointAnnotation marks a checkpoint image for containerd 2.1's CRI
