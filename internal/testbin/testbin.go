@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/internal/sandbox"
 )
@@ -98,4 +99,20 @@ func StatFields(pid int) []string {
 		return nil
 	}
 	return strings.Fields(string(b[i+1:]))
+}
+
+// Eventually polls cond every 20 ms until it holds or d has passed, and
+// says whether it held: a black-box test waits for what another process
+// does this way, bounded, never by a fixed sleep.
+func Eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

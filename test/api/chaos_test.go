@@ -249,7 +249,7 @@ func (c *chaos) round(victim, op string, delay time.Duration) {
 	case "zygote", "guest":
 		// The first one there, or the next one to show up.
 		var pid int
-		eventually(patience, func() bool {
+		testbin.Eventually(patience, func() bool {
 			pid = c.find(victim)
 			return pid > 0
 		})
@@ -269,7 +269,7 @@ func (c *chaos) round(victim, op string, delay time.Duration) {
 			time.Sleep(delay)
 			cancel()
 			wg.Wait()
-			if !eventually(patience, func() bool {
+			if !testbin.Eventually(patience, func() bool {
 				_, err := c.d.c.Invoke(context.Background(), "chaos", json.RawMessage("3"))
 				return err == nil
 			}) {
@@ -344,7 +344,7 @@ func cmdline(pid int) []string {
 func (c *chaos) cleanup() {
 	ctx := context.Background()
 	d := c.d
-	eventually(patience, func() bool {
+	testbin.Eventually(patience, func() bool {
 		n := 0
 		if l, err := d.c.List(ctx); err == nil {
 			for _, sb := range l {
@@ -417,10 +417,10 @@ func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) [
 		}
 		return out
 	}
-	if !eventually(wait, func() bool { return len(debris()) == 0 }) {
+	if !testbin.Eventually(wait, func() bool { return len(debris()) == 0 }) {
 		probs = append(probs, fmt.Sprintf("half-made snapshots remain in the state directory: %v", debris()))
 	}
-	if !eventually(wait, func() bool { return len(alive(snap)) == 0 }) {
+	if !testbin.Eventually(wait, func() bool { return len(alive(snap)) == 0 }) {
 		probs = append(probs, "processes of the killed tree remain:"+describe(alive(snap)))
 	}
 	// Sandbox PID 1s and exec helpers are clones of a daemon, so they carry
@@ -436,20 +436,20 @@ func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) [
 		}
 		return out
 	}
-	if !eventually(wait, func() bool { return len(stray()) == 0 }) {
+	if !testbin.Eventually(wait, func() bool { return len(stray()) == 0 }) {
 		probs = append(probs, "processes of a killed daemon remain:"+describe(stray()))
 	}
 	arg := sleeperArg(c.mark)
-	if !eventually(wait, func() bool { return len(hostProcs(arg)) == 0 }) {
+	if !testbin.Eventually(wait, func() bool { return len(hostProcs(arg)) == 0 }) {
 		probs = append(probs, "commands of the round remain:"+describe(hostProcs(arg)))
 	}
 	// A create whose client went away completes in the daemon after the
 	// round's cleanup looked: cleanup again while waiting.
-	if !eventually(wait, func() bool { c.cleanup(); return len(descendants(c.d.pid())) == 0 }) {
+	if !testbin.Eventually(wait, func() bool { c.cleanup(); return len(descendants(c.d.pid())) == 0 }) {
 		probs = append(probs, "the idle daemon still has processes:"+describe(keys(descendants(c.d.pid()))))
 	}
 	for _, pid := range []int{killed, c.d.pid()} {
-		if pid > 0 && !eventually(wait, func() bool { c.cleanup(); return len(testbin.CgroupsOf(pid)) == 0 }) {
+		if pid > 0 && !testbin.Eventually(wait, func() bool { c.cleanup(); return len(testbin.CgroupsOf(pid)) == 0 }) {
 			probs = append(probs, fmt.Sprintf("cgroups of tine pid %d remain: %v", pid, testbin.CgroupsOf(pid)))
 		}
 	}
@@ -469,7 +469,7 @@ func (c *chaos) leftovers(snap map[int]uint64, killed int, wait time.Duration) [
 	// opened its catalog, no layer once every snapshot is deleted, nothing
 	// in the store's tmp/.
 	state := filepath.Join(c.dir, "state")
-	if !eventually(wait, func() bool { c.cleanup(); return len(dirNames(filepath.Join(state, "snapshots"))) == 0 }) {
+	if !testbin.Eventually(wait, func() bool { c.cleanup(); return len(dirNames(filepath.Join(state, "snapshots"))) == 0 }) {
 		probs = append(probs, fmt.Sprintf("snapshots remain after deleting every snapshot: %v", dirNames(filepath.Join(state, "snapshots"))))
 	}
 	if left := dirNames(filepath.Join(state, "store", "layers")); len(left) > 0 {
@@ -495,7 +495,7 @@ func (c *chaos) selfTest() {
 	}
 	defer plant.Wait()
 	defer syscall.Kill(-plant.Process.Pid, syscall.SIGKILL)
-	eventually(patience, func() bool { return len(hostProcs(sleeperArg(c.mark))) > 0 })
+	testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(c.mark))) > 0 })
 	for _, f := range []string{filepath.Join(c.tmp, "planted"), filepath.Join(c.dir, "data", ".planted"), filepath.Join(c.dir, "planted"),
 		filepath.Join(c.dir, "state", "snapshots", ".draft-planted"), filepath.Join(c.dir, "state", "store", "tmp", "planted")} {
 		os.MkdirAll(filepath.Dir(f), 0o755)

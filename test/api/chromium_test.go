@@ -16,6 +16,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // Chromium runs in an OSWorld desktop as OSWorld's setup starts it
@@ -58,7 +59,7 @@ func TestDesktopChromium(t *testing.T) {
 
 	// CDP through the published port: the page target.
 	var wsURL string
-	if !eventually(time.Minute, func() bool {
+	if !testbin.Eventually(time.Minute, func() bool {
 		resp, err := hc.Get("http://" + dt.CDP + "/json/list")
 		if err != nil {
 			return false
@@ -125,7 +126,7 @@ func TestDesktopChromium(t *testing.T) {
 			find(n.Children)
 		}
 	}
-	if !eventually(time.Minute, func() bool {
+	if !testbin.Eventually(time.Minute, func() bool {
 		rep, _, err := a.Do(ctx, &api.ACIRequest{Op: "accessibility", Filter: "interactive"})
 		if err == nil {
 			find(rep.Tree)
@@ -138,7 +139,7 @@ func TestDesktopChromium(t *testing.T) {
 	if err := a.Click(ctx, button.Bounds[0]+button.Bounds[2]/2, button.Bounds[1]+button.Bounds[3]/2, 1); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool { return evaluate("document.title") == "clicked" }) {
+	if !testbin.Eventually(patience, func() bool { return evaluate("document.title") == "clicked" }) {
 		t.Fatalf("the click did not press the button: title %q", evaluate("document.title"))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/desktop/frame"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // startDesktop creates a desktop on d with apps and opens an ACI session.
@@ -76,7 +77,7 @@ func TestDesktopInput(t *testing.T) {
 	if err := a.Type(ctx, "echo typed-here > /tmp/typed\n"); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/typed") == "typed-here\n" }) {
+	if !testbin.Eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/typed") == "typed-here\n" }) {
 		t.Fatalf("the typed command did not run: /tmp/typed is %q", readSandboxFile(d, dt.ID, "/tmp/typed"))
 	}
 
@@ -87,7 +88,7 @@ func TestDesktopInput(t *testing.T) {
 	// Typed ahead of the shell, the text would reach the terminal while
 	// the shell's line editor holds it raw (Return stays \r, ctrl+d a
 	// byte): wait until cat has the file open.
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		_, err := d.c.Stat(ctx, dt.ID, "/tmp/unicode")
 		return err == nil
 	}) {
@@ -99,7 +100,7 @@ func TestDesktopInput(t *testing.T) {
 	if err := a.Key(ctx, "ctrl+d"); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/unicode") == text+"\n" }) {
+	if !testbin.Eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/unicode") == text+"\n" }) {
 		t.Errorf("typed %q, the file holds %q", text, readSandboxFile(d, dt.ID, "/tmp/unicode"))
 	}
 
@@ -122,7 +123,7 @@ func TestDesktopInput(t *testing.T) {
 	if err := a.Click(ctx, left.X+left.Width/2, left.Y+left.Height/2, 1); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		ws, _ := a.Windows(ctx)
 		for _, w := range ws {
 			if w.ID == left.ID {
@@ -169,7 +170,7 @@ func TestDesktopScreen(t *testing.T) {
 		t.Errorf("unchanged screen: %+v %d bytes %v", same, len(none), err)
 	}
 	a.Type(ctx, "echo change\n")
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		r, _, err := a.Screenshot(ctx, &api.ACIScreenshot{IfNoneMatch: rep.FrameHash})
 		return err == nil && !r.NotModified && r.FrameHash != rep.FrameHash
 	}) {
@@ -245,7 +246,7 @@ func TestDesktopIsolation(t *testing.T) {
 	if _, _, err := a.Do(ctx, &api.ACIRequest{Op: "launch", Cmd: []string{"xterm", "-title", "launched-in-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		ws, _ := a.Windows(ctx)
 		return len(ws) == 2
 	}) {
@@ -272,7 +273,7 @@ func TestDesktopIsolation(t *testing.T) {
 	if res, err := d.c.Exec(ctx, db.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo $DISPLAY; (xterm -title from-exec &)"}}); err != nil || strings.TrimSpace(string(res.Stdout)) != ":0" {
 		t.Fatalf("exec in desktop b: %v %+v", err, res)
 	}
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		ws, _ := b.Windows(ctx)
 		return len(ws) == 1 && ws[0].Title == "from-exec"
 	}) {

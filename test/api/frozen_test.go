@@ -36,7 +36,7 @@ func TestDaemonKilledWhileFrozen(t *testing.T) {
 	}
 	// Whatever happens, this test leaves no frozen task on the host.
 	t.Cleanup(func() { os.WriteFile(state, []byte(thawedValue(frozen)), 0) })
-	if !eventually(patience, func() bool { return isFrozen(state) }) {
+	if !testbin.Eventually(patience, func() bool { return isFrozen(state) }) {
 		t.Fatalf("the sandbox never froze: PID 1 state %q, %s reads %q", procState(pid), state, readTrim(state))
 	}
 
@@ -46,10 +46,10 @@ func TestDaemonKilledWhileFrozen(t *testing.T) {
 		t.Fatalf("PID 1 (%d) died of its daemon's death while frozen: the premise of this test is gone", pid)
 	}
 	startDaemonIn(t, d.dir, "--pool", "0")
-	if !eventually(patience, func() bool { return startTimeOf(pid) != start }) {
+	if !testbin.Eventually(patience, func() bool { return startTimeOf(pid) != start }) {
 		t.Fatalf("the restarted daemon left the frozen sandbox's PID 1 (%d, state %s) alive", pid, procState(pid))
 	}
-	if left := testbin.CgroupsOf(d.pid()); len(left) > 0 && !eventually(patience, func() bool { return len(testbin.CgroupsOf(d.pid())) == 0 }) {
+	if left := testbin.CgroupsOf(d.pid()); len(left) > 0 && !testbin.Eventually(patience, func() bool { return len(testbin.CgroupsOf(d.pid())) == 0 }) {
 		t.Errorf("cgroups of the killed daemon remain: %v", testbin.CgroupsOf(d.pid()))
 	}
 }

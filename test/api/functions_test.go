@@ -20,6 +20,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // writeHandler writes a handler file into a fresh directory and returns
@@ -267,12 +268,12 @@ def handler(e):
 	}
 	// Its spares: children forked and walled in ahead, waiting for requests.
 	var spares []int
-	if !eventually(patience, func() bool { spares = childrenOf(zygotes[0]); return len(spares) == 2 }) {
+	if !testbin.Eventually(patience, func() bool { spares = childrenOf(zygotes[0]); return len(spares) == 2 }) {
 		t.Fatalf("the zygote %d has children %v, want 2 spares waiting", zygotes[0], spares)
 	}
 	syscall.Kill(zygotes[0], syscall.SIGKILL)
 	// A spare dies with its zygote rather than wait forever.
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		for _, pid := range spares {
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
 				return false
@@ -283,7 +284,7 @@ def handler(e):
 		t.Errorf("spares %v outlived their zygote", spares)
 	}
 	var again *api.Invocation
-	eventually(patience, func() bool {
+	testbin.Eventually(patience, func() bool {
 		again = invoke(t, d, "f", map[string]string{"kind": "print"})
 		return again.Status == api.StatusOK
 	})
@@ -421,7 +422,7 @@ func TestScriptPool(t *testing.T) {
 			t.Errorf("call %d: the script wrote to the code cache's descriptor", i)
 		}
 		pyc := filepath.Join(d.dir, "data", "scripts", forger.Digest+".pyc")
-		if !eventually(patience, func() bool { _, err := os.Stat(pyc); return err == nil }) {
+		if !testbin.Eventually(patience, func() bool { _, err := os.Stat(pyc); return err == nil }) {
 			t.Fatalf("no compiled code cached at %s: the check proves nothing", pyc)
 		}
 		if b, _ := os.ReadFile(pyc); bytes.HasPrefix(b, []byte("forged")) || len(b) < 16 {
@@ -486,7 +487,7 @@ func TestColdAfter(t *testing.T) {
 	if inv := invoke(t, d, "c", 1); inv.Timings.Cold {
 		t.Errorf("the first call after fn up says cold")
 	}
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		f, err := d.c.Function(context.Background(), "c")
 		return err == nil && f.State == "cold"
 	}) {
@@ -563,7 +564,7 @@ func TestFunctionsCountAgainstTheBudget(t *testing.T) {
 		t.Fatalf("a sandbox beside the warm function, budget 1: got %v, want 429 capacity", err)
 	}
 	// Cold, the function gives its share back.
-	if !eventually(patience, func() bool { f, err := d.c.Function(ctx, "b"); return err == nil && f.State == "cold" }) {
+	if !testbin.Eventually(patience, func() bool { f, err := d.c.Function(ctx, "b"); return err == nil && f.State == "cold" }) {
 		t.Fatal("the function never went cold")
 	}
 	sb, err := d.c.Create(ctx, nil)
@@ -584,7 +585,7 @@ func TestFunctionsCountAgainstTheBudget(t *testing.T) {
 	if err := d.c.DeleteFunction(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool { sb, err := d.c.Create(ctx, nil); return err == nil && d.c.Delete(ctx, sb.ID) == nil }) {
+	if !testbin.Eventually(patience, func() bool { sb, err := d.c.Create(ctx, nil); return err == nil && d.c.Delete(ctx, sb.ID) == nil }) {
 		t.Fatal("the removed function still holds its share")
 	}
 }

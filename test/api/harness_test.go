@@ -98,7 +98,7 @@ func startDaemonIn(t *testing.T, dir string, args ...string) *daemon {
 		}
 	})
 	d.c = client.NewUnix(d.sock)
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		select {
 		case <-d.done:
 			return true
@@ -162,20 +162,6 @@ func sleeper(mark string) []string {
 func sleeperArg(mark string) string {
 	n, _ := strconv.ParseUint(mark[:8], 16, 64)
 	return fmt.Sprintf("3600.%d", n)
-}
-
-// eventually polls cond until it holds or d passes.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // hostProcs returns the host pids (other than this process) with s in an

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // Channels between requests of one function: each test below makes one
@@ -52,7 +53,7 @@ func hold(t *testing.T, d *daemon, entry, name string, payload map[string]any) *
 	h := &heldRequest{t: t, dir: filepath.Dir(entry), mark: "held" + marker()[:8], done: make(chan struct{})}
 	payload["mark"] = h.mark
 	h.wg.Go(func() { defer close(h.done); h.inv = invoke(t, d, name, payload) })
-	ready := eventually(patience, func() bool {
+	ready := testbin.Eventually(patience, func() bool {
 		select {
 		case <-h.done:
 			return true // answered before it was ready: a failure, shown below
@@ -622,7 +623,7 @@ head -c 40 /proc/self/environ >/dev/null && echo "own environ"
 echo done`}})
 	var wg sync.WaitGroup
 	wg.Go(func() { d.c.InvokeRaw(context.Background(), "peek", []byte("hold\n")) })
-	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) > 0 }) {
+	if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) > 0 }) {
 		t.Fatal("the holding request never started its sleep")
 	}
 	inv, err := d.c.InvokeRaw(context.Background(), "peek", []byte("look\n"))

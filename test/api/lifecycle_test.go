@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tine-run/tine/internal/testbin"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tine-run/tine/internal/testbin"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -77,7 +78,7 @@ func TestLifecycle(t *testing.T) {
 	if _, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}}); client.ErrorCode(err) != api.CodeNotFound {
 		t.Fatalf("exec after delete: got %v, want not_found", err)
 	}
-	if !eventually(patience, func() bool { _, err := os.Stat(fmt.Sprintf("/proc/%d", sb.Pid)); return err != nil }) {
+	if !testbin.Eventually(patience, func() bool { _, err := os.Stat(fmt.Sprintf("/proc/%d", sb.Pid)); return err != nil }) {
 		t.Errorf("the sandbox's PID 1 (%d) outlived its delete", sb.Pid)
 	}
 	if left := testbin.CgroupsOf(d.pid()); len(left) > 0 {
@@ -224,11 +225,11 @@ func TestDisconnectKills(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 2 }) {
+		if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 2 }) {
 			t.Fatalf("the shell and its sleep never showed up on the host: %v", hostProcs(sleeperArg(mark)))
 		}
 		st.Close()
-		if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
+		if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
 			t.Fatalf("processes of the abandoned exec remain:%s", describe(hostProcs(sleeperArg(mark))))
 		}
 	})
@@ -240,14 +241,14 @@ func TestDisconnectKills(t *testing.T) {
 			_, err := d.c.Exec(cctx, sb.ID, &api.ExecRequest{Argv: sleeper(mark)})
 			errc <- err
 		}()
-		if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 2 }) {
+		if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 2 }) {
 			t.Fatalf("the shell and its sleep never showed up on the host")
 		}
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("canceled exec: %v", err)
 		}
-		if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
+		if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
 			t.Fatalf("processes of the abandoned exec remain:%s", describe(hostProcs(sleeperArg(mark))))
 		}
 	})
@@ -376,10 +377,10 @@ func TestExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sb := range []*api.Sandbox{ttl, idle} {
-		if !eventually(patience, func() bool { _, err := d.c.Get(ctx, sb.ID); return client.ErrorCode(err) == api.CodeNotFound }) {
+		if !testbin.Eventually(patience, func() bool { _, err := d.c.Get(ctx, sb.ID); return client.ErrorCode(err) == api.CodeNotFound }) {
 			t.Fatalf("sandbox %s did not expire", sb.ID)
 		}
-		if !eventually(patience, func() bool { _, err := os.Stat(fmt.Sprintf("/proc/%d", sb.Pid)); return err != nil }) {
+		if !testbin.Eventually(patience, func() bool { _, err := os.Stat(fmt.Sprintf("/proc/%d", sb.Pid)); return err != nil }) {
 			t.Errorf("the PID 1 of expired sandbox %s remains", sb.ID)
 		}
 	}
@@ -454,7 +455,7 @@ func TestDaemonKilled(t *testing.T) {
 	putFunction(t, d, api.FunctionSpec{Name: "busy", Entry: writeHandler(t, "import subprocess\ndef handler(argv):\n    subprocess.run(argv)\n")})
 	argv, _ := json.Marshal(sleeper(mark))
 	running.Go(func() { d.c.Invoke(ctx, "busy", argv) })
-	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 14 }) {
+	if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) >= 14 }) {
 		t.Fatalf("the 7 shells and their sleeps never all showed up: %v", hostProcs(sleeperArg(mark)))
 	}
 	if len(testbin.CgroupsOf(d.pid())) == 0 {
@@ -468,7 +469,7 @@ func TestDaemonKilled(t *testing.T) {
 	if _, err := d2.c.List(ctx); err != nil {
 		t.Fatalf("the restarted daemon: %v", err)
 	}
-	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
+	if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) == 0 }) {
 		t.Errorf("processes of the killed daemon's sandboxes remain:%s", describe(hostProcs(sleeperArg(mark))))
 	}
 	if m := testbin.StageMounts(); len(m) > 0 {
@@ -505,14 +506,14 @@ func TestAbandonedCreateIsDestroyed(t *testing.T) {
 	}()
 	// The control: the create is under way in the daemon when the client
 	// leaves (its sandbox is listed).
-	if !eventually(patience, func() bool { l, _ := d.c.List(context.Background()); return len(l) == 1 }) {
+	if !testbin.Eventually(patience, func() bool { l, _ := d.c.List(context.Background()); return len(l) == 1 }) {
 		t.Fatal("the desktop's sandbox never appeared: the test proves nothing")
 	}
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("the create answered before the client left; nothing was abandoned")
 	}
-	if !eventually(patience, func() bool { l, _ := d.c.List(context.Background()); return len(l) == 0 }) {
+	if !testbin.Eventually(patience, func() bool { l, _ := d.c.List(context.Background()); return len(l) == 0 }) {
 		l, _ := d.c.List(context.Background())
 		t.Fatalf("an abandoned create left %d sandboxes", len(l))
 	}

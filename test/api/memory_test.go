@@ -167,10 +167,10 @@ func TestMemorySnapshotAndFork(t *testing.T) {
 	if _, err := os.Stat(images); !os.IsNotExist(err) {
 		t.Errorf("the deleted snapshot's images remain: %v", err)
 	}
-	if !eventually(patience, func() bool { return len(descendants(d.pid())) == 0 }) {
+	if !testbin.Eventually(patience, func() bool { return len(descendants(d.pid())) == 0 }) {
 		t.Errorf("the idle daemon still has processes:%s", describe(keys(descendants(d.pid()))))
 	}
-	if !eventually(patience, func() bool { return len(testbin.CgroupsOf(d.pid())) == 0 }) {
+	if !testbin.Eventually(patience, func() bool { return len(testbin.CgroupsOf(d.pid())) == 0 }) {
 		t.Errorf("cgroups of the daemon remain: %v", testbin.CgroupsOf(d.pid()))
 	}
 	if m := testbin.StageMounts(); len(m) > 0 {

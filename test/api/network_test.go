@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/network/nettest"
 	"github.com/tine-run/tine/internal/require"
-	"github.com/vishvananda/netlink"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // netDaemon is a daemon with an egress network of the test's own name and
@@ -192,7 +194,7 @@ func TestNetworkEgressPublishAndLiveChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kernel unregisters a veth in the background.
-	if !eventually(patience, func() bool { return !slices.Contains(nd.links(), own) }) {
+	if !testbin.Eventually(patience, func() bool { return !slices.Contains(nd.links(), own) }) {
 		t.Fatalf("after the sandbox: links %v; %s is left", nd.links(), own)
 	}
 	if c, err := net.DialTimeout("tcp4", fmt.Sprintf("127.0.0.1:%d", hp), 5*time.Second); err == nil {
@@ -234,7 +236,7 @@ func TestNetworkReapedAfterKill(t *testing.T) {
 		t.Fatalf("while running: links %v, table %v", l, nd.table())
 	}
 	nd.kill()
-	if !eventually(patience, func() bool { return len(nd.links()) == 1 }) {
+	if !testbin.Eventually(patience, func() bool { return len(nd.links()) == 1 }) {
 		t.Fatalf("after kill -9: links %v; want only the gateway link left", nd.links())
 	}
 	if !nd.table() {
@@ -429,7 +431,7 @@ def handler(event):
 	if got := call("http://b.test/"); !strings.HasPrefix(got, "failed") {
 		t.Fatalf("a name not allowed (for the same server): %q", got)
 	}
-	if !eventually(patience, func() bool { return len(nd.links()) >= 2 }) {
+	if !testbin.Eventually(patience, func() bool { return len(nd.links()) >= 2 }) {
 		t.Fatalf("no veth for the function: %v", nd.links())
 	}
 	if err := nd.c.DeleteFunction(ctx, "fetch"); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // osworldClient calls a desktop's OSWorld API as OSWorld's controllers do:
@@ -262,7 +263,7 @@ func TestDesktopOSWorldTerminal(t *testing.T) {
 		}
 		return *res.Output
 	}
-	if !eventually(patience, func() bool { return strings.Contains(terminal(), "$") }) {
+	if !testbin.Eventually(patience, func() bool { return strings.Contains(terminal(), "$") }) {
 		out, _ := c.sh("ps -eo user,args")
 		t.Fatalf("no gnome-terminal prompt on /terminal: %q; processes:\n%s", terminal(), out)
 	}
@@ -271,7 +272,7 @@ func TestDesktopOSWorldTerminal(t *testing.T) {
 		t.Fatalf("type: %d %s", code, b)
 	}
 	// The typed line and its output, which only the shell could print.
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		s := terminal()
 		return strings.Contains(s, "echo tine-$((6*7))") && strings.Contains(s, "\ntine-42")
 	}) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // A desktop made with osworld serves OSWorld's guest API as plain HTTP on
@@ -78,7 +79,7 @@ func TestDesktopOSWorld(t *testing.T) {
 	if code != 200 || !bytes.Contains(b, []byte(`"returncode":0`)) {
 		t.Fatalf("execute loop: %d %s", code, b)
 	}
-	if !eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/ow") == "osworld-typed\n" }) {
+	if !testbin.Eventually(patience, func() bool { return readSandboxFile(d, dt.ID, "/tmp/ow") == "osworld-typed\n" }) {
 		t.Fatalf("the typed command did not run: /tmp/ow is %q", readSandboxFile(d, dt.ID, "/tmp/ow"))
 	}
 	// The port has no credentials (OSWorld's client sends none): only the
@@ -115,7 +116,7 @@ print(out.decode())`, port)
 	if err := d.c.DeleteDesktop(ctx, dt.ID); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		c, err := net.Dial("tcp", dt.OSWorld)
 		if err == nil {
 			c.Close()

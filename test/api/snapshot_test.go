@@ -15,6 +15,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/snapshot"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // sh runs a shell command in sandbox id and returns its stdout; a non-zero
@@ -98,7 +99,7 @@ func TestSnapshotAndForkFiles(t *testing.T) {
 		_, err := d.c.Exec(ctx, b, &api.ExecRequest{Argv: sleeper(mark), TimeoutMs: 60000})
 		sleeping <- err
 	}()
-	if !eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) > 0 }) {
+	if !testbin.Eventually(patience, func() bool { return len(hostProcs(sleeperArg(mark))) > 0 }) {
 		t.Fatal("the sleeper never started: the visibility check proves nothing")
 	}
 	if out := sh(t, d.c, b, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"); !strings.Contains(out, sleeperArg(mark)) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // cgroupsOf is a host process's cgroup per hierarchy ("memory" → path),
@@ -88,7 +89,7 @@ func TestSparesWaitInTheirRequestCgroups(t *testing.T) {
 		}
 		return len(seen) == 2
 	}
-	if !eventually(patience, joined) {
+	if !testbin.Eventually(patience, joined) {
 		for _, pid := range spares {
 			t.Logf("spare %d: %v", pid, cgroupsOf(pid))
 		}
@@ -114,7 +115,7 @@ func TestSparesWaitInTheirRequestCgroups(t *testing.T) {
 
 	// Spares killed from outside: the requests their groups were armed for
 	// get fresh forks, which join those groups themselves.
-	if !eventually(patience, joined) {
+	if !testbin.Eventually(patience, joined) {
 		t.Fatalf("no 2 spares in their groups again: %v", spares)
 	}
 	killed := map[string]bool{}
@@ -124,7 +125,7 @@ func TestSparesWaitInTheirRequestCgroups(t *testing.T) {
 	}
 	// Gone first: a spare dying while the zygote hands it a request takes
 	// that request with it (it answers crashed), as it did before.
-	eventually(patience, func() bool {
+	testbin.Eventually(patience, func() bool {
 		for _, pid := range spares {
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
 				return false

@@ -21,6 +21,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // The viewer page in a real browser (headless Chromium, driven over the
@@ -104,7 +105,7 @@ func TestDesktopViewer(t *testing.T) {
 			json.Unmarshal([]byte(tab.eval(`document.getElementById("status").textContent`)), &st)
 			return st
 		}
-		if !eventually(patience, func() bool { st := status(); return st != nil && st["frames"].(float64) > 0 }) {
+		if !testbin.Eventually(patience, func() bool { st := status(); return st != nil && st["frames"].(float64) > 0 }) {
 			t.Fatalf("the page drew no frame: %v", status())
 		}
 		// Change the desktop: a green window where the probe looks.
@@ -112,7 +113,7 @@ func TestDesktopViewer(t *testing.T) {
 			t.Fatal(err)
 		}
 		var want [3]float64
-		if !eventually(patience, func() bool {
+		if !testbin.Eventually(patience, func() bool {
 			_, img, err := a.Screenshot(ctx, &api.ACIScreenshot{Region: []int{px, py, 1, 1}})
 			if err != nil {
 				return false
@@ -125,7 +126,7 @@ func TestDesktopViewer(t *testing.T) {
 			t.Fatalf("the green window never showed at %d,%d (%v)", px, py, want)
 		}
 		var got []any
-		if !eventually(patience, func() bool {
+		if !testbin.Eventually(patience, func() bool {
 			got, _ = status()["probe"].([]any)
 			return len(got) == 3 && got[0] == want[0] && got[1] == want[1] && got[2] == want[2]
 		}) {
@@ -145,7 +146,7 @@ func TestDesktopViewer(t *testing.T) {
 		cy := int((clientY - rect.Top) * float64(dt.Height) / rect.Height)
 		tab.click(clientX, clientY)
 		var pos [2]int
-		if !eventually(patience, func() bool {
+		if !testbin.Eventually(patience, func() bool {
 			rep, _, err := a.Do(ctx, &api.ACIRequest{Op: "cursor"})
 			if err == nil && rep.Cursor != nil {
 				pos = *rep.Cursor
@@ -180,10 +181,10 @@ func openChromium(ctx context.Context, t *testing.T, u string) *tab {
 	t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
-		eventually(patience, func() bool { return syscall.Kill(-cmd.Process.Pid, 0) != nil })
+		testbin.Eventually(patience, func() bool { return syscall.Kill(-cmd.Process.Pid, 0) != nil })
 	})
 	var port string
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		b, err := os.ReadFile(filepath.Join(prof, "DevToolsActivePort"))
 		port, _, _ = strings.Cut(string(b), "\n")
 		return err == nil && port != ""
@@ -191,7 +192,7 @@ func openChromium(ctx context.Context, t *testing.T, u string) *tab {
 		t.Fatal("chromium wrote no DevToolsActivePort")
 	}
 	var targets []struct{ Type, URL, WebSocketDebuggerURL string }
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		resp, err := http.Get("http://127.0.0.1:" + port + "/json/list")
 		if err != nil {
 			return false

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // The sandbox sees only its own processes: its PID 1 (tine's init), the
@@ -140,7 +141,7 @@ func TestHostLoopbackUnreachable(t *testing.T) {
 
 	// Negative check: the same probe, run on the host, reaches the listener.
 	out, err := execOutput("bash", "-c", probe)
-	if err != nil || !strings.Contains(out, "connected") || !eventually(2*time.Second, func() bool { return accepted.Load() == 1 }) {
+	if err != nil || !strings.Contains(out, "connected") || !testbin.Eventually(2*time.Second, func() bool { return accepted.Load() == 1 }) {
 		t.Fatalf("the probe does not reach the listener even from the host (output %q, err %v, accepted %d)", out, err, accepted.Load())
 	}
 

@@ -205,20 +205,6 @@ func (p *proc) waitStdout(s string, d time.Duration) {
 	}
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // hostProcs returns the host pids (other than this process) whose argv
 // satisfies match. Zombies have an empty argv and never match.
 func hostProcs(match func(argv []string) bool) []int {
@@ -284,7 +270,7 @@ func (h *harness) checkLeftovers() {
 		}
 	}
 	var left []int
-	if !eventually(3*time.Second, func() bool {
+	if !testbin.Eventually(3*time.Second, func() bool {
 		left = hostProcs(argvContains(h.marker))
 		return len(left) == 0
 	}) {

@@ -3,7 +3,6 @@ package integration
 import (
 	"crypto/rand"
 	"fmt"
-	"github.com/tine-run/tine/internal/testbin"
 	"math/big"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tine-run/tine/internal/testbin"
 
 	"github.com/tine-run/tine/internal/require"
 )
@@ -114,7 +115,7 @@ sleep 100`, arg, h.marker)
 	p := h.start(runConfig{}, "run", "--timeout", "2s", "--outcome", out, "-v", pidDir+":/pids", "--", "bash", "-c", script)
 	p.waitStdout("started-"+h.marker, 20*time.Second)
 	// Negative check: the daemon is alive on the host before the timeout.
-	if !eventually(5*time.Second, func() bool { return len(hostProcs(argvIs("sleep", arg))) > 0 }) {
+	if !testbin.Eventually(5*time.Second, func() bool { return len(hostProcs(argvIs("sleep", arg))) > 0 }) {
 		t.Fatalf("the daemonized sleep %s never showed up in the host's /proc", arg)
 	}
 	if pid, err := os.ReadFile(filepath.Join(pidDir, "daemon")); err != nil || strings.TrimSpace(string(pid)) == "" {
@@ -128,7 +129,7 @@ sleep 100`, arg, h.marker)
 		t.Errorf("outcome: reason %q, exit_code %d; want timeout, 124", o.Reason, o.ExitCode)
 	}
 	var left []int
-	if !eventually(3*time.Second, func() bool {
+	if !testbin.Eventually(3*time.Second, func() bool {
 		left = hostProcs(argvContains(arg))
 		return len(left) == 0
 	}) {
@@ -181,7 +182,7 @@ func TestLeftoversAfterSIGKILL(t *testing.T) {
 	require.Feature(t, "cgroup")
 	arg := sleepArg()
 	p := h.start(runConfig{}, "run", "--", "sleep", arg)
-	if !eventually(10*time.Second, func() bool { return len(hostProcs(argvIs("sleep", arg))) > 0 }) {
+	if !testbin.Eventually(10*time.Second, func() bool { return len(hostProcs(argvIs("sleep", arg))) > 0 }) {
 		t.Fatalf("sleep %s never showed up in the host's /proc\nstderr: %s", arg, p.stderr.String())
 	}
 	// Negative check: the run's cgroup exists where the leftover checks look.
@@ -196,7 +197,7 @@ func TestLeftoversAfterSIGKILL(t *testing.T) {
 		t.Fatalf("tine was not killed by SIGKILL:\n%s", r)
 	}
 	var left []int
-	if !eventually(5*time.Second, func() bool {
+	if !testbin.Eventually(5*time.Second, func() bool {
 		left = hostProcs(argvContains(arg))
 		return len(left) == 0
 	}) {

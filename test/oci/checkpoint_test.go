@@ -13,10 +13,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/tine-run/tine/internal/probe"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // counterScript counts in its memory (n, and a nonce drawn at its start),
@@ -141,7 +144,7 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 	t.Cleanup(func() { r.run("delete", "--force", id) })
 	r.must("start", id)
-	if !eventually(func() bool { return len(readCounts(t, countFile)) >= 3 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return len(readCounts(t, countFile)) >= 3 }) {
 		t.Fatalf("the counter never counted: %v", readCounts(t, countFile))
 	}
 	before := r.state(id).Pid
@@ -150,7 +153,7 @@ func TestCheckpointRestore(t *testing.T) {
 	images := filepath.Join(t.TempDir(), "images")
 	work := filepath.Join(t.TempDir(), "work")
 	r.must("checkpoint", "--image-path", images, "--work-path", work, id)
-	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return r.state(id).Status == specs.StateStopped }) {
 		t.Fatalf("still %s after checkpoint without --leave-running", r.state(id).Status)
 	}
 	r.must("delete", id)
@@ -181,7 +184,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if s.Status != specs.StateRunning || strconv.Itoa(s.Pid) != string(pidText) || s.Pid == before {
 		t.Fatalf("after restore: %s, pid %d, pid file %q (checkpointed PID 1 %d)", s.Status, s.Pid, pidText, before)
 	}
-	if !eventually(func() bool { return len(readCounts(t, countFile)) >= len(counts)+3 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return len(readCounts(t, countFile)) >= len(counts)+3 }) {
 		t.Fatalf("the restored counter never counted: %v", readCounts(t, countFile)[len(counts):])
 	}
 	after := readCounts(t, countFile)[len(counts):]
@@ -189,7 +192,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if after[0].nonce != last.nonce || after[0].n != last.n+1 {
 		t.Fatalf("after restore the counter wrote %+v; the checkpointed one had reached %+v (a fresh start: another nonce, 1)", after[0], last)
 	}
-	if !eventually(func() bool { return strings.Contains(out.String(), fmt.Sprintf("%s %d\n", last.nonce, last.n+2)) }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return strings.Contains(out.String(), fmt.Sprintf("%s %d\n", last.nonce, last.n+2)) }) {
 		t.Errorf("the restored counter's stdout is not restore's: %q", out.String())
 	}
 	pids := containerPids(t, r.link, r.root, id)
@@ -205,7 +208,7 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Errorf("exec into the restored container: %v %q", err, got)
 	}
 	r.must("kill", id, "KILL")
-	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return r.state(id).Status == specs.StateStopped }) {
 		t.Fatalf("the restored container is still %s after SIGKILL", r.state(id).Status)
 	}
 	r.must("delete", id)
@@ -354,7 +357,7 @@ func TestCheckpointRefusesLoaderPreload(t *testing.T) {
 	}
 	t.Cleanup(func() { r.run("delete", "--force", id) })
 	r.must("start", id)
-	if !eventually(func() bool { _, err := os.Stat(filepath.Join(rootfs, "etc/ld.so.preload")); return err == nil }) {
+	if !testbin.Eventually(20*time.Second, func() bool { _, err := os.Stat(filepath.Join(rootfs, "etc/ld.so.preload")); return err == nil }) {
 		t.Fatal("the container never wrote its /etc/ld.so.preload")
 	}
 	out, err := r.run("checkpoint", "--leave-running", "--image-path", filepath.Join(t.TempDir(), "img"), id)
@@ -394,7 +397,7 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 		t.Fatalf("ctr run -d: %v\n%s", err, out)
 	}
 	countFile := func() string { return filepath.Join(state().Bundle, "rootfs", "count") }
-	if !eventually(func() bool { return len(readCounts(t, countFile())) >= 3 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return len(readCounts(t, countFile())) >= 3 }) {
 		t.Fatalf("the counter never counted: %v", readCounts(t, countFile()))
 	}
 	first := state()
@@ -411,7 +414,7 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 	if out, err := c.Ctr("task", "kill", "-s", "SIGKILL", "ck"); err != nil {
 		t.Fatalf("ctr task kill: %v\n%s", err, out)
 	}
-	if !eventually(func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
+	if !testbin.Eventually(20*time.Second, func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
 		t.Fatal("the checkpointed container never stopped")
 	}
 	c.Ctr("task", "rm", "ck")
@@ -439,7 +442,7 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 		t.Errorf("ctr task ls after restore:\n%s", out)
 	}
 	var counts []count
-	if !eventually(func() bool { counts = readCounts(t, countFile()); return len(counts) >= atCheckpoint+3 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { counts = readCounts(t, countFile()); return len(counts) >= atCheckpoint+3 }) {
 		t.Fatalf("the restored counter never counted on: %d counts, %d at the checkpoint", len(counts), atCheckpoint)
 	}
 	// One nonce throughout (a fresh start draws another, and counts from
@@ -472,7 +475,7 @@ func TestContainerdCheckpointRestore(t *testing.T) {
 	if out, err := c.Ctr("task", "kill", "-s", "SIGKILL", "ck"); err != nil {
 		t.Fatalf("ctr task kill: %v\n%s", err, out)
 	}
-	if !eventually(func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
+	if !testbin.Eventually(20*time.Second, func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
 		out, _ := c.Ctr("task", "ls")
 		t.Fatalf("the restored container never stopped:\n%s", out)
 	}
@@ -515,12 +518,12 @@ func TestCheckpointRestoreFileStdio(t *testing.T) {
 	}
 	t.Cleanup(func() { r.run("delete", "--force", id) })
 	r.must("start", id)
-	if !eventually(func() bool { return len(readCounts(t, countFile)) >= 2 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return len(readCounts(t, countFile)) >= 2 }) {
 		t.Fatalf("the counter never counted: %v", readCounts(t, countFile))
 	}
 	images := filepath.Join(t.TempDir(), "images")
 	r.must("checkpoint", "--image-path", images, id)
-	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return r.state(id).Status == specs.StateStopped }) {
 		t.Fatalf("still %s after checkpoint", r.state(id).Status)
 	}
 	r.must("delete", id)
@@ -531,7 +534,7 @@ func TestCheckpointRestoreFileStdio(t *testing.T) {
 		t.Fatalf("restore: %v\n%s", err, msg)
 	}
 	want := fmt.Sprintf("%s %d\n", last.nonce, last.n+1)
-	if !eventually(func() bool { b, _ := os.ReadFile(out); return strings.Contains(string(b), want) }) {
+	if !testbin.Eventually(20*time.Second, func() bool { b, _ := os.ReadFile(out); return strings.Contains(string(b), want) }) {
 		b, _ := os.ReadFile(out)
 		t.Errorf("the restored counter's stdout, restore's file, has %q; want %q in it", b, want)
 	}
@@ -543,7 +546,7 @@ func TestCheckpointRestoreFileStdio(t *testing.T) {
 	}
 	checkRestoredWalls(t, procs, readCounts(t, countFile)[len(counts):])
 	r.must("kill", id, "KILL")
-	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return r.state(id).Status == specs.StateStopped }) {
 		t.Fatalf("the restored container is still %s after SIGKILL", r.state(id).Status)
 	}
 	r.must("delete", id)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/require"
@@ -74,7 +75,7 @@ func TestContainerd(t *testing.T) {
 	if out, err := c.Ctr("task", "kill", "-s", "SIGKILL", "bg"); err != nil {
 		t.Fatalf("ctr task kill: %v\n%s", err, out)
 	}
-	if !eventually(func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
+	if !testbin.Eventually(20*time.Second, func() bool { out, _ := c.Ctr("task", "ls"); return strings.Contains(out, "STOPPED") }) {
 		out, _ := c.Ctr("task", "ls")
 		t.Fatalf("never stopped:\n%s", out)
 	}

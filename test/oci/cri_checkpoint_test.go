@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -21,10 +22,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
 	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/image/imagetest"
 	"github.com/tine-run/tine/internal/probe"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // startCRIPod2 is a tine pod on containerd >= 2.0 (strict in CI under
@@ -128,7 +131,7 @@ func TestCRICheckpoint(t *testing.T) {
 	// criu: its images go in as tree-1.*.
 	id := p.container("counter", "(exec sleep 2147483646 &)\nTO_STDOUT=1\n"+counterScript, linux)
 	var before []count
-	if !eventually(func() bool { out, _ := p.run("logs", id); before = countsIn(out); return len(before) >= 3 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { out, _ := p.run("logs", id); before = countsIn(out); return len(before) >= 3 }) {
 		t.Fatalf("the counter never counted: %v", before)
 	}
 	cpid := p.runtimePid(id)
@@ -194,7 +197,7 @@ func TestCRICheckpoint(t *testing.T) {
 		t.Errorf("after the checkpoint the container's PID 1 is %d, was %d", got, cpid)
 	}
 	var after []count
-	if !eventually(func() bool { out, _ := p.run("logs", id); after = countsIn(out); return len(after) >= len(before)+3 }) {
+	if !testbin.Eventually(20*time.Second, func() bool { out, _ := p.run("logs", id); after = countsIn(out); return len(after) >= len(before)+3 }) {
 		t.Fatalf("the counter stopped counting after the checkpoint: %v", after)
 	}
 	if after[len(after)-1].nonce != before[0].nonce {
@@ -277,7 +280,7 @@ func restoreCounter(t *testing.T, p *criPod, name, image string, linux map[strin
 	}
 	p.must("start", rid)
 	var restored []count
-	if !eventually(func() bool {
+	if !testbin.Eventually(20*time.Second, func() bool {
 		b, _ := os.ReadFile(logFile)
 		restored = countsIn(string(b))[len(archived):]
 		return len(restored) >= 3

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // crictlModule is the cri-tools release crictl is built from (a Go module
@@ -175,7 +177,7 @@ func (p *criPod) container(name, script string, linux map[string]any) string {
 func (p *criPod) logsUntil(id, marker string) string {
 	p.t.Helper()
 	var out string
-	if !eventually(func() bool { out, _ = p.run("logs", id); return strings.Contains(out, marker) }) {
+	if !testbin.Eventually(20*time.Second, func() bool { out, _ = p.run("logs", id); return strings.Contains(out, marker) }) {
 		p.t.Fatalf("container %s never printed %q:\n%s", id, marker, out)
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/tine-run/tine/internal/ctrd"
 	"github.com/tine-run/tine/internal/require"
 	"github.com/tine-run/tine/internal/testbin"
@@ -140,15 +141,6 @@ func (r *runtime) state(id string) specs.State {
 	return s
 }
 
-func eventually(cond func() bool) bool {
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 // memoryCgroup is the host directory of a container's memory cgroup.
 func memoryCgroup(path string) string {
 	for _, d := range []string{"/sys/fs/cgroup/memory" + path, "/sys/fs/cgroup" + path} {
@@ -194,7 +186,7 @@ func TestLifecycle(t *testing.T) {
 
 	r.must("start", id)
 	// The rootfs is written in place: the file appears in the bundle.
-	if !eventually(func() bool { _, err := os.Stat(marker); return err == nil }) {
+	if !testbin.Eventually(20*time.Second, func() bool { _, err := os.Stat(marker); return err == nil }) {
 		t.Fatal("the command never wrote into the bundle's rootfs")
 	}
 	if s := r.state(id); s.Status != specs.StateRunning {
@@ -230,7 +222,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("delete of a running container: %v %s", err, out)
 	}
 	r.must("kill", id, "KILL")
-	if !eventually(func() bool { return r.state(id).Status == specs.StateStopped }) {
+	if !testbin.Eventually(20*time.Second, func() bool { return r.state(id).Status == specs.StateStopped }) {
 		t.Fatalf("still %s after SIGKILL", r.state(id).Status)
 	}
 	r.must("delete", id)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // fdAudit lists every descriptor of the process running it (and of the
@@ -295,7 +296,7 @@ func TestHostViewOfDescriptors(t *testing.T) {
 	}
 	t.Cleanup(func() { run.Process.Kill(); run.Wait() })
 	var execd, runCmd []int
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		execd, runCmd = hostPidsArgv("sleep", arg+"1"), hostPidsArgv("sleep", arg+"2")
 		return len(execd) == 1 && len(runCmd) == 1
 	}) {

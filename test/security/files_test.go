@@ -12,6 +12,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // tarOf builds an archive of headers; regular files get body as content.
@@ -165,7 +166,7 @@ print("swaps", n)`
 		res, _ := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{python, "-c", swapper}})
 		swapped <- res
 	}()
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		_, err := d.c.Stat(ctx, sb.ID, "/race/l2")
 		return err == nil
 	}) {

@@ -183,7 +183,7 @@ func startDaemonAt(t *testing.T, sock string, args ...string) *daemon {
 		}
 	})
 	d.c = client.NewUnix(sock)
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		select {
 		case <-d.done:
 			return true
@@ -234,19 +234,6 @@ func (d *daemon) healthy(after string) {
 	}
 	if _, err := d.c.Health(context.Background()); err != nil {
 		d.t.Fatalf("the daemon stopped answering after %s: %v", after, err)
-	}
-}
-
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/require"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 // hostListener counts what reaches a host listener.
@@ -292,7 +293,7 @@ while True:
         try: l.accept()[0].close()
         except OSError: pass`
 	go d.c.Exec(ctx, a.ID, &api.ExecRequest{Argv: []string{python, "-c", listen}})
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		_, err := d.c.Stat(ctx, a.ID, "/tmp/listening")
 		return err == nil
 	}) {

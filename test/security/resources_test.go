@@ -144,7 +144,7 @@ echo ready; read x`
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tine.Process.Kill(); tine.Wait() })
-	if !eventually(patience, func() bool { return strings.Contains(out.String(), "ready") }) {
+	if !testbin.Eventually(patience, func() bool { return strings.Contains(out.String(), "ready") }) {
 		t.Fatalf("the attempts did not run:\n%s", out.String())
 	}
 	limit := ""

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/testbin"
 )
 
 //go:embed testdata/tiocsti.py
@@ -63,7 +64,7 @@ func TestNeighboursUnreachable(t *testing.T) {
 	}
 	t.Cleanup(func() { oneShot.Process.Kill(); oneShot.Wait() })
 	var sibling, runCmd []int
-	if !eventually(patience, func() bool {
+	if !testbin.Eventually(patience, func() bool {
 		sibling, runCmd = hostPidsArgv("sleep", "3600.1"+mark), hostPidsArgv("sleep", "3600.2"+mark)
 		return len(sibling) == 1 && len(runCmd) == 1
 	}) {
