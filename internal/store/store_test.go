@@ -272,17 +272,7 @@ var a1970 = time.Unix(0, 0)
 // mounted again through the loop device that still holds it: one
 // superblock, never two over one file.
 func TestOwnFilesystemRemountsTheDeviceStillHoldingIt(t *testing.T) {
-	require.Root(t)
-	base, err := os.MkdirTemp("/var/tmp", "tine-store-test-")
-	must(t, err)
-	defer os.RemoveAll(base)
-	var st, root unix.Stat_t
-	must(t, unix.Stat(base, &st))
-	must(t, unix.Stat("/", &root))
-	if st.Dev != root.Dev {
-		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
-	}
-	dir := filepath.Join(base, "store")
+	dir, _ := rootFSStoreDir(t)
 	h, err := EnsureOwnFilesystem(dir, 256<<20)
 	must(t, err)
 	defer unix.Unmount(dir, unix.MNT_DETACH)
@@ -308,6 +298,24 @@ func TestOwnFilesystemRemountsTheDeviceStillHoldingIt(t *testing.T) {
 	}
 }
 
+// rootFSStoreDir is a store directory on the root filesystem (under
+// /var/tmp), removed at the end, and the root filesystem's device; the
+// test is skipped where /var/tmp is a filesystem of its own.
+func rootFSStoreDir(t *testing.T) (dir string, rootDev uint64) {
+	t.Helper()
+	require.Root(t)
+	base, err := os.MkdirTemp("/var/tmp", "tine-store-test-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	var st, root unix.Stat_t
+	must(t, unix.Stat(base, &st))
+	must(t, unix.Stat("/", &root))
+	if st.Dev != root.Dev {
+		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
+	}
+	return filepath.Join(base, "store"), root.Dev
+}
+
 // isMountPoint says whether dir is a mount point (on another device than
 // its parent).
 func isMountPoint(t *testing.T, dir string) bool {
@@ -324,17 +332,8 @@ func netListen(path string) (net.Listener, error) { return net.Listen("unix", pa
 // ext4 image of its own, mounted again (with its layers) after an
 // unmount, as after a reboot.
 func TestOwnFilesystem(t *testing.T) {
-	require.Root(t)
-	base, err := os.MkdirTemp("/var/tmp", "tine-store-test-")
-	must(t, err)
-	defer os.RemoveAll(base)
-	var st, root unix.Stat_t
-	must(t, unix.Stat(base, &st))
-	must(t, unix.Stat("/", &root))
-	if st.Dev != root.Dev {
-		t.Skip("/var/tmp is not on the root filesystem here: nothing to prove")
-	}
-	dir := filepath.Join(base, "store")
+	dir, rootDev := rootFSStoreDir(t)
+	var st unix.Stat_t
 	first, err := EnsureOwnFilesystem(dir, 256<<20)
 	must(t, err)
 	if !first.ours {
@@ -342,7 +341,7 @@ func TestOwnFilesystem(t *testing.T) {
 	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)
 	must(t, unix.Stat(dir, &st))
-	if st.Dev == root.Dev {
+	if st.Dev == rootDev {
 		t.Fatal("still on the root filesystem")
 	}
 	s, err := Open(dir)
