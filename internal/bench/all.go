@@ -192,6 +192,11 @@ var PublishedFigures = []Published{
 	{"pool", "pool, a random script of 1000", 3.041, "pool, a random script of 1000 n=1500  p50 3.041"},
 	{"load", "highest sustained rate with no failure (requests/s)", 469, "highest sustained rate with no failure (requests/s): 469"},
 	{"desktop", "create→ready (1280x800, openbox, xterm)", 246.822, "create→ready (1280x800, openbox, xterm) n=10    p50 246.822"},
+	{"desktop", "screenshot PNG 1280x800", 4.122, "| desktop | PNG 1280x800 p50 | 4.12 ms"},
+	{"session", "session state → new sandbox, first cell answered / live fork ×1", 20.350, "| | live fork ×1 → first cell (16 imports, 50 MiB) | **20.4 ms**"},
+	{"osworld", "/execute pyautogui.click, fast path (fresh TCP connection)", 2.046, "| osworld | /execute click, fast path p50 | 2.05, 1.90, 2.21 ms"},
+	{"osworld", "/screenshot PNG 1280x800 with the cursor (fresh TCP connection)", 5.795, "| | /screenshot p50 | 5.79, 5.52, 6.08 ms"},
+	{"oci", "ctr run --rm busybox true / tine", 124.114, "| `ctr run --rm` tine-runc / runc | 124.1 / 155.6 ms"},
 }
 
 // Band is how far a figure may be from the published one, either way,
