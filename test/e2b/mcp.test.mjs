@@ -51,8 +51,11 @@ test('MCP over streamable HTTP, behind the key', async () => {
   await assert.rejects(denied.connect(new StreamableHTTPClientTransport(url)))
   const client = new Client({ name: 'tine-test', version: '1' })
   await client.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers: { 'X-API-KEY': process.env.E2B_API_KEY } } }))
-  await session(client)
-  await client.close()
+  try {
+    await session(client)
+  } finally {
+    await client.close()
+  }
 })
 
 test('MCP over stdio (tine mcp)', async () => {
@@ -60,8 +63,13 @@ test('MCP over stdio (tine mcp)', async () => {
   await client.connect(new StdioClientTransport({
     command: process.env.TINE_BIN, args: ['mcp'], env: { TINE_SOCKET: process.env.TINE_SOCKET, PATH: process.env.PATH },
   }))
-  await session(client)
-  await client.close()
+  // Closed on a failure too: a `tine mcp` left running would keep the
+  // test process alive until the harness kills it.
+  try {
+    await session(client)
+  } finally {
+    await client.close()
+  }
 })
 
 // The desktop part needs Xvfb, openbox and xterm; the harness says so.
