@@ -293,11 +293,18 @@ func (d *Draft) CommitLayer(src *os.File, maxBytes int64, done func()) (store.La
 	if err != nil {
 		return l, err
 	}
-	d.c.mu.Lock()
-	d.c.held[l.Digest]++
-	d.c.mu.Unlock()
-	d.held = append(d.held, l.Digest)
+	d.hold(l.Digest)
 	return l, nil
+}
+
+// hold keeps layer from collection until Commit or Abort. Called under
+// the catalog's gc read lock, before a collection can see the layer
+// unnamed.
+func (d *Draft) hold(layer store.Digest) {
+	d.c.mu.Lock()
+	d.c.held[layer]++
+	d.c.mu.Unlock()
+	d.held = append(d.held, layer)
 }
 
 // MergeLayers commits one layer standing for layers (topmost first) over
@@ -310,10 +317,7 @@ func (d *Draft) MergeLayers(layers []store.Digest, below []string) (store.Layer,
 	if err != nil {
 		return l, err
 	}
-	d.c.mu.Lock()
-	d.c.held[l.Digest]++
-	d.c.mu.Unlock()
-	d.held = append(d.held, l.Digest)
+	d.hold(l.Digest)
 	return l, nil
 }
 
