@@ -18,10 +18,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"golang.org/x/sys/unix"
 )
 
@@ -151,16 +151,7 @@ func descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name (field 2) may hold spaces: count from after ")".
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
+		f := procstat.Fields(p)
 		if len(f) < 2 {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"github.com/tine-run/tine/internal/store"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -259,12 +260,7 @@ func refuseLoaderFiles(pid1 int) error {
 func pidfdsOfRunning(pids []int) []int {
 	var running []int
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// The state follows the command's closing parenthesis.
-		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'T' {
+		if s := procstat.State(pid); s == "" || s == "T" {
 			continue
 		}
 		running = append(running, pid)

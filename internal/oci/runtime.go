@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/tine-run/tine/internal/kernel/cgroup"
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"github.com/tine-run/tine/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -197,7 +198,7 @@ func (r *Runtime) create(id string, o CreateOptions, rh *restoreHook) (err error
 	} else if o.ConsoleSocket != "" {
 		return errors.New("--console-socket given, but process.terminal is not set")
 	}
-	st := state{ID: id, Pid: pid, StartTime: startTime(pid), Bundle: bundle, Rootfs: c.Spec.RootFS,
+	st := state{ID: id, Pid: pid, StartTime: procstat.StartTime(pid), Bundle: bundle, Rootfs: c.Spec.RootFS,
 		Created: time.Now().UTC(), CgroupPath: c.Spec.CgroupPath, Annotations: c.Config.Annotations, Stdio: stdioKeys()}
 	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
 		return err
@@ -306,7 +307,7 @@ func (r *Runtime) load(id string) (*state, string, error) {
 
 // status reads what the container is doing now.
 func (st *state) status() specs.ContainerState {
-	if st.StartTime == 0 || startTime(st.Pid) != st.StartTime || zombie(st.Pid) {
+	if st.StartTime == 0 || procstat.StartTime(st.Pid) != st.StartTime || zombie(st.Pid) {
 		return specs.StateStopped
 	}
 	if g, err := openGroup(st.CgroupPath); err == nil && g.Frozen() {
@@ -488,30 +489,9 @@ func removeGroup(path string) error {
 	return nil
 }
 
-func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
-func startTime(pid int) uint64 {
-	f := statFields(pid)
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
-
 func zombie(pid int) bool {
-	f := statFields(pid)
-	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+	s := procstat.State(pid)
+	return s == "Z" || s == "X"
 }
 
 func writeJSON(path string, v any) error {

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"github.com/tine-run/tine/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -558,13 +559,9 @@ func lockStateDir(lock *os.File) error {
 // holder identifies a live process: its pid and its start time ("" once
 // it is gone), which tells it from a later one with the same pid.
 func holder(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	start := procstat.StartTime(pid)
+	if start == 0 {
 		return ""
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 20 {
-		return ""
-	}
-	return fmt.Sprintf("%d %s\n", pid, f[19])
+	return fmt.Sprintf("%d %d\n", pid, start)
 }

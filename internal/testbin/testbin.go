@@ -86,21 +86,6 @@ func Main(m *testing.M, bin *string) {
 	os.Exit(code)
 }
 
-// StatFields returns /proc/pid/stat's fields after the command name (which
-// may hold spaces): [0] is the state, [1] the parent, [19] the start time.
-// nil once the process is gone.
-func StatFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
 // Eventually polls cond every 20 ms until it holds or d has passed, and
 // says whether it held: a black-box test waits for what another process
 // does this way, bounded, never by a fixed sleep.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"github.com/tine-run/tine/internal/probe"
 	"github.com/tine-run/tine/internal/testbin"
 )
@@ -539,7 +540,7 @@ func descendants(root int) map[int]uint64 {
 }
 
 func ppidOf(pid int) int {
-	f := testbin.StatFields(pid)
+	f := procstat.Fields(pid)
 	if len(f) < 2 {
 		return 0
 	}
@@ -548,7 +549,7 @@ func ppidOf(pid int) int {
 }
 
 func startTimeOf(pid int) uint64 {
-	f := testbin.StatFields(pid)
+	f := procstat.Fields(pid)
 	if len(f) < 20 {
 		return 0
 	}
@@ -561,7 +562,7 @@ func startTimeOf(pid int) uint64 {
 func alive(snap map[int]uint64) []int {
 	var out []int
 	for pid, start := range snap {
-		f := testbin.StatFields(pid)
+		f := procstat.Fields(pid)
 		if len(f) >= 20 && f[0] != "Z" && startTimeOf(pid) == start {
 			out = append(out, pid)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"github.com/tine-run/tine/internal/testbin"
 )
 
@@ -114,7 +115,7 @@ func readTrim(file string) string {
 
 // procState is the one-letter state of pid ("" once it is gone).
 func procState(pid int) string {
-	f := testbin.StatFields(pid)
+	f := procstat.Fields(pid)
 	if len(f) < 1 {
 		return ""
 	}

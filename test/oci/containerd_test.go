@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tine-run/tine/internal/ctrd"
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"github.com/tine-run/tine/internal/require"
 	"github.com/tine-run/tine/internal/testbin"
 )
@@ -61,7 +62,7 @@ func TestContainerd(t *testing.T) {
 	if json.Unmarshal(b, &st); err != nil || st.Status != "running" {
 		t.Fatalf("tine-runc state bg: %v %s", err, b)
 	}
-	if ppid := testbin.StatFields(st.Pid); len(ppid) < 2 || !strings.Contains(comm(ppid[1]), "containerd-shim") {
+	if ppid := procstat.Fields(st.Pid); len(ppid) < 2 || !strings.Contains(comm(ppid[1]), "containerd-shim") {
 		t.Errorf("the container's PID 1 (%d) is not a child of containerd's shim: parent %v", st.Pid, ppid)
 	}
 	if out, _ := c.Ctr("task", "ls"); !strings.Contains(out, "RUNNING") {
@@ -100,6 +101,6 @@ func comm(pid string) string {
 }
 
 func startTimeAlive(pid int) bool {
-	f := testbin.StatFields(pid)
+	f := procstat.Fields(pid)
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

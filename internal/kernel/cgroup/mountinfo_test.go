@@ -1,6 +1,10 @@
 package cgroup
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tine-run/tine/internal/kernel/procstat"
+)
 
 func TestUnescapeMount(t *testing.T) {
 	if got := unescapeMount(`/a\040b\\c`); got != `/a b\\c` {
@@ -13,7 +17,7 @@ func TestOwnerNames(t *testing.T) {
 		t.Fatal("this process's own group is not alive")
 	}
 	// pid 1 exists, but started at another time than this claims.
-	if ownerAlive("1.1-1") && startTime(1) != 1 {
+	if ownerAlive("1.1-1") && procstat.StartTime(1) != 1 {
 		t.Fatal("a reused pid counts as the owner")
 	}
 	if ownerAlive("999999999.5-1") {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tine-run/tine/internal/kernel/procstat"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,33 +20,13 @@ var groupSeq atomic.Uint64
 // later reap can tell whether the owner is gone even when a new tine got
 // the same pid (a daemon that is PID 1 of a container always does).
 var owner = sync.OnceValue(func() string {
-	return fmt.Sprintf("%d.%d", os.Getpid(), startTime(os.Getpid()))
+	return fmt.Sprintf("%d.%d", os.Getpid(), procstat.StartTime(os.Getpid()))
 })
 
 // NewName returns a group name unique on this host: the owning tine
 // (pid.starttime) and a sequence number.
 func NewName() string {
 	return fmt.Sprintf("%s-%d", owner(), groupSeq.Add(1))
-}
-
-// startTime returns a process's start time in clock ticks since boot
-// (field 22 of /proc/PID/stat), 0 if it has none.
-func startTime(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces: count from after ")".
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
 }
 
 // ownerAlive reports whether the tine process that named group name still runs.
@@ -67,7 +48,7 @@ func ownerAlive(name string) bool {
 	}
 	// Same pid, another process: the owner is gone.
 	start, err := strconv.ParseUint(startStr, 10, 64)
-	return err != nil || startTime(pid) == start
+	return err != nil || procstat.StartTime(pid) == start
 }
 
 // Reap kills the processes of, and removes, every sandbox cgroup whose
