@@ -182,7 +182,8 @@ func (zeros) Read(b []byte) (int, error) {
 // lands outside it. Directories missing on the way are made (mode 0755).
 // Regular files and directories get the archive's mode and mtime; every
 // entry gets owner uid:gid, not the archive's (-1 leaves either as the
-// daemon's). Symlinks are made as given;
+// daemon's; ArchiveOwner keeps the archive's, for a tree the daemon itself
+// wrote). Symlinks are made as given;
 // hard links must point at an entry inside p. Existing files and symlinks
 // are replaced atomically, existing directories are kept as they are.
 // Devices and FIFOs are refused (ErrUnsupported), and so is any entry on a
@@ -209,6 +210,18 @@ func (r *Root) ExtractTar(p string, rd io.Reader, max int64, uid, gid int) error
 	}
 	return nil
 }
+
+// daemonIf maps ArchiveOwner to -1 (the daemon's), for what no header names.
+func daemonIf(id int) int {
+	if id == ArchiveOwner {
+		return -1
+	}
+	return id
+}
+
+// ArchiveOwner, as ExtractTar's uid or gid, gives each entry the owner
+// its header names; directories made on the way stay the daemon's.
+const ArchiveOwner = -2
 
 type extractor struct {
 	dst      int   // O_PATH descriptor of the destination, the root of every entry
@@ -252,6 +265,12 @@ func (x *extractor) entry(hdr *tar.Header, body io.Reader) error {
 		return err
 	}
 	a := attrs{mode: uint32(hdr.Mode) & 0o7777, uid: x.uid, gid: x.gid, mtime: hdr.ModTime}
+	if a.uid == ArchiveOwner {
+		a.uid = hdr.Uid
+	}
+	if a.gid == ArchiveOwner {
+		a.gid = hdr.Gid
+	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return x.dir(rel, a)
@@ -298,7 +317,7 @@ func (x *extractor) parent(rel string) (int, string, error) {
 	if dir == "." {
 		dir = ""
 	}
-	fd, err := mkdirAll(x.dst, dir, attrs{mode: 0o755, uid: x.uid, gid: x.gid}, func(made string) {
+	fd, err := mkdirAll(x.dst, dir, attrs{mode: 0o755, uid: daemonIf(x.uid), gid: daemonIf(x.gid)}, func(made string) {
 		x.made = append(x.made, made)
 		x.implicit[made] = true
 	})

@@ -188,3 +188,42 @@ func TestExtractTruncatedArchive(t *testing.T) {
 		t.Errorf("root holds %v after a truncated archive", entries)
 	}
 }
+
+// TestExtractTarArchiveOwner: with ArchiveOwner each entry gets the owner
+// its header names, and a directory made on the way stays the daemon's;
+// the control, uid:gid given, overrides the header.
+func TestExtractTarArchiveOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another owner needs root")
+	}
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	tw.WriteHeader(&tar.Header{Name: "implicit/f", Typeflag: tar.TypeReg, Mode: 0o640, Uid: 1000, Gid: 1001})
+	tw.WriteHeader(&tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o750, Uid: 1002, Gid: 1003})
+	tw.WriteHeader(&tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "d", Uid: 1004, Gid: 1005})
+	tw.Close()
+	owner := func(p string) [2]uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return [2]uint32{st.Uid, st.Gid}
+	}
+	for _, c := range []struct {
+		uid, gid int
+		want     map[string][2]uint32
+	}{
+		{ArchiveOwner, ArchiveOwner, map[string][2]uint32{"implicit/f": {1000, 1001}, "d": {1002, 1003}, "l": {1004, 1005}, "implicit": {0, 0}}},
+		{7, 8, map[string][2]uint32{"implicit/f": {7, 8}, "d": {7, 8}, "l": {7, 8}, "implicit": {7, 8}}},
+	} {
+		r, dir := newRoot(t)
+		if err := r.ExtractTar("/", bytes.NewReader(archive.Bytes()), 1<<20, c.uid, c.gid); err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range c.want {
+			if got := owner(filepath.Join(dir, p)); got != want {
+				t.Errorf("uid %d gid %d: %s owned by %v, want %v", c.uid, c.gid, p, got, want)
+			}
+		}
+	}
+}

@@ -12,15 +12,14 @@ package oci
 // as one tar file. A restore rebuilds the layout next to them.
 
 import (
-	"archive/tar"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/tine-run/tine/internal/inroot"
 )
 
 const (
@@ -139,69 +138,30 @@ func linkOrCopy(from, to string) error {
 	return err
 }
 
-// writeTreeTar writes the tree at dir (directories, regular files and
-// symlinks, with their modes, owners and times) as a tar file at path.
+// writeTreeTar writes the tree at dir (directories, regular files, hard
+// links and symlinks, with their modes, owners and times) as a tar file at
+// path.
 func writeTreeTar(dir, path string) error {
+	root, err := inroot.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case fi.IsDir(), fi.Mode().IsRegular():
-		default:
-			return fmt.Errorf("%s is a %s, which tine-runc's checkpoint does not carry", p, fi.Mode().Type())
-		}
-		h, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		h.Name, _ = filepath.Rel(dir, p)
-		h.Uname, h.Gname = "", ""
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		in, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		_, err = io.CopyN(tw, in, h.Size)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
+	if err := root.WriteTar("/", f); err != nil {
 		return err
 	}
 	return f.Close()
 }
 
-// readTreeTar unpacks what writeTreeTar wrote into dir (new). The file
-// comes with the checkpoint (a kubelet's archive, say): an entry that
-// would land outside dir — absolute, climbing, or below a symlink it made
-// — is refused.
+// readTreeTar unpacks what writeTreeTar wrote into dir (new), owners
+// included. The file comes with the checkpoint (a kubelet's archive, say):
+// every entry resolves inside dir, whatever its name or the symlinks it
+// made.
 func readTreeTar(path, dir string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -211,68 +171,10 @@ func readTreeTar(path, dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	links := map[string]bool{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := filepath.Clean(h.Name)
-		if filepath.IsAbs(name) || name == "." || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("entry %q: outside the tree", h.Name)
-		}
-		for p := filepath.Dir(name); p != "."; p = filepath.Dir(p) {
-			if links[p] {
-				return fmt.Errorf("entry %q: below the symlink %s", h.Name, p)
-			}
-		}
-		to := filepath.Join(dir, name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.Mkdir(to, 0o700)
-		case tar.TypeReg:
-			var out *os.File
-			if out, err = os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
-				_, err = io.Copy(out, tr)
-				if cerr := out.Close(); err == nil {
-					err = cerr
-				}
-			}
-		case tar.TypeSymlink:
-			links[name] = true
-			err = os.Symlink(h.Linkname, to)
-		default:
-			err = fmt.Errorf("type %c is not carried", h.Typeflag)
-		}
-		if err == nil {
-			err = os.Lchown(to, h.Uid, h.Gid)
-		}
-		if err == nil && h.Typeflag != tar.TypeSymlink {
-			if err = os.Chmod(to, fs.FileMode(h.Mode).Perm()|modeBits(h.Mode)); err == nil {
-				err = os.Chtimes(to, h.ModTime, h.ModTime)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", h.Name, err)
-		}
+	root, err := inroot.Open(dir)
+	if err != nil {
+		return err
 	}
-}
-
-// modeBits are the setuid, setgid and sticky bits of a tar mode.
-func modeBits(mode int64) fs.FileMode {
-	var m fs.FileMode
-	if mode&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if mode&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if mode&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
+	defer root.Close()
+	return root.ExtractTar("/", f, math.MaxInt64, inroot.ArchiveOwner, inroot.ArchiveOwner)
 }

@@ -70,26 +70,41 @@ func TestFlattenRoundTrip(t *testing.T) {
 	}
 }
 
-// TestReadTreeTarRefusesEscapes: a tmpfs.tar from a checkpoint archive
-// cannot write outside the stage, by name or through a symlink it made.
-func TestReadTreeTarRefusesEscapes(t *testing.T) {
+// TestReadTreeTarStaysInside: a tmpfs.tar from a checkpoint archive
+// cannot write outside the stage, by name or through a symlink it made:
+// a climbing name is refused, an absolute one lands inside, and one below
+// a symlink to a host directory resolves inside, where that directory is
+// not.
+func TestReadTreeTarStaysInside(t *testing.T) {
 	outside := t.TempDir()
-	for name, entries := range map[string][]tar.Header{
-		"climbing": {{Name: "../x", Typeflag: tar.TypeReg, Mode: 0o644}},
-		"absolute": {{Name: "/x", Typeflag: tar.TypeReg, Mode: 0o644}},
-		"symlink":  {{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside}, {Name: "l/x", Typeflag: tar.TypeReg, Mode: 0o644}},
+	for name, c := range map[string]struct {
+		entries []tar.Header
+		inside  string // where x lands, "" for a refusal
+	}{
+		"climbing": {[]tar.Header{{Name: "../x", Typeflag: tar.TypeReg, Mode: 0o644}}, ""},
+		"absolute": {[]tar.Header{{Name: "/x", Typeflag: tar.TypeReg, Mode: 0o644}}, "x"},
+		"symlink": {[]tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside},
+			{Name: "l/x", Typeflag: tar.TypeReg, Mode: 0o644}}, ""},
 	} {
 		path := filepath.Join(t.TempDir(), "t.tar")
 		f, _ := os.Create(path)
 		tw := tar.NewWriter(f)
-		for _, h := range entries {
+		for _, h := range c.entries {
 			tw.WriteHeader(&h)
 		}
 		tw.Close()
 		f.Close()
 		dir := filepath.Join(t.TempDir(), "tmpfs")
-		if err := readTreeTar(path, dir); err == nil {
+		err := readTreeTar(path, dir)
+		if c.inside == "" && err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+		if c.inside != "" {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			} else if _, err := os.Stat(filepath.Join(dir, c.inside)); err != nil {
+				t.Errorf("%s: x is not inside the stage: %v", name, err)
+			}
 		}
 		if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
 			t.Errorf("%s: wrote outside the stage", name)
