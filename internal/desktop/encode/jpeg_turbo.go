@@ -91,13 +91,16 @@ func encodeJPEG(f *frame.Frame, quality int) ([]byte, error) {
 	var out *C.uchar
 	var size C.ulong
 	var msg [C.JMSG_LENGTH_MAX]C.char
-	// Four bits a pixel: twice what q80 takes on a screen of text (1.8 on
-	// the bench's desktop).
-	guess := C.ulong(f.Width*f.Height/2 + 4096)
 	if C.tine_jpeg((*C.uchar)(unsafe.Pointer(&f.Pix[0])), C.int(f.Width), C.int(f.Height), C.int(f.Stride), C.int(quality),
-		guess, &out, &size, &msg[0]) != 0 {
+		C.ulong(firstBuffer(f.Width, f.Height)), &out, &size, &msg[0]) != 0 {
 		return nil, fmt.Errorf("libjpeg: %s", C.GoString(&msg[0]))
 	}
 	defer C.free(unsafe.Pointer(out))
 	return C.GoBytes(unsafe.Pointer(out), C.int(size)), nil
 }
+
+// firstBuffer is the size of the buffer libjpeg-turbo starts a
+// width×height JPEG in: four bits a pixel, twice what q80 takes on a
+// screen of text (1.8 on the bench's desktop), so that a screenshot never
+// outgrows it.
+func firstBuffer(width, height int) int { return width*height/2 + 4096 }
