@@ -273,11 +273,11 @@ func TestParallelPNGBands(t *testing.T) {
 	}
 }
 
-// trialFilter compresses to choose: Up on the desktop and on smooth
-// gradients, native or scaled; None on the desktop's text scaled by 5:4,
+// trialFilter compresses to choose: Up on the desktops and on smooth
+// gradients, native or scaled; None on the desktops' text scaled by 5:4,
 // where it is the smaller (the sizes say so, here, for the whole frame).
 func TestTrialFilterChoosesTheSmaller(t *testing.T) {
-	screen := screenFrame(t)
+	screen, bench := screenFrame(t), benchDesktopFrame(t)
 	zw, _ := zlib.NewWriterLevel(nil, pngLevel)
 	for _, c := range []struct {
 		name string
@@ -286,6 +286,8 @@ func TestTrialFilterChoosesTheSmaller(t *testing.T) {
 	}{
 		{"desktop", screen, filterUp},
 		{"desktop scaled to 1024", screen.Downscale(1024), filterNone},
+		{"bench desktop", bench, filterUp},
+		{"bench desktop scaled to 1024", bench.Downscale(1024), filterNone},
 		{"gradient", gradientFrame(1280, 800), filterUp},
 		{"gradient scaled to 1024", gradientFrame(1280, 800).Downscale(1024), filterUp},
 	} {
