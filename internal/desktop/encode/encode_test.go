@@ -19,9 +19,15 @@ import (
 
 // screenFrame is a real 1280x800 Xvfb screenshot (openbox, xterms with
 // text), the kind of picture the encoders are tuned for.
-func screenFrame(tb testing.TB) *frame.Frame {
+func screenFrame(tb testing.TB) *frame.Frame { return pngFrame(tb, "testdata/screen.png") }
+
+// benchDesktopFrame is the screen `tine bench desktop` photographs: its
+// two xterms (internal/bench textApps) full of text, a dark strip below.
+func benchDesktopFrame(tb testing.TB) *frame.Frame { return pngFrame(tb, "testdata/bench-desktop.png") }
+
+func pngFrame(tb testing.TB, path string) *frame.Frame {
 	tb.Helper()
-	file, err := os.Open("testdata/screen.png")
+	file, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -31,6 +37,19 @@ func screenFrame(tb testing.TB) *frame.Frame {
 		tb.Fatal(err)
 	}
 	return frame.FromImage(img)
+}
+
+// desktopFixtures are both desktop screenshots, native and scaled to a
+// 1024 long edge, for the benchmarks.
+func desktopFixtures(tb testing.TB) []struct {
+	name string
+	f    *frame.Frame
+} {
+	screen, bench := screenFrame(tb), benchDesktopFrame(tb)
+	return []struct {
+		name string
+		f    *frame.Frame
+	}{{"desktop", screen}, {"desktop1024", screen.Downscale(1024)}, {"bench", bench}, {"bench1024", bench.Downscale(1024)}}
 }
 
 func noiseFrame(w, h int) *frame.Frame {
@@ -254,11 +273,11 @@ func TestParallelPNGBands(t *testing.T) {
 	}
 }
 
-// trialFilter compresses to choose: Up on the desktop and on smooth
-// gradients, native or scaled; None on the desktop's text scaled by 5:4,
+// trialFilter compresses to choose: Up on the desktops and on smooth
+// gradients, native or scaled; None on the desktops' text scaled by 5:4,
 // where it is the smaller (the sizes say so, here, for the whole frame).
 func TestTrialFilterChoosesTheSmaller(t *testing.T) {
-	screen := screenFrame(t)
+	screen, bench := screenFrame(t), benchDesktopFrame(t)
 	zw, _ := zlib.NewWriterLevel(nil, pngLevel)
 	for _, c := range []struct {
 		name string
@@ -267,6 +286,8 @@ func TestTrialFilterChoosesTheSmaller(t *testing.T) {
 	}{
 		{"desktop", screen, filterUp},
 		{"desktop scaled to 1024", screen.Downscale(1024), filterNone},
+		{"bench desktop", bench, filterUp},
+		{"bench desktop scaled to 1024", bench.Downscale(1024), filterNone},
 		{"gradient", gradientFrame(1280, 800), filterUp},
 		{"gradient scaled to 1024", gradientFrame(1280, 800).Downscale(1024), filterUp},
 	} {
@@ -282,19 +303,26 @@ func TestTrialFilterChoosesTheSmaller(t *testing.T) {
 // What a 1024-edge screenshot costs against a native one, from the scale
 // on: the scaling must cost less than the encoding it saves.
 func BenchmarkScaled1024(b *testing.B) {
-	f := screenFrame(b)
-	for _, format := range []Format{FormatPNG, FormatJPEG} {
-		for _, edge := range []int{0, 1024} {
-			b.Run(fmt.Sprintf("%s/%d", format, edge), func(b *testing.B) {
-				cpu0 := cpuTime()
-				for b.Loop() {
-					if _, err := Screenshot(f, Options{Format: format, MaxLongEdge: edge}); err != nil {
-						b.Fatal(err)
+	for _, fx := range []struct {
+		name string
+		f    *frame.Frame
+	}{{"desktop", screenFrame(b)}, {"bench", benchDesktopFrame(b)}} {
+		for _, format := range []Format{FormatPNG, FormatJPEG} {
+			for _, edge := range []int{0, 1024} {
+				b.Run(fmt.Sprintf("%s/%s/%d", fx.name, format, edge), func(b *testing.B) {
+					var img *Image
+					cpu0 := cpuTime()
+					for b.Loop() {
+						var err error
+						if img, err = Screenshot(fx.f, Options{Format: format, MaxLongEdge: edge}); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				// CPU time too: on a shared host wall time is mostly waiting.
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-			})
+					// CPU time too: on a shared host wall time is mostly waiting.
+					b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64(len(img.Data)), "bytes")
+				})
+			}
 		}
 	}
 }

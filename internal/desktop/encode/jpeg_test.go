@@ -102,3 +102,25 @@ func TestJoinBandsRefuses(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkJPEGBands is the native and the 1024-edge JPEG q80 of the
+// desktop fixtures in 1 to 8 bands: with -cpu 1 the CPU each costs (the
+// bands' overhead), with -cpu 2 the wall time (ADR 0022).
+func BenchmarkJPEGBands(b *testing.B) {
+	for _, fx := range desktopFixtures(b) {
+		for _, n := range []int{1, 2, 4, 8} {
+			b.Run(fmt.Sprintf("%s/bands%d", fx.name, n), func(b *testing.B) {
+				var data []byte
+				cpu0 := cpuTime()
+				for b.Loop() {
+					var err error
+					if data, err = encodeBands(fx.f, 80, n); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(len(data)), "bytes")
+			})
+		}
+	}
+}

@@ -24,7 +24,9 @@ GLOBL round32<>(SB), RODATA|NOPTR, $32
 // Keeps blue, green and red of each pixel; zeroes the padding byte.
 DATA colour<>+0(SB)/8, $0x00ffffff00ffffff
 DATA colour<>+8(SB)/8, $0x00ffffff00ffffff
-GLOBL colour<>(SB), RODATA|NOPTR, $16
+DATA colour<>+16(SB)/8, $0x00ffffff00ffffff
+DATA colour<>+24(SB)/8, $0x00ffffff00ffffff
+GLOBL colour<>(SB), RODATA|NOPTR, $32
 
 // PSHUFB mask: a pair of pixels a, b (8 bytes) becomes the channels side
 // by side, a.b b.b a.g b.g a.r b.r a.x b.x, for PMADDWD.
@@ -43,7 +45,7 @@ TEXT ·vblendAVX2(SB), NOSPLIT, $0-48
 	MOVQ taps+32(FP), R10
 	MOVQ chunks+40(FP), CX
 	VMOVDQU round16<>(SB), Y13
-	VMOVDQU colour<>(SB), X12
+	VMOVDQU colour<>(SB), Y12
 	CMPQ R10, $2
 	JEQ two
 
@@ -76,11 +78,39 @@ tap:
 	DECQ CX
 	JMP chunk
 
-	// Two taps (every ratio under 2 but a few rows): weights in registers.
+	// Two taps (every ratio under 2 but a few rows): weights in registers;
+	// eight pixels a step, then four.
 two:
 	VPBROADCASTW 0(R9), Y10
 	VPBROADCASTW 2(R9), Y11
 	LEAQ (SI)(R8*1), R11
+
+pair8:
+	CMPQ CX, $2
+	JLT pair
+	VPMOVZXBW (SI), Y0
+	VPMOVZXBW 16(SI), Y2
+	VPMOVZXBW (R11), Y1
+	VPMOVZXBW 16(R11), Y3
+	VPMULLW Y10, Y0, Y0
+	VPMULLW Y10, Y2, Y2
+	VPMULLW Y11, Y1, Y1
+	VPMULLW Y11, Y3, Y3
+	VPADDW Y1, Y0, Y0
+	VPADDW Y3, Y2, Y2
+	VPADDW Y13, Y0, Y0
+	VPADDW Y13, Y2, Y2
+	VPSRLW $8, Y0, Y0
+	VPSRLW $8, Y2, Y2
+	VPACKUSWB Y2, Y0, Y0 // quadwords: pixels 0–1, 4–5 | 2–3, 6–7
+	VPERMQ $0xd8, Y0, Y0
+	VPAND Y12, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, R11
+	ADDQ $32, DI
+	SUBQ $2, CX
+	JMP pair8
 
 pair:
 	TESTQ CX, CX
@@ -108,9 +138,10 @@ done:
 
 // func hblend2AVX2(dst, col *byte, c0 int, starts *int, w, w0, w1 *uint16, groups int)
 //
-// Four output pixels per round. When their sources are consecutive
-// (starts s, s+1, s+2, s+3: every group of a 5:4 reduction), the two taps
-// are two overlapping loads and 16-bit multiplies, as in vblendAVX2.
+// Four output pixels per round, eight when two rounds in a row have
+// consecutive sources (starts s, s+1, s+2, s+3: every group of a 5:4
+// reduction): then the two taps are two overlapping loads and 16-bit
+// multiplies, as in vblendAVX2.
 // Otherwise the pixel pairs are gathered: those of outputs 0 and 2 to the
 // low lane, 1 and 3 to the high one, so each PMADDWD takes the weights of
 // two consecutive outputs as they lie in memory.
@@ -138,6 +169,41 @@ group:
 	LEAQ 3(R8), R12
 	CMPQ R11, R12
 	JNE gather
+	CMPQ CX, $2
+	JLT single
+	MOVQ 32(BX), R9
+	MOVQ 56(BX), R10
+	LEAQ 3(R9), R12
+	CMPQ R10, R12
+	JNE single
+
+	// Two consecutive groups: eight outputs, packed and stored at once.
+	VPMOVZXBW (SI)(R8*4), Y0
+	VPMOVZXBW 4(SI)(R8*4), Y1
+	VPMOVZXBW (SI)(R9*4), Y2
+	VPMOVZXBW 4(SI)(R9*4), Y3
+	VPMULLW (R13), Y0, Y0
+	VPMULLW (R14), Y1, Y1
+	VPMULLW 32(R13), Y2, Y2
+	VPMULLW 32(R14), Y3, Y3
+	VPADDW Y1, Y0, Y0
+	VPADDW Y3, Y2, Y2
+	VPADDW Y12, Y0, Y0
+	VPADDW Y12, Y2, Y2
+	VPSRLW $8, Y0, Y0
+	VPSRLW $8, Y2, Y2
+	VPACKUSWB Y2, Y0, Y0 // quadwords: outputs 0–1, 4–5 | 2–3, 6–7
+	VPERMQ $0xd8, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $64, BX
+	ADDQ $128, DX
+	ADDQ $64, R13
+	ADDQ $64, R14
+	ADDQ $32, DI
+	SUBQ $2, CX
+	JMP group
+
+single:
 	VPMOVZXBW (SI)(R8*4), Y0
 	VPMOVZXBW 4(SI)(R8*4), Y1
 	VPMULLW (R13), Y0, Y0

@@ -172,3 +172,27 @@ func BenchmarkScale1280x800To1024(b *testing.B) {
 		})
 	}
 }
+
+// FuzzScaleMatchesReference: any source size and long edge, any pixels;
+// the scaler (AVX2 where the CPU has it) gives the reference's bytes. Its
+// seeds are the ratios whose kernel paths differ: 5:4 (consecutive
+// sources, eight pixels a step), 3:2 and 4:3 (gathers between them), an
+// odd number of four-pixel groups, many-tap reductions.
+func FuzzScaleMatchesReference(f *testing.F) {
+	for _, c := range []struct{ w, h, max uint16 }{{160, 100, 128}, {90, 60, 60}, {84, 63, 63}, {52, 20, 42}, {300, 40, 37}} {
+		f.Add(c.w, c.h, c.max, uint64(1))
+	}
+	f.Fuzz(func(t *testing.T, w, h, max uint16, seed uint64) {
+		if w == 0 || h == 0 || w > 700 || h > 400 {
+			t.Skip()
+		}
+		s := NewScaler(int(w), int(h), int(max))
+		if s == nil {
+			t.Skip()
+		}
+		src := randomFrame(int(w), int(h), seed)
+		got := New(s.W, s.H)
+		s.Scale(got, src, got.Bounds())
+		sameFrame(t, fmt.Sprintf("%dx%d → %dx%d", w, h, s.W, s.H), got, referenceScale(s, src))
+	})
+}
