@@ -23,16 +23,23 @@ var (
 	users   int // Borrow calls not yet released
 )
 
-// Lean sets GOMAXPROCS to 1 for good; Borrow raises it while parallel
-// work runs. Call it once, at the start of a process that wants it.
-func Lean() {
+// Lean sets GOMAXPROCS to 1; Borrow raises it while parallel work runs.
+// Call it at the start of a process that wants it; restore gives the
+// process its GOMAXPROCS back (for tests: borrows must have ended).
+func Lean() (restore func()) {
 	mu.Lock()
 	defer mu.Unlock()
 	if lean {
-		return
+		return func() {}
 	}
 	wide = runtime.GOMAXPROCS(1)
 	lean, current = true, 1
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		runtime.GOMAXPROCS(wide)
+		lean, users = false, 0
+	}
 }
 
 // Max is how many goroutines may usefully compute in parallel: GOMAXPROCS,

@@ -5,18 +5,6 @@ import (
 	"testing"
 )
 
-// unlean puts the process back as it was before Lean, for the next test.
-func unlean(t *testing.T) {
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if lean {
-			runtime.GOMAXPROCS(wide)
-			lean, users = false, 0
-		}
-	})
-}
-
 func TestBorrowOutsideLeanChangesNothing(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	release := Borrow(before + 3)
@@ -30,9 +18,9 @@ func TestBorrowOutsideLeanChangesNothing(t *testing.T) {
 }
 
 func TestLeanBorrowsAndGivesBack(t *testing.T) {
-	runtime.GOMAXPROCS(4) // what a 4-CPU host would start with
-	unlean(t)
-	Lean()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // as a 4-CPU host would start
+	restore := Lean()
+	defer restore()
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Fatalf("GOMAXPROCS %d after Lean, want 1", got)
 	}
@@ -59,5 +47,9 @@ func TestLeanBorrowsAndGivesBack(t *testing.T) {
 	Borrow(1)() // one goroutine needs no second P
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Fatalf("GOMAXPROCS %d after Borrow(1), want 1", got)
+	}
+	restore()
+	if got := runtime.GOMAXPROCS(0); got != 4 || Max() != 4 {
+		t.Fatalf("GOMAXPROCS %d, Max %d after restore, want 4", got, Max())
 	}
 }
