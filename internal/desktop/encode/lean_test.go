@@ -34,3 +34,15 @@ func TestPNGInALeanProcess(t *testing.T) {
 		t.Errorf("GOMAXPROCS %d after the screenshot, want 1 again", n)
 	}
 }
+
+// BenchmarkPNGLean is BenchmarkPNG in a lean process (the guest's): the
+// bands on borrowed Ps, GOMAXPROCS raised and lowered around each.
+func BenchmarkPNGLean(b *testing.B) {
+	f := screenFrame(b)
+	defer procs.Lean()()
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		PNG(&buf, f)
+	}
+}
