@@ -35,6 +35,28 @@ func TestPNGInALeanProcess(t *testing.T) {
 	}
 }
 
+// So are its JPEG screenshots.
+func TestJPEGInALeanProcess(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	f := screenFrame(t)
+	want, err := jpegBytes(f, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := procs.Lean()
+	defer restore()
+	got, err := jpegBytes(f, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the JPEG coded in a lean process differs (%d bytes, want %d)", len(got), len(want))
+	}
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("GOMAXPROCS %d after the screenshot, want 1 again", n)
+	}
+}
+
 // BenchmarkPNGLean is BenchmarkPNG in a lean process (the guest's): the
 // bands on borrowed Ps, GOMAXPROCS raised and lowered around each.
 func BenchmarkPNGLean(b *testing.B) {
