@@ -6,8 +6,8 @@
 // sleeps again, and in this VM each such wake-up is a context switch
 // that costs more than the work (ADR 0020's fifth-session amendment
 // measured twice the context switches and 1.5x the CPU per /execute).
-// The screenshot's PNG bands are the guest's only parallel computation:
-// Borrow raises GOMAXPROCS while they run.
+// A screenshot's bands (PNG, JPEG) and the scaler's are the guest's only
+// parallel computation: Borrow raises GOMAXPROCS while they run.
 package procs
 
 import (
