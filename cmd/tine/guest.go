@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/internal/desktop/guest"
+	"github.com/tine-run/tine/internal/procs"
 )
 
 func newGuestCommand() *cobra.Command {
@@ -44,6 +45,10 @@ inside each desktop sandbox.`,
 			if wm != "" {
 				o.WindowManager = []string{wm}
 			}
+			// One P, and a second only while a screenshot's bands are coded:
+			// a request handed between goroutines then wakes no idle thread
+			// (internal/procs, ADR 0020).
+			procs.Lean()
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return guest.Run(ctx, o, func(r guest.Ready) {

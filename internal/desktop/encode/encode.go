@@ -8,9 +8,9 @@ package encode
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/procs"
 )
 
 // Format is an encoding of a screenshot.
@@ -101,7 +101,9 @@ const (
 	minBandRows = 128
 )
 
-// bandCount is how many bands f is coded in (1: no parallel coding).
+// bandCount is how many bands f is coded in (1: no parallel coding): one
+// per CPU the process may use, also in a guest that runs on one P
+// (internal/procs), which borrows them while it codes.
 func bandCount(f *frame.Frame) int {
-	return max(1, min(runtime.GOMAXPROCS(0), maxBands, f.Height/minBandRows))
+	return max(1, min(procs.Max(), maxBands, f.Height/minBandRows))
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/procs"
 )
 
 // JPEG writes f as a baseline 4:2:0 JPEG of the given quality (1–100)
@@ -31,7 +32,12 @@ func jpegBytes(f *frame.Frame, quality int) ([]byte, error) {
 	if f.Width == 0 || f.Height == 0 {
 		return nil, errors.New("jpeg: empty frame")
 	}
-	data, err := encodeBands(f, clampQuality(quality), bandCount(f))
+	bands := bandCount(f)
+	// libjpeg-turbo's calls need no P, but a goroutine must get one to
+	// make its call: in a lean guest it would wait for sysmon to take the
+	// P back from the first call.
+	defer procs.Borrow(bands)()
+	data, err := encodeBands(f, clampQuality(quality), bands)
 	if err != nil {
 		return nil, fmt.Errorf("jpeg: %w", err)
 	}

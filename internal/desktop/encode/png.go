@@ -13,6 +13,7 @@ import (
 
 	"github.com/tine-run/tine/internal/desktop/encode/pngkern"
 	"github.com/tine-run/tine/internal/desktop/frame"
+	"github.com/tine-run/tine/internal/procs"
 )
 
 // pngLevel is klauspost's level 1: its fastest LZ77 matcher. Screens are
@@ -103,7 +104,9 @@ func PNG(w io.Writer, f *frame.Frame) error {
 
 // pngBytes is PNG into a new slice.
 func pngBytes(f *frame.Frame) ([]byte, error) {
-	return parallelPNG(f, bandCount(f))
+	bands := bandCount(f)
+	defer procs.Borrow(bands)()
+	return parallelPNG(f, bands)
 }
 
 var flatePool = sync.Pool{New: func() any {

@@ -3,9 +3,10 @@ package frame
 import (
 	"image"
 	"math"
-	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/tine-run/tine/internal/procs"
 )
 
 // Downscale returns f shrunk so that its longer edge is at most maxLongEdge
@@ -82,11 +83,12 @@ func (s *Scaler) Covering(r image.Rectangle) image.Rectangle {
 
 // ScaleParallel is Scale with bands of rows on all CPUs.
 func (s *Scaler) ScaleParallel(dst, src *Frame, r image.Rectangle) {
-	bands := max(1, min(runtime.GOMAXPROCS(0), 8, r.Dy()/64))
+	bands := max(1, min(procs.Max(), 8, r.Dy()/64))
 	if bands == 1 {
 		s.Scale(dst, src, r)
 		return
 	}
+	defer procs.Borrow(bands)()
 	var wg sync.WaitGroup
 	for i := range bands {
 		band := image.Rect(r.Min.X, r.Min.Y+r.Dy()*i/bands, r.Max.X, r.Min.Y+r.Dy()*(i+1)/bands)
