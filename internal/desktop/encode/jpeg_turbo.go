@@ -45,6 +45,10 @@ static int tine_jpeg(unsigned char *pix, int width, int height, int stride, int 
 	*size = given ? guess : 0;
 	if (setjmp(e.jump)) {
 		jpeg_destroy_compress(&c);
+		// *out is libjpeg's own buffer once it outgrew ours (it frees
+		// only the ones it replaced itself).
+		if (*out != given)
+			free(*out);
 		free(given);
 		*out = NULL;
 		snprintf(message, JMSG_LENGTH_MAX, "%s", e.message);
