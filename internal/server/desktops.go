@@ -176,7 +176,7 @@ func (s *Server) guestBinary() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find the tine binary for the desktop's guest: %w", err)
 	}
-	guest := self + GuestSuffix + strings.Repeat("", len(runcli.FullSuffix))
+	guest := strings.TrimSuffix(self, runcli.FullSuffix) + GuestSuffix
 	if st, err := os.Stat(guest); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 		return guest, nil
 	}
