@@ -35,10 +35,10 @@ GUEST_TAGS ?= turbojpeg
 GUEST_BIN  := $(BIN)-guest
 
 build:
-	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN) ./cmd/tine
+	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN)-full ./cmd/tine
 	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN)-runc ./cmd/tine-runc
-	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN)-run ./cmd/tine-run
-	cp $(BIN) $(BIN)-full
+	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN) ./cmd/tine-run
+	ln -f $(BIN) $(BIN)-run
 ifneq ($(findstring turbojpeg,$(GUEST_TAGS)),)
 	@[ -e /usr/include/jpeglib.h ] && command -v gcc >/dev/null || { \
 		echo "bin/tine-guest links libjpeg-turbo: it needs gcc and libjpeg62-turbo-dev (make deps installs them); GUEST_TAGS= skips it"; exit 1; }
