@@ -28,8 +28,8 @@ APT_PKGS_LEAN := sudo gnome-terminal xfce4-session xfwm4 xfdesktop4
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
 # run here). bin/tine-guest is the full program with libjpeg-turbo linked
 # in (cgo, static libc too; needs gcc and libjpeg62-turbo-dev): desktops
-# run it as their guest, found next to bin/tine, for JPEG screenshots five
-# times faster. GUEST_TAGS= skips it (desktops then run bin/tine, image/jpeg).
+# run it as their guest, found next to bin/tine-full, for JPEG screenshots five
+# times faster. GUEST_TAGS= skips it (desktops then run bin/tine-full, image/jpeg).
 TAGS       ?=
 GUEST_TAGS ?= turbojpeg
 GUEST_BIN  := $(BIN)-guest
