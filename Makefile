@@ -19,22 +19,26 @@ APT_PKGS_LEAN := sudo gnome-terminal xfce4-session xfwm4 xfdesktop4
 
 .PHONY: build demo test deps criu containerd2 clean bench fuzz fuzz-ci
 
-# Four static binaries. bin/tine-runc is tine's OCI runtime (runc's command
-# line; docs/kubernetes.md), pure Go like bin/tine. bin/tine-run is `tine run`
-# alone, a small binary whose start costs a fraction of tine's (ADR 0023). bin/tine is pure Go (CGO_ENABLED=0): no dynamic
+# Static binaries. bin/tine is the small front (cmd/tine-run): it runs `tine
+# run` itself, whose start is on every one-shot sandbox's path and costs a
+# fraction of the full program's, and execs bin/tine-full (cmd/tine, every
+# command) for everything else (ADR 0023); bin/tine-run is the same file,
+# `tine run` alone. bin/tine-runc is tine's OCI runtime (runc's command
+# line; docs/kubernetes.md). All are pure Go (CGO_ENABLED=0): no dynamic
 # loader and no cgo runtime at every start (each costs ~0.6 ms of a tine
-# run here). bin/tine-guest is the same program with libjpeg-turbo linked
+# run here). bin/tine-guest is the full program with libjpeg-turbo linked
 # in (cgo, static libc too; needs gcc and libjpeg62-turbo-dev): desktops
-# run it as their guest, found next to bin/tine, for JPEG screenshots five
-# times faster. GUEST_TAGS= skips it (desktops then run bin/tine, image/jpeg).
+# run it as their guest, found next to bin/tine-full, for JPEG screenshots five
+# times faster. GUEST_TAGS= skips it (desktops then run bin/tine-full, image/jpeg).
 TAGS       ?=
 GUEST_TAGS ?= turbojpeg
 GUEST_BIN  := $(BIN)-guest
 
 build:
-	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN) ./cmd/tine
+	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN)-full ./cmd/tine
 	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN)-runc ./cmd/tine-runc
-	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN)-run ./cmd/tine-run
+	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -o $(BIN) ./cmd/tine-run
+	ln -f $(BIN) $(BIN)-run
 ifneq ($(findstring turbojpeg,$(GUEST_TAGS)),)
 	@[ -e /usr/include/jpeglib.h ] && command -v gcc >/dev/null || { \
 		echo "bin/tine-guest links libjpeg-turbo: it needs gcc and libjpeg62-turbo-dev (make deps installs them); GUEST_TAGS= skips it"; exit 1; }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tine-run/tine/internal/bench"
+	"github.com/tine-run/tine/internal/runcli"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -450,7 +451,8 @@ func newSuiteCommand(name, short, long string, groups func(self string) ([]bench
 			if err != nil {
 				return fmt.Errorf("find the tine binary to measure: %w", err)
 			}
-			gs, cleanup, err := groups(self)
+			// What users run: the front beside this full program.
+			gs, cleanup, err := groups(runcli.Front(self))
 			if err != nil {
 				return fmt.Errorf("bench %s: %w", name, err)
 			}

@@ -180,7 +180,7 @@ func (r *Run) Signal(sig syscall.Signal) error { return r.cmd.Signal(sig) }
 // with it; Close waits for that).
 func (r *Run) Wait() (*sandbox.Outcome, error) {
 	o, err := r.cmd.Wait()
-	usage := r.sb.Usage()
+	usage := r.sb.Spent()
 	// Add to the WaitGroup only while the pool is open: Close waits on it.
 	r.pool.mu.Lock()
 	if r.pool.closed {

@@ -126,7 +126,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	defer checkR.Close()
 	l := &Launched{sb: sb, status: status, pidfd: -1, done: make(chan struct{})}
 	if g := sb.init.group; g != nil {
-		l.oomBefore = g.Stats().OOMKills
+		l.oomBefore = g.OOMKills()
 	}
 	l.track = track
 	// sb.use keeps the launch socket open; no lock is held while sending
@@ -339,11 +339,6 @@ func (l *Launched) Wait() (*Outcome, error) {
 
 	o := &Outcome{Rootless: l.sb.plan.Rootless, Cgroup: "none"}
 	o.Phases.Run = ms(time.Since(l.started))
-	var oomKills int64
-	if g := l.sb.init.group; g != nil {
-		st := g.Stats()
-		oomKills, o.Cgroup = st.OOMKills, hostCgroupVersion()
-	}
 	switch {
 	case timedOut:
 		o.ExitCode, o.Reason = 124, "timeout"
@@ -354,8 +349,12 @@ func (l *Launched) Wait() (*Outcome, error) {
 	default:
 		o.ExitCode, o.Reason = status.ExitStatus(), "exit"
 	}
-	if oomKills > l.oomBefore && o.ExitCode == 137 && !timedOut {
-		o.Reason = "oom"
+	if g := l.sb.init.group; g != nil {
+		o.Cgroup = hostCgroupVersion()
+		// Only a SIGKILL can be the OOM killer's: the count is read then.
+		if o.ExitCode == 137 && !timedOut && g.OOMKills() > l.oomBefore {
+			o.Reason = "oom"
+		}
 	}
 	return o, nil
 }

@@ -173,6 +173,16 @@ func (sb *Sandbox) Spec() *Spec { return sb.plan.Spec }
 // Done is closed when the sandbox has died.
 func (sb *Sandbox) Done() <-chan struct{} { return sb.dead }
 
+// Spent is what a one-shot run's outcome reports of the sandbox's cgroup:
+// its peak memory and CPU time (two reads, not Usage's six).
+func (sb *Sandbox) Spent() Usage {
+	if sb.init.group == nil {
+		return Usage{}
+	}
+	g := sb.init.group
+	return Usage{PeakMemoryBytes: g.PeakMemory(), CPUTimeMs: float64(g.CPUTime()) / 1e6}
+}
+
 // Usage reads the sandbox's cgroup.
 func (sb *Sandbox) Usage() Usage {
 	if sb.init.group == nil {
@@ -271,7 +281,7 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 		cgroupFD = g.FD()
 	}
 	if g != nil && !e.Detach { // (a detached one's is the sandbox's)
-		pr.oomBefore = g.Stats().OOMKills
+		pr.oomBefore = g.OOMKills()
 		// Everything the command starts is tracked (see Launch).
 		if pr.track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
 			return abort(fmt.Errorf("%w: %v", ErrSetup, err))

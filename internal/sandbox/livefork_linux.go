@@ -154,7 +154,7 @@ func (t *ForkTarget) Adopt() (*Forked, error) {
 	}
 	f := &Forked{sb: t.sb, pidfd: pidfd, track: t.track, exited: make(chan struct{})}
 	if g := t.sb.init.group; g != nil {
-		f.oomBefore = g.Stats().OOMKills
+		f.oomBefore = g.OOMKills()
 	}
 	t.track = nil
 	return f, nil
@@ -193,7 +193,7 @@ func (f *Forked) Wait() (*Outcome, error) {
 	if f.killed {
 		o.ExitCode, o.Reason, o.Signal = 137, "signal", int(unix.SIGKILL)
 	}
-	if g := f.sb.init.group; g != nil && g.Stats().OOMKills > f.oomBefore {
+	if g := f.sb.init.group; g != nil && g.OOMKills() > f.oomBefore {
 		o.ExitCode, o.Reason = 137, "oom"
 	}
 	if f.pidfd >= 0 {

@@ -931,29 +931,9 @@ func (p *Process) Wait() (*Outcome, error) {
 	var cmd unix.WaitStatus
 	n, _ := readFull(p.statusR, (*[4]byte)(unsafe.Pointer(&cmd))[:])
 	p.cleanup()
-	var stats cgroup.Stats
-	oomBefore := int64(0)
-	switch {
-	case p.group != nil:
-		stats = p.group.Stats()
-		o.Cgroup = hostCgroupVersion()
-		// PID 1 is gone, so is its pid namespace: the group is empty, or
-		// Remove kills what a stray process left in it.
-		if err := p.group.Remove(); err != nil {
-			return nil, err
-		}
-	case p.sandbox != nil && p.sandbox.init.group != nil:
-		stats = p.sandbox.init.group.Stats()
-		o.Cgroup = hostCgroupVersion()
-		oomBefore = p.oomBefore
-		stats.PeakMemoryBytes = 0 // the sandbox's peak, not this command's
-	}
-	o.PeakMemoryBytes = stats.PeakMemoryBytes
-
 	p.mu.Lock()
 	timedOut, killed := p.timedOut, p.killed
 	p.mu.Unlock()
-	p.untrack(timedOut || killed || n != 4)
 	switch {
 	case timedOut:
 		o.ExitCode, o.Reason = 124, "timeout"
@@ -968,9 +948,29 @@ func (p *Process) Wait() (*Outcome, error) {
 	default:
 		o.ExitCode, o.Reason = cmd.ExitStatus(), "exit"
 	}
-	if stats.OOMKills > oomBefore && o.ExitCode == 137 && !timedOut {
-		o.Reason = "oom"
+	// Only a SIGKILL can be the OOM killer's: the count is read then, and
+	// of the group's figures only those the outcome reports (ADR 0023).
+	mayBeOOM := o.ExitCode == 137 && !timedOut
+	switch {
+	case p.group != nil:
+		o.PeakMemoryBytes = p.group.PeakMemory()
+		o.Cgroup = hostCgroupVersion()
+		if mayBeOOM && p.group.OOMKills() > 0 {
+			o.Reason = "oom"
+		}
+		// PID 1 is gone, so is its pid namespace: the group is empty, or
+		// Remove kills what a stray process left in it.
+		if err := p.group.Remove(); err != nil {
+			return nil, err
+		}
+	case p.sandbox != nil && p.sandbox.init.group != nil:
+		// (Its peak is the sandbox's, not this command's: not reported.)
+		o.Cgroup = hostCgroupVersion()
+		if mayBeOOM && p.sandbox.init.group.OOMKills() > p.oomBefore {
+			o.Reason = "oom"
+		}
 	}
+	p.untrack(timedOut || killed || n != 4)
 	awaitReap()
 	return o, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/image"
 	"github.com/tine-run/tine/internal/inroot"
+	"github.com/tine-run/tine/internal/runcli"
 	"github.com/tine-run/tine/internal/sandbox"
 )
 
@@ -164,8 +165,9 @@ func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
 const GuestSuffix = "-guest"
 
 // guestBinary is the host path of the binary desktops run as their guest:
-// the configured one, the guest build next to this daemon's executable, or
-// the executable itself.
+// the configured one, the guest build next to this daemon's executable
+// (tine-guest beside tine-full, the full program that make build installs
+// with the front), or the executable itself.
 func (s *Server) guestBinary() (string, error) {
 	if s.cfg.GuestBinary != "" {
 		return s.cfg.GuestBinary, nil
@@ -174,8 +176,9 @@ func (s *Server) guestBinary() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find the tine binary for the desktop's guest: %w", err)
 	}
-	if st, err := os.Stat(self + GuestSuffix); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-		return self + GuestSuffix, nil
+	guest := strings.TrimSuffix(self, runcli.FullSuffix) + GuestSuffix
+	if st, err := os.Stat(guest); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return guest, nil
 	}
 	return self, nil
 }

@@ -59,13 +59,15 @@ func TestExitSemantics(t *testing.T) {
 		{name: "no command", args: nil, code: 2, stderrHas: []string{"no command given"}, stderrLine: true},
 		{name: "image flag", args: []string{"--image", "busybox", "--pull", "sometimes-" + h.marker, "--", "true"}, code: 2, stderrHas: []string{"invalid --pull", "sometimes-" + h.marker}, stderrLine: true},
 	} {
-		// tine-run (the small binary of tine run's own code) must answer
-		// exactly as tine run does.
+		// tine run (the front, which runs it itself), tine-run (the same
+		// file, tine run alone) and the full program's tine run must
+		// answer alike.
 		for _, how := range []struct {
 			name string
 			cfg  runConfig
 			args []string
-		}{{"tine run", runConfig{}, []string{"run"}}, {"tine-run", runConfig{bin: tineBin + "-run"}, nil}} {
+		}{{"tine run", runConfig{}, []string{"run"}}, {"tine-run", runConfig{bin: tineBin + "-run"}, nil},
+			{"tine-full run", runConfig{bin: tineBin + "-full"}, []string{"run"}}} {
 			t.Run(how.name+"/"+c.name, func(t *testing.T) {
 				r := h.runWith(how.cfg, append(how.args, c.args...)...)
 				if r.Code != c.code {

@@ -110,6 +110,7 @@ type runConfig struct {
 	cred  *syscall.Credential // run tine as this user instead of root
 	// bin is the binary to run instead of tine (tine-run, built next to it).
 	bin string
+	env []string // the environment instead of the test's
 }
 
 // run runs tine with args and returns when it has exited.
@@ -137,6 +138,9 @@ func (h *harness) start(cfg runConfig, args ...string) *proc {
 	p.cmd.Stdin = cfg.stdin
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
+	if cfg.env != nil {
+		p.cmd.Env = cfg.env
+	}
 	if cfg.cred != nil {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cfg.cred}
 		p.cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/"}

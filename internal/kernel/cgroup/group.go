@@ -269,17 +269,12 @@ func (g *Group) Stats() Stats {
 	mem := g.dirs["memory"]
 	if g.host.Version == V2 {
 		s.MemoryBytes = readInt(mem, "memory.current")
-		s.PeakMemoryBytes = readInt(mem, "memory.peak")
-		s.OOMKills = g.OOMKills()
-		s.CPUTimeNs = readKeyed(mem, "cpu.stat", "usage_usec") * 1000
 	} else {
 		s.MemoryBytes = readInt(mem, "memory.usage_in_bytes")
-		s.PeakMemoryBytes = readInt(mem, "memory.max_usage_in_bytes")
-		s.OOMKills = g.OOMKills()
-		if dir, ok := g.dirs["cpuacct"]; ok {
-			s.CPUTimeNs = readInt(dir, "cpuacct.usage")
-		}
 	}
+	s.PeakMemoryBytes = g.PeakMemory()
+	s.OOMKills = g.OOMKills()
+	s.CPUTimeNs = g.CPUTime()
 	s.Pids = g.Pids()
 	s.Throttled = g.Throttled()
 	return s
@@ -293,6 +288,27 @@ func (g *Group) ResetPeak() {
 	} else {
 		writeOptional(g.dirs["memory"], "memory.peak", "reset")
 	}
+}
+
+// PeakMemory is Stats().PeakMemoryBytes alone: one file read. A run's
+// outcome reads what it reports, not the six files of Stats, on the path
+// between the command's exit and tine's.
+func (g *Group) PeakMemory() int64 {
+	if g.host.Version == V2 {
+		return readInt(g.dirs["memory"], "memory.peak")
+	}
+	return readInt(g.dirs["memory"], "memory.max_usage_in_bytes")
+}
+
+// CPUTime is Stats().CPUTimeNs alone: one file read.
+func (g *Group) CPUTime() int64 {
+	if g.host.Version == V2 {
+		return readKeyed(g.dirs["memory"], "cpu.stat", "usage_usec") * 1000
+	}
+	if dir, ok := g.dirs["cpuacct"]; ok {
+		return readInt(dir, "cpuacct.usage")
+	}
+	return 0
 }
 
 // Pids is Stats().Pids alone: one file read.
