@@ -68,12 +68,13 @@ type lateRoot struct {
 	ns int
 }
 
-// CreateSpare makes a live fork's child (s.ForkOf set, no Layers) up to
-// its root, and returns once its PID 1 waits for it. It holds a goroutine
-// and its start's descriptors until Complete or Discard.
+// CreateSpare makes a live fork's child (s.ForkOf set; s.Layers those
+// under the fork's, an image's) up to its root, and returns once its
+// PID 1 waits for it. It holds a goroutine and its start's descriptors
+// until Complete or Discard.
 func CreateSpare(s *Spec) (*Spare, error) {
-	if s.ForkOf == nil || len(s.Layers) > 0 {
-		return nil, fmt.Errorf("%w: a spare is a live fork's child (Spec.ForkOf) whose layers come at Complete", ErrInvalidSpec)
+	if s.ForkOf == nil {
+		return nil, fmt.Errorf("%w: a spare is a live fork's child (Spec.ForkOf)", ErrInvalidSpec)
 	}
 	one := *s
 	sp := &spare{ready: make(chan struct{}), layers: make(chan []string, 1), done: make(chan struct{})}
@@ -101,8 +102,9 @@ func (s *Spare) Pid() int { return s.sp.pid }
 func (s *Spare) Done() <-chan struct{} { return s.sp.done }
 
 // Complete gives the spare its root over layers (the fork's, topmost
-// first; the os view and the base go under them) and lets PID 1 finish:
-// the sandbox is then like one Create made with Spec.Layers = layers. A
+// first; the spec's layers, the os view and the base go under them) and
+// lets PID 1 finish: the sandbox is then like one Create made with
+// layers in front of Spec.Layers. A
 // spare completes once; one that died meanwhile returns ErrSandboxGone.
 func (s *Spare) Complete(layers []string) (*Sandbox, error) {
 	sent := false
@@ -157,7 +159,7 @@ func (sp *spare) await(s *Spec, pr *Process, lr *lateRoot) error {
 	if err := lr.attach(pid, layers); err != nil {
 		return err
 	}
-	s.Layers = layers
+	s.Layers = slices.Concat(layers, s.Layers)
 	return nil
 }
 

@@ -94,14 +94,16 @@ func spareSpec(parent *Sandbox) *Spec {
 
 // A spare fork child exists (its PID 1 in a cgroup of tine's) before it
 // has a root, and no stage of it is mounted in the daemon's namespace;
-// Complete gives it one over the layers of the moment (both layers' files
-// are there), and it is then an ordinary fork child: its writes land in
+// Complete gives it one over the layers of the moment, on the spec's own
+// (both layers' files are there), and it is then an ordinary fork child: its writes land in
 // its own upper, not in the parent's root nor in the layers.
 func TestForkSpareCompletesOverLateLayers(t *testing.T) {
 	parent := spareParent(t)
 	top, below := spareLayer(t, "top", "t"), spareLayer(t, "below", "b")
 	before := stageMounts(t)
-	sp, err := CreateSpare(spareSpec(parent))
+	spec := spareSpec(parent)
+	spec.Layers = []string{below} // an image's: known ahead
+	sp, err := CreateSpare(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestForkSpareCompletesOverLateLayers(t *testing.T) {
 	if m := stageMounts(t); !slices.Equal(m, before) {
 		t.Fatalf("the spare mounted in the daemon's namespace: %q, before %q", m, before)
 	}
-	child, err := sp.Complete([]string{top, below})
+	child, err := sp.Complete([]string{top})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,8 +199,8 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	// namespace its first process joins (lateRoot).
 	stageData := fmt.Sprintf("size=%d,mode=0755", disk)
 	if s.spare != nil {
-		if s.ForkOf == nil || len(s.Layers) > 0 || s.RootInPlace {
-			return nil, fmt.Errorf("%w: a spare is a live fork's child (Spec.ForkOf) whose layers come at Complete", ErrInvalidSpec)
+		if s.ForkOf == nil || s.RootInPlace {
+			return nil, fmt.Errorf("%w: a spare is a live fork's child (Spec.ForkOf) over tine's overlay root", ErrInvalidSpec)
 		}
 		p.lateRoot = &lateRoot{stageData: stageData, stageFlags: nsd, root: R, stage: stage, ns: -1}
 	} else {
@@ -234,7 +234,8 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		}
 		if lr := p.lateRoot; lr != nil {
 			// Everything up to the root overlay runs ahead; the overlay
-			// comes at Complete, over the fork's layers and these.
+			// comes at Complete, the fork's layers over these (s.Layers
+			// too: an image's).
 			lr.under, lr.setuid = slices.Clone(lowers), s.Setuid
 			p.RootSteps = len(p.Steps)
 		}

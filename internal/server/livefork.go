@@ -1,9 +1,11 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tine-run/tine/api"
@@ -38,10 +40,18 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var snap string
 	var ph forkPhases
 	var parent liveInstance
+	var spares []*spareChild // claimed, until Make completes them
+	defer func() {
+		for _, sc := range spares {
+			s.discardSpare(sc)
+		}
+	}()
 	copies, err := sess.Fork(session.ForkRequest{
 		Count: req.Count,
 		Check: func() (err error) {
-			parent, err = s.checkForkChildren(b, req.Count)
+			// The spares it uses hold their capacity shares already.
+			spares = s.claimSpares(b, sess.ID(), req.Count)
+			parent, err = s.checkForkChildren(b, req.Count-len(spares))
 			return err
 		},
 		ParentScope: forkParentScope(b),
@@ -49,7 +59,9 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 			ph.forked = time.Now() // asked to fork; it does while the children are made
 			var into []session.ForkInto
 			var err error
-			boxes, snap, into, err = s.makeForkChildren(b, parent, sess.ID(), req.Count, &ph)
+			use := spares
+			spares = nil
+			boxes, snap, into, err = s.makeForkChildren(b, parent, sess.ID(), req.Count, use, &ph)
 			ph.children = time.Now()
 			return into, err
 		},
@@ -77,16 +89,24 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "fork_ms", out.ForkMs,
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "fork_ms", out.ForkMs,
 		"interpreter_ms", ms(ph.forked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.forked)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
+	if sess.ForksLeft() == 0 {
+		s.dropSpares(b, sess.ID())
+	} else {
+		s.refillSpares(b, sess)
+	}
 	return nil
 }
 
 // forkPhases are when a live fork's phases ended, for its log line: the
 // interpreter asked to fork (it forks meanwhile), the snapshot, the
-// children.
-type forkPhases struct{ forked, snapshot, children time.Time }
+// children; and how many children were spares.
+type forkPhases struct {
+	forked, snapshot, children time.Time
+	spares                     int
+}
 
 // forkParentScope is the layer b's forkable interpreter puts up after a
 // fork (nil when b cannot hold one: Check refuses the fork then).
@@ -121,17 +141,32 @@ func (s *Server) checkForkChildren(b *box, n int) (liveInstance, error) {
 }
 
 // makeForkChildren makes the children of a live fork of b's session sid,
-// all or none, and what each copy needs to join one.
-func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
+// all or none, and what each copy needs to join one: spares completed
+// (all of them, used or discarded), the rest made.
+func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int, spares []*spareChild, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
 	c, sn, err := s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sid}, true)
 	if err != nil {
+		for _, sc := range spares {
+			s.discardSpare(sc)
+		}
 		return nil, "", nil, err
 	}
-	ph.snapshot = time.Now()
-	boxes, err := s.fork(c, sn, &api.ForkRequest{Count: n}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
-	if err != nil {
-		c.Delete(sn.ID)
-		return nil, "", nil, err
+	ph.snapshot, ph.spares = time.Now(), len(spares)
+	boxes := make([]*box, len(spares))
+	errs := make([]error, len(spares))
+	var wg sync.WaitGroup
+	for i, sc := range spares {
+		wg.Go(func() { boxes[i], errs[i] = s.completeSpare(c, sn, sc) })
+	}
+	if n > len(spares) {
+		made, err := s.fork(c, sn, &api.ForkRequest{Count: n - len(spares)}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
+		boxes = append(boxes, made...)
+		errs = append(errs, err)
+	}
+	wg.Wait()
+	boxes = slices.DeleteFunc(boxes, func(c *box) bool { return c == nil })
+	if err := errors.Join(errs...); err != nil {
+		return boxes, sn.ID, nil, err // the caller destroys the boxes, then the snapshot
 	}
 	into := make([]session.ForkInto, 0, n)
 	fail := func(err error) ([]*box, string, []session.ForkInto, error) {

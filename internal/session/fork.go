@@ -21,6 +21,17 @@ var ErrNotForkable = errors.New("the session is not forkable")
 // most 16 (ADR 0013). A restart starts over.
 const MaxForks = 16
 
+// ForksLeft is how many more live forks the session's interpreter can
+// make (0 when it is not forkable).
+func (s *Session) ForksLeft() int {
+	if !s.opts.Spec.Forkable {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(MaxForks-s.forks, 0)
+}
+
 // forkTimeout bounds a live fork, from the first descriptor sent to the
 // last copy ready.
 const forkTimeout = 60 * time.Second
