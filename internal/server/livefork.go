@@ -41,16 +41,13 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var ph forkPhases
 	var parent liveInstance
 	var spares []*spareChild // claimed, until Make completes them
-	defer func() {
-		for _, sc := range spares {
-			s.discardSpare(sc)
-		}
-	}()
+	var gen int
+	defer func() { s.returnSpares(b, sess.ID(), gen, spares) }()
 	copies, err := sess.Fork(session.ForkRequest{
 		Count: req.Count,
 		Check: func() (err error) {
 			// The spares it uses hold their capacity shares already.
-			spares = s.claimSpares(b, sess.ID(), req.Count)
+			spares, gen = s.claimSpares(b, sess.ID(), req.Count)
 			parent, err = s.checkForkChildren(b, req.Count-len(spares))
 			return err
 		},

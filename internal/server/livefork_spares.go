@@ -186,8 +186,9 @@ func (s *Server) discardSpare(sc *spareChild) {
 	sc.release()
 }
 
-// claimSpares takes up to n of sid's spares for a fork.
-func (s *Server) claimSpares(b *box, sid string, n int) []*spareChild {
+// claimSpares takes up to n of sid's spares for a fork, and the
+// generation of sid's spares they belong to (returnSpares).
+func (s *Server) claimSpares(b *box, sid string, n int) ([]*spareChild, int) {
 	fs := &b.spares
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -196,7 +197,36 @@ func (s *Server) claimSpares(b *box, sid string, n int) []*spareChild {
 	if k > 0 {
 		fs.ready[sid] = slices.Delete(fs.ready[sid], 0, k)
 	}
-	return out
+	return out, fs.gen[sid]
+}
+
+// returnSpares gives back spares claimed by a fork that did not use them
+// (refused before anything was made); they are discarded if their
+// session's spares were dropped meanwhile.
+func (s *Server) returnSpares(b *box, sid string, gen int, list []*spareChild) {
+	if len(list) == 0 {
+		return
+	}
+	fs := &b.spares
+	fs.mu.Lock()
+	var drop []*spareChild
+	for _, sc := range list {
+		select {
+		case <-sc.sp.Done(): // died meanwhile: its watcher found it claimed
+			drop = append(drop, sc)
+			continue
+		default:
+		}
+		if fs.closed || fs.ready == nil || fs.gen[sid] != gen {
+			drop = append(drop, sc)
+			continue
+		}
+		fs.ready[sid] = append(fs.ready[sid], sc)
+	}
+	fs.mu.Unlock()
+	for _, sc := range drop {
+		s.discardSpare(sc)
+	}
 }
 
 // dropSpares discards sid's spares of b, or all of them and no more for
