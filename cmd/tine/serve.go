@@ -58,8 +58,7 @@ The host budget: at most --max-sandboxes live sandboxes whose memory limits
 add up to at most --max-memory (a sandbox without a limit gets and counts
 --default-memory; the children a forkable session keeps made ahead for its
 live forks, --fork-spares each, count too). Past it, creates fail with 429 and
-Retry-After. Running as
-root, a sandbox or run that asks for no memory or pids limit gets
+Retry-After. Running as root, a sandbox or run that asks for no memory or pids limit gets
 --default-memory and --default-pids. At start the daemon raises its open-files
 limit to cover the budget (8 descriptors a sandbox, 1024 more), which past
 the hard limit needs CAP_SYS_RESOURCE, and logs a warning when it cannot.
