@@ -48,7 +48,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		Check: func() (err error) {
 			// The spares it uses hold their capacity shares already.
 			spares, gen = s.claimSpares(b, sess.ID(), req.Count)
-			parent, err = s.checkForkChildren(b, req.Count)
+			parent, err = s.checkForkChildren(b, req.Count-len(spares))
 			return err
 		},
 		ParentScope: forkParentScope(b),
