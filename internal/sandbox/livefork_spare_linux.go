@@ -231,7 +231,7 @@ func (lr *lateRoot) attach(pid int, layers []string) error {
 			if err := unix.FsconfigCreate(fs); err != nil {
 				return fmt.Errorf("%w: make the root overlay: %v", ErrSetup, err)
 			}
-			attr := 0
+			attr := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
 			if lr.setuid {
 				attr = unix.MOUNT_ATTR_NODEV // as NewPlan's root (Spec.Setuid)
 			}
