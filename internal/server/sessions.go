@@ -111,6 +111,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	if err := b.sessionsOf().Delete(r.PathValue("sid")); err != nil {
 		return err
 	}
+	s.dropSpares(b, r.PathValue("sid"))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
