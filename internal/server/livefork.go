@@ -11,6 +11,7 @@ import (
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/session"
+	"github.com/tine-run/tine/internal/snapshot"
 )
 
 // The live fork of a session (ADR 0013): POST …/sessions/{sid}/fork makes
@@ -37,6 +38,8 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: count %d: want 1 to %d", ErrInvalidArgument, req.Count, maxForks)
 	}
 	var boxes []*box
+	var c *snapshot.Catalog
+	var sn *snapshot.Snapshot
 	var snap string
 	var ph forkPhases
 	var parent liveInstance
@@ -52,25 +55,36 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 			return err
 		},
 		ParentScope: forkParentScope(b),
+		// The snapshot comes before the interpreter forks: freezing the
+		// sandbox waits for a fork in progress (the freezer stops a task
+		// only outside its syscall), and the interpreter, idle and holding
+		// the session's turn, changes nothing between the two.
+		Prepare: func() (err error) {
+			ph.asked = time.Now()
+			c, sn, err = s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sess.ID()}, true)
+			if err == nil {
+				snap = sn.ID
+			}
+			ph.snapshot = time.Now()
+			return err
+		},
 		Make: func() ([]session.ForkInto, error) {
 			ph.forked = time.Now() // asked to fork; it does while the children are made
 			var into []session.ForkInto
 			var err error
 			use := spares
 			spares = nil
-			boxes, snap, into, err = s.makeForkChildren(b, parent, sess.ID(), req.Count, use, &ph)
+			boxes, into, err = s.makeForkChildren(b, parent, c, sn, req.Count, use, &ph)
 			ph.children = time.Now()
 			return into, err
 		},
 	})
 	if err != nil {
-		for _, c := range boxes {
-			s.destroy(c, "its live fork failed")
+		for _, child := range boxes {
+			s.destroy(child, "its live fork failed")
 		}
 		if snap != "" {
-			if c, cerr := s.snapshots(); cerr == nil {
-				c.Delete(snap) // nothing of a failed fork is left
-			}
+			c.Delete(snap) // nothing of a failed fork is left
 		}
 		return err
 	}
@@ -86,8 +100,8 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "fork_ms", out.ForkMs,
-		"interpreter_ms", ms(ph.forked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.forked)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
+		"checks_ms", ms(ph.asked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.asked)), "interpreter_ms", ms(ph.forked.Sub(ph.snapshot)), "children_ms", ms(ph.children.Sub(ph.forked)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
 	if sess.ForksLeft() == 0 {
 		s.dropSpares(b, sess.ID())
@@ -98,11 +112,12 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 // forkPhases are when a live fork's phases ended, for its log line: the
-// interpreter asked to fork (it forks meanwhile), the snapshot, the
-// children; and how many children were spares.
+// checks (the interpreter's and the daemon's), the snapshot, the
+// interpreter asked to fork (it forks meanwhile), the children; and how
+// many children were spares.
 type forkPhases struct {
-	forked, snapshot, children time.Time
-	spares                     int
+	asked, snapshot, forked, children time.Time
+	spares                            int
 }
 
 // forkParentScope is the layer b's forkable interpreter puts up after a
@@ -137,18 +152,11 @@ func (s *Server) checkForkChildren(b *box, n int) (liveInstance, error) {
 	return parent, nil
 }
 
-// makeForkChildren makes the children of a live fork of b's session sid,
-// all or none, and what each copy needs to join one: spares completed
-// (all of them, used or discarded), the rest made.
-func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int, spares []*spareChild, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
-	c, sn, err := s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sid}, true)
-	if err != nil {
-		for _, sc := range spares {
-			s.discardSpare(sc)
-		}
-		return nil, "", nil, err
-	}
-	ph.snapshot, ph.spares = time.Now(), len(spares)
+// makeForkChildren makes the children of a live fork of b over its
+// snapshot sn, all or none, and what each copy needs to join one: spares
+// completed (all of them, used or discarded), the rest made.
+func (s *Server) makeForkChildren(b *box, parent liveInstance, c *snapshot.Catalog, sn *snapshot.Snapshot, n int, spares []*spareChild, ph *forkPhases) ([]*box, []session.ForkInto, error) {
+	ph.spares = len(spares)
 	boxes := make([]*box, len(spares))
 	errs := make([]error, len(spares))
 	var wg sync.WaitGroup
@@ -163,14 +171,14 @@ func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int
 	wg.Wait()
 	boxes = slices.DeleteFunc(boxes, func(c *box) bool { return c == nil })
 	if err := errors.Join(errs...); err != nil {
-		return boxes, sn.ID, nil, err // the caller destroys the boxes, then the snapshot
+		return boxes, nil, err // the caller destroys the boxes, then the snapshot
 	}
 	into := make([]session.ForkInto, 0, n)
-	fail := func(err error) ([]*box, string, []session.ForkInto, error) {
+	fail := func(err error) ([]*box, []session.ForkInto, error) {
 		for _, t := range into {
 			t.Target.Discard()
 		}
-		return boxes, sn.ID, nil, err
+		return boxes, nil, err
 	}
 	for _, child := range boxes {
 		child.mu.Lock()
@@ -188,7 +196,7 @@ func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int
 		}
 		into = append(into, session.ForkInto{SandboxID: child.id, Target: t, Walls: walls, Launcher: child.launcher()})
 	}
-	return boxes, sn.ID, into, nil
+	return boxes, into, nil
 }
 
 // refuseWhileForked refuses to delete a sandbox while live forks of its
