@@ -157,19 +157,18 @@ func (s *Server) checkForkChildren(b *box, n int) (liveInstance, error) {
 // completed (all of them, used or discarded), the rest made.
 func (s *Server) makeForkChildren(b *box, parent liveInstance, c *snapshot.Catalog, sn *snapshot.Snapshot, n int, spares []*spareChild, ph *forkPhases) ([]*box, []session.ForkInto, error) {
 	ph.spares = len(spares)
-	boxes := make([]*box, len(spares))
-	errs := make([]error, len(spares))
+	completed := make([]*box, len(spares))
+	errs := make([]error, len(spares)+1)
 	var wg sync.WaitGroup
 	for i, sc := range spares {
-		wg.Go(func() { boxes[i], errs[i] = s.completeSpare(c, sn, sc) })
+		wg.Go(func() { completed[i], errs[i] = s.completeSpare(c, sn, sc) })
 	}
+	var made []*box
 	if n > len(spares) {
-		made, err := s.fork(c, sn, &api.ForkRequest{Count: n - len(spares)}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
-		boxes = append(boxes, made...)
-		errs = append(errs, err)
+		made, errs[len(spares)] = s.fork(c, sn, &api.ForkRequest{Count: n - len(spares)}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
 	}
 	wg.Wait()
-	boxes = slices.DeleteFunc(boxes, func(c *box) bool { return c == nil })
+	boxes := slices.DeleteFunc(append(completed, made...), func(c *box) bool { return c == nil })
 	if err := errors.Join(errs...); err != nil {
 		return boxes, nil, err // the caller destroys the boxes, then the snapshot
 	}
