@@ -21,8 +21,10 @@ import (
 // copy into each. The checks come in this order: the session (404), the
 // count (400), not forkable (409), a running cell (409 at once: a fork is
 // not queued), what the interpreter holds (409 naming it), 16 forks of it
-// already (409), the budget for count sandboxes (429, before anything is
-// made), a sandbox that cannot hold a forkable session (409).
+// already (409), the budget for count sandboxes less the session's spares
+// it uses (429, before anything is made), a sandbox that cannot hold a
+// forkable session (409). Spares (livefork_spares.go) are completed over
+// the fork's snapshot instead of making their children.
 func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var req api.ForkSessionRequest
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {

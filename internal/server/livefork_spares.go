@@ -120,24 +120,26 @@ func (s *Server) makeSpare(b *box) (*spareChild, error) {
 	if b.desktopNow() != nil {
 		return nil, fmt.Errorf("%w: a desktop's fork boots its own desktop; no spares", ErrConflictState)
 	}
-	// The layer store first: a spare's mount namespace is a copy of the
-	// daemon's when the spare is made, and the fork's layer must be there
-	// (the store is a loop mount, made when the catalog opens).
-	if _, err := s.snapshots(); err != nil {
-		return nil, err
+	if s.isClosing() {
+		return nil, ErrShuttingDown
 	}
 	rec := recipe{Sandbox: b.spec}
 	rec.Sandbox.Inject = nil // as snapshotBox's recipe
 	sbReq := rec.Sandbox
-	spec, imgs, img, err := s.replicaSpec(&rec, sbReq, nil, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
+	release, err := s.capacity.admit(sbReq.Limits.MemoryBytes) // first: a full budget is the usual refusal
 	if err != nil {
 		return nil, err
 	}
-	if s.isClosing() {
-		return nil, ErrShuttingDown
+	// The layer store before the spare: its mount namespace is a copy of
+	// the daemon's when it is made, and the fork's layer must be there
+	// (the store is a loop mount, made when the catalog opens).
+	if _, err := s.snapshots(); err != nil {
+		release()
+		return nil, err
 	}
-	release, err := s.capacity.admit(sbReq.Limits.MemoryBytes)
+	spec, imgs, img, err := s.replicaSpec(&rec, sbReq, nil, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
 	if err != nil {
+		release()
 		return nil, err
 	}
 	sc := &spareChild{req: sbReq, release: release}
