@@ -17,7 +17,7 @@ import (
 )
 
 // spareLayer is a layer on a tmpfs of its own holding one file.
-func spareLayer(t *testing.T, name, content string) string {
+func spareLayer(t testing.TB, name, content string) string {
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
 		t.Fatal(err)
