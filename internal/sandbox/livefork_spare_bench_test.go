@@ -71,6 +71,6 @@ func BenchmarkForkChild(b *testing.B) {
 		})
 	})
 	b.Run("spare", func(b *testing.B) {
-		run(b, func() (*Spare, error) { return CreateSpare(spec()) }, func(sp *Spare) (*Sandbox, error) { return sp.Complete([]string{layer}) })
+		run(b, func() (*Spare, error) { return CreateSpare(spec(), layer) }, func(sp *Spare) (*Sandbox, error) { return sp.Complete([]string{layer}) })
 	})
 }

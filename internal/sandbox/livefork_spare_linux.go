@@ -23,8 +23,10 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -48,6 +50,7 @@ type spare struct {
 	ready  chan struct{} // closed when PID 1 waits for its root
 	layers chan []string // the fork's layers (topmost first); closed to discard
 	done   chan struct{} // closed when the start returned
+	keep   []string      // host paths whose mounts its namespace keeps (CreateSpare)
 	pid    int           // PID 1's host pid, once ready
 	group  *cgroup.Group // its cgroup, once ready (nil without one)
 	sb     *Sandbox
@@ -63,6 +66,9 @@ type lateRoot struct {
 	// base); setuid mounts the root without nosuid (Spec.Setuid).
 	under  []string
 	setuid bool
+	// keep are host paths whose mounts stay in the spare's namespace
+	// (mountStage detaches the others).
+	keep []string
 	// ns is the spare's own mount namespace, where the stage is mounted
 	// (mountStage); -1 once closed.
 	ns int
@@ -70,14 +76,18 @@ type lateRoot struct {
 
 // CreateSpare makes a live fork's child (s.ForkOf set; s.Layers those
 // under the fork's, an image's) up to its root, and returns once its
-// PID 1 waits for it. It holds a goroutine and its start's descriptors
-// until Complete or Discard.
-func CreateSpare(s *Spec) (*Spare, error) {
+// PID 1 waits for it. keep are host directories the layers given to
+// Complete will lie under (the layer store): of the host's mounts, its
+// mount namespace keeps those and what the spec names (the others are
+// detached there, so an idle spare holds no filesystem of the host's
+// busy). It holds a goroutine and its start's descriptors until Complete
+// or Discard.
+func CreateSpare(s *Spec, keep ...string) (*Spare, error) {
 	if s.ForkOf == nil {
 		return nil, fmt.Errorf("%w: a spare is a live fork's child (Spec.ForkOf)", ErrInvalidSpec)
 	}
 	one := *s
-	sp := &spare{ready: make(chan struct{}), layers: make(chan []string, 1), done: make(chan struct{})}
+	sp := &spare{ready: make(chan struct{}), layers: make(chan []string, 1), done: make(chan struct{}), keep: keep}
 	one.spare = sp
 	go func() {
 		defer close(sp.done)
@@ -175,6 +185,9 @@ func (lr *lateRoot) mountStage() error {
 			if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 				return fmt.Errorf("%w: make the spare's mounts private: %v", ErrSetup, err)
 			}
+			if err := detachUnkept(lr.keep); err != nil {
+				return err
+			}
 			if err := unix.Mount("tmpfs", lr.stage, "tmpfs", lr.stageFlags, lr.stageData); err != nil {
 				return fmt.Errorf("%w: mount the spare's stage: %v", ErrSetup, err)
 			}
@@ -187,6 +200,65 @@ func (lr *lateRoot) mountStage() error {
 		}()
 	})
 	return err
+}
+
+// detachUnkept detaches, in the calling thread's mount namespace, every
+// mount but "/", those at or above a path of keep, and the kernel's own
+// trees (/dev, /proc, /sys): the spare's namespace lives as long as the
+// spare, and would otherwise keep every filesystem the host had mounted
+// then (a loop device another tine unmounted since, say) busy.
+func detachUnkept(keep []string) error {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("%w: the spare's mounts: %v", ErrSetup, err)
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			points = append(points, unescapeMountinfo(f[4]))
+		}
+	}
+	kept := func(mp string) bool {
+		if mp == "/" {
+			return true
+		}
+		for _, k := range []string{"/dev", "/proc", "/sys"} {
+			if mp == k || strings.HasPrefix(mp, k+"/") {
+				return true
+			}
+		}
+		return slices.ContainsFunc(keep, func(k string) bool { return k == mp || strings.HasPrefix(k, mp+"/") })
+	}
+	// Deepest first, so a mount goes before the one it sits on.
+	slices.SortStableFunc(points, func(a, b string) int { return depth(b) - depth(a) })
+	for _, mp := range points { // twice for two mounts stacked on one point
+		if kept(mp) {
+			continue
+		}
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return fmt.Errorf("%w: detach %s from the spare's namespace: %v", ErrSetup, mp, err)
+		}
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var out strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		out.WriteByte(s[i])
+	}
+	return out.String()
 }
 
 // close closes the spare's mount namespace (what is mounted there lives

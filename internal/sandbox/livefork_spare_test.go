@@ -103,7 +103,7 @@ func TestForkSpareCompletesOverLateLayers(t *testing.T) {
 	before := stageMounts(t)
 	spec := spareSpec(parent)
 	spec.Layers = []string{below} // an image's: known ahead
-	sp, err := CreateSpare(spec)
+	sp, err := CreateSpare(spec, top) // top's mount is kept for Complete
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestForkSpareChildIsWalledAsAnyForkChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer made.Destroy()
-	sp, err := CreateSpare(spareSpec(parent))
+	sp, err := CreateSpare(spareSpec(parent), layer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,5 +295,50 @@ func TestForkSpareWhosePID1Died(t *testing.T) {
 	}
 	if out, o := execOutput(t, parent, &ExecSpec{Args: []string{"/bin/echo", "up"}}); o.ExitCode != 0 || out != "up\n" {
 		t.Fatalf("the parent after its spare died: %q %+v", out, o)
+	}
+}
+
+// A spare's mount namespace keeps of the host's mounts only what it needs:
+// a tmpfs mounted on the host before the spare was made, which no layer
+// or bind of it lies under, is not in its PID 1's mounts (it is in the
+// daemon's: the control), while a kept one is, until the root is
+// attached and pivoted to.
+func TestForkSpareHoldsNoForeignMount(t *testing.T) {
+	parent := spareParent(t)
+	foreign, kept := spareLayer(t, "f", "f"), spareLayer(t, "k", "k")
+	has := func(pid, dir string) bool {
+		b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("self", foreign) || !has("self", kept) {
+		t.Fatalf("the host does not have the test's mounts %s, %s: the check proves nothing", foreign, kept)
+	}
+	sp, err := CreateSpare(spareSpec(parent), kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Discard()
+	pid := strconv.Itoa(sp.Pid())
+	if has(pid, foreign) {
+		t.Errorf("the spare's PID 1 holds the host's mount %s", foreign)
+	}
+	if !has(pid, kept) {
+		t.Errorf("the spare's PID 1 lacks the kept mount %s", kept)
+	}
+	child, err := sp.Complete([]string{kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Destroy()
+	if out, o := execOutput(t, child, &ExecSpec{Args: []string{"/bin/cat", "/k"}}); o.ExitCode != 0 || out != "k" {
+		t.Fatalf("the completed spare's layer file: %q %+v", out, o)
 	}
 }

@@ -380,6 +380,20 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 
 	p.Landlock = p.landlockRules(v)
+	if lr := p.lateRoot; lr != nil {
+		// What the spare's mount namespace keeps of the host's: the
+		// stage's directory, every lower, and what is mounted from.
+		lr.keep = append([]string{stage, lower}, s.Layers...)
+		lr.keep = append(lr.keep, s.spare.keep...)
+		for _, m := range s.Mounts {
+			if path.IsAbs(m.Source) {
+				lr.keep = append(lr.keep, m.Source)
+			}
+		}
+		for _, b := range p.Binds {
+			lr.keep = append(lr.keep, b.Source)
+		}
+	}
 	return p, nil
 }
 

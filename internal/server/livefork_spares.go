@@ -133,7 +133,8 @@ func (s *Server) makeSpare(b *box) (*spareChild, error) {
 	// The layer store before the spare: its mount namespace is a copy of
 	// the daemon's when it is made, and the fork's layer must be there
 	// (the store is a loop mount, made when the catalog opens).
-	if _, err := s.snapshots(); err != nil {
+	c, err := s.snapshots()
+	if err != nil {
 		release()
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func (s *Server) makeSpare(b *box) (*spareChild, error) {
 		release()
 		return nil, err
 	}
-	if sc.sp, err = sandbox.CreateSpare(spec); err != nil {
+	if sc.sp, err = sandbox.CreateSpare(spec, c.Layers.Root()); err != nil {
 		sc.bn.close()
 		sc.lease.Release()
 		release()
