@@ -185,6 +185,9 @@ func (lr *lateRoot) mountStage() error {
 			if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 				return fmt.Errorf("%w: make the spare's mounts private: %v", ErrSetup, err)
 			}
+			if err := detachUnkept(lr.keep); err != nil {
+				return err
+			}
 			if err := unix.Mount("tmpfs", lr.stage, "tmpfs", lr.stageFlags, lr.stageData); err != nil {
 				return fmt.Errorf("%w: mount the spare's stage: %v", ErrSetup, err)
 			}
