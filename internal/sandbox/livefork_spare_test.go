@@ -102,7 +102,7 @@ func TestForkSpareCompletesOverLateLayers(t *testing.T) {
 	top, below := spareLayer(t, "top", "t"), spareLayer(t, "below", "b")
 	before := stageMounts(t)
 	spec := spareSpec(parent)
-	spec.Layers = []string{below} // an image's: known ahead
+	spec.Layers = []string{below}     // an image's: known ahead
 	sp, err := CreateSpare(spec, top) // top's mount is kept for Complete
 	if err != nil {
 		t.Fatal(err)
