@@ -25,7 +25,7 @@ import (
 type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
 	stateDir, osworldHost, registries  string
-	maxSandboxes, pool                 int
+	maxSandboxes, pool, forkSpares     int
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
 	defaultPids                        int64
@@ -56,8 +56,9 @@ for them.
 
 The host budget: at most --max-sandboxes live sandboxes whose memory limits
 add up to at most --max-memory (a sandbox without a limit gets and counts
---default-memory). Past it, creates fail with 429 and Retry-After. Running as
-root, a sandbox or run that asks for no memory or pids limit gets
+--default-memory; the children a forkable session keeps made ahead for its
+live forks, --fork-spares each, count too). Past it, creates fail with 429 and
+Retry-After. Running as root, a sandbox or run that asks for no memory or pids limit gets
 --default-memory and --default-pids. At start the daemon raises its open-files
 limit to cover the budget (8 descriptors a sandbox, 1024 more), which past
 the hard limit needs CAP_SYS_RESOURCE, and logs a warning when it cannot.
@@ -118,6 +119,7 @@ them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "most live sandboxes at once")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
+	fl.IntVar(&f.forkSpares, "fork-spares", 1, "children each forkable session keeps made ahead for its live forks; each counts against --max-sandboxes (0: none)")
 	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
 	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.StringVar(&f.osworldHost, "osworld-host", "127.0.0.1", "address the OSWorld APIs of desktops made with --osworld are published on (a port each)")
@@ -161,7 +163,10 @@ func runServe(f serveFlags) error {
 	if net.ParseIP(f.osworldHost) == nil {
 		return usageError{fmt.Sprintf("invalid --osworld-host %q: want an IP address such as 127.0.0.1", f.osworldHost)}
 	}
-	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost}
+	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost, ForkSpares: f.forkSpares}
+	if f.forkSpares <= 0 {
+		cfg.ForkSpares = -1 // none (the Config's 0 is the default)
+	}
 	var err error
 	if cfg.Registries, err = image.LoadRegistries(f.registries); err != nil {
 		return usageError{err.Error()}

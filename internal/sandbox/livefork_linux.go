@@ -345,8 +345,15 @@ func newNestedHop(flags uint64, sock int) *nestedHop {
 // its own, private, and the steps that make the root.
 func (h *nestedHop) compileRoot(pg *program, p *Plan) error {
 	add := func(what string, o op) { h.ops, h.what = append(h.ops, o), append(h.what, what) }
-	add("unshare the mount namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWNS))
-	add("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
+	if lr := p.lateRoot; lr != nil {
+		// A spare: its stage is mounted already, in a private namespace
+		// the daemon made for it (the first process holds a copy of its
+		// descriptor); the steps left make no mount.
+		add("join the spare's mount namespace", sys(unix.SYS_SETNS, uintptr(lr.ns), unix.CLONE_NEWNS))
+	} else {
+		add("unshare the mount namespace", sys(unix.SYS_UNSHARE, unix.CLONE_NEWNS))
+		add("make mounts private", sys(unix.SYS_MOUNT, pg.cstr("none"), pg.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0))
+	}
 	for _, st := range p.Steps[:p.RootSteps] {
 		if st.Beneath || st.InNetns {
 			return fmt.Errorf("%w: step %s cannot run before the user namespace", ErrSetup, st)

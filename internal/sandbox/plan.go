@@ -99,6 +99,10 @@ type Plan struct {
 	// RootSteps, for a live fork's child (Spec.ForkOf), is how many of
 	// Steps make its root before its user namespace exists.
 	RootSteps int
+	// lateRoot, for a spare fork child (CreateSpare), is its stage and
+	// root overlay, made by the daemon (livefork_spare_linux.go) rather
+	// than by steps.
+	lateRoot *lateRoot
 
 	Spec *Spec
 	// Rootless: run by an unprivileged user (in a user namespace, without
@@ -191,7 +195,17 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	const nsd = unix.MS_NOSUID | unix.MS_NODEV
 
 	// The root: an overlay of the read-only base and a size-limited tmpfs.
-	mount("tmpfs", stage, "tmpfs", nsd, fmt.Sprintf("size=%d,mode=0755", disk))
+	// A spare fork child's stage is mounted by the daemon, in a mount
+	// namespace its first process joins (lateRoot).
+	stageData := fmt.Sprintf("size=%d,mode=0755", disk)
+	if s.spare != nil {
+		if s.ForkOf == nil || s.RootInPlace {
+			return nil, fmt.Errorf("%w: a spare is a live fork's child (Spec.ForkOf) over tine's overlay root", ErrInvalidSpec)
+		}
+		p.lateRoot = &lateRoot{stageData: stageData, stageFlags: nsd, root: R, stage: stage, ns: -1}
+	} else {
+		mount("tmpfs", stage, "tmpfs", nsd, stageData)
+	}
 	mkdir(stage+"/upper", 0o755)
 	mkdir(stage+"/work", 0o755)
 	mkdir(R, 0o755)
@@ -218,6 +232,13 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 			p.addHostView(view, "/", stage+"/view", "trusted.overlay.opaque", true)
 			lowers = slices.Insert(lowers, len(lowers)-1, stage+"/view")
 		}
+		if lr := p.lateRoot; lr != nil {
+			// Everything up to the root overlay runs ahead; the overlay
+			// comes at Complete, the fork's layers over these (s.Layers
+			// too: an image's).
+			lr.under, lr.setuid = slices.Clone(lowers), s.Setuid
+			p.RootSteps = len(p.Steps)
+		}
 		for i, l := range lowers {
 			lowers[i] = escapeOverlay(l)
 		}
@@ -234,8 +255,11 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 		if s.Setuid {
 			rootFlags = unix.MS_NODEV // sudo's set-user-ID bit counts (Spec.Setuid)
 		}
-		mount("overlay", R, "overlay", rootFlags, ovl)
-		if s.ForkOf != nil {
+		switch {
+		case p.lateRoot != nil:
+			// Mounted by the daemon at Complete (lateRoot.attach).
+		case s.ForkOf != nil:
+			mount("overlay", R, "overlay", rootFlags, ovl)
 			// A live fork's child: the steps so far run before its user
 			// namespace exists (nestedHop), with the host's privilege, as
 			// for any root sandbox: a user namespace can neither take "/"
@@ -244,6 +268,8 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 			// locked; pivot_root wants a mount of its own.
 			p.RootSteps = len(p.Steps)
 			mount(R, R, "", unix.MS_BIND, "")
+		default:
+			mount("overlay", R, "overlay", rootFlags, ovl)
 		}
 	}
 
@@ -354,6 +380,20 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	}
 
 	p.Landlock = p.landlockRules(v)
+	if lr := p.lateRoot; lr != nil {
+		// What the spare's mount namespace keeps of the host's: the
+		// stage's directory, every lower, and what is mounted from.
+		lr.keep = append([]string{stage, lower}, s.Layers...)
+		lr.keep = append(lr.keep, s.spare.keep...)
+		for _, m := range s.Mounts {
+			if path.IsAbs(m.Source) {
+				lr.keep = append(lr.keep, m.Source)
+			}
+		}
+		for _, b := range p.Binds {
+			lr.keep = append(lr.keep, b.Source)
+		}
+	}
 	return p, nil
 }
 

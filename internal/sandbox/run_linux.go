@@ -286,6 +286,13 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 	if s.ForkOf != nil {
 		hop = newNestedHop(flags, ch.childRelease)
 	}
+	if lr := plan.lateRoot; lr != nil {
+		// A spare: its stage first, in a mount namespace of its own.
+		if err := lr.mountStage(); err != nil {
+			return nil, err
+		}
+		defer lr.close()
+	}
 	pg, err := compileBoot(plan, in, hop)
 	if err != nil {
 		return nil, err
@@ -327,6 +334,12 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 		if err := writeIDMaps(pid, rootless, s.ForkOf != nil); err != nil {
 			return nil, err
 		}
+	}
+	if s.spare != nil {
+		if err := s.spare.await(s, pr, plan.lateRoot); err != nil {
+			return nil, err
+		}
+		t1 = time.Now() // the start's phase counts from the completion
 	}
 	var rights []byte
 	if !userns {

@@ -143,6 +143,8 @@ type Spec struct {
 	// nested in ForkOf's, the only kind a process of ForkOf can join. It
 	// implies UserNS, and it dies with ForkOf's PID 1.
 	ForkOf *Sandbox
+	// spare, with ForkOf, makes the child ahead of its root (CreateSpare).
+	spare *spare
 	// IPCNS and UTSNS are IPC and UTS namespaces joined instead of fresh
 	// ones (an OCI container's pod's, by path), for a detached sandbox
 	// only. With UTSNS and no Hostname, the namespace's host name is kept.

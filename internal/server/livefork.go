@@ -1,14 +1,17 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/sandbox"
 	"github.com/tine-run/tine/internal/session"
+	"github.com/tine-run/tine/internal/snapshot"
 )
 
 // The live fork of a session (ADR 0013): POST …/sessions/{sid}/fork makes
@@ -18,8 +21,10 @@ import (
 // copy into each. The checks come in this order: the session (404), the
 // count (400), not forkable (409), a running cell (409 at once: a fork is
 // not queued), what the interpreter holds (409 naming it), 16 forks of it
-// already (409), the budget for count sandboxes (429, before anything is
-// made), a sandbox that cannot hold a forkable session (409).
+// already (409), the budget for count sandboxes less the session's spares
+// it uses (429, before anything is made), a sandbox that cannot hold a
+// forkable session (409). Spares (livefork_spares.go) are completed over
+// the fork's snapshot instead of making their children.
 func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var req api.ForkSessionRequest
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
@@ -35,33 +40,53 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: count %d: want 1 to %d", ErrInvalidArgument, req.Count, maxForks)
 	}
 	var boxes []*box
+	var c *snapshot.Catalog
+	var sn *snapshot.Snapshot
 	var snap string
 	var ph forkPhases
 	var parent liveInstance
+	var spares []*spareChild // claimed, until Make completes them
+	var gen int
+	defer func() { s.returnSpares(b, sess.ID(), gen, spares) }()
 	copies, err := sess.Fork(session.ForkRequest{
 		Count: req.Count,
 		Check: func() (err error) {
-			parent, err = s.checkForkChildren(b, req.Count)
+			// The spares it uses hold their capacity shares already.
+			spares, gen = s.claimSpares(b, sess.ID(), req.Count)
+			parent, err = s.checkForkChildren(b, req.Count-len(spares))
 			return err
 		},
 		ParentScope: forkParentScope(b),
+		// The snapshot comes before the interpreter forks: freezing the
+		// sandbox waits for a fork in progress (the freezer stops a task
+		// only outside its syscall), and the interpreter, idle and holding
+		// the session's turn, changes nothing between the two.
+		Prepare: func() (err error) {
+			ph.asked = time.Now()
+			c, sn, err = s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sess.ID()}, true)
+			if err == nil {
+				snap = sn.ID
+			}
+			ph.snapshot = time.Now()
+			return err
+		},
 		Make: func() ([]session.ForkInto, error) {
 			ph.forked = time.Now() // asked to fork; it does while the children are made
 			var into []session.ForkInto
 			var err error
-			boxes, snap, into, err = s.makeForkChildren(b, parent, sess.ID(), req.Count, &ph)
+			use := spares
+			spares = nil
+			boxes, into, err = s.makeForkChildren(b, parent, c, sn, req.Count, use, &ph)
 			ph.children = time.Now()
 			return into, err
 		},
 	})
 	if err != nil {
-		for _, c := range boxes {
-			s.destroy(c, "its live fork failed")
+		for _, child := range boxes {
+			s.destroy(child, "its live fork failed")
 		}
 		if snap != "" {
-			if c, cerr := s.snapshots(); cerr == nil {
-				c.Delete(snap) // nothing of a failed fork is left
-			}
+			c.Delete(snap) // nothing of a failed fork is left
 		}
 		return err
 	}
@@ -77,16 +102,25 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "fork_ms", out.ForkMs,
-		"interpreter_ms", ms(ph.forked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.forked)), "children_ms", ms(ph.children.Sub(ph.snapshot)), "copies_ms", ms(time.Since(ph.children)))
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
+		"checks_ms", ms(ph.asked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.asked)), "interpreter_ms", ms(ph.forked.Sub(ph.snapshot)), "children_ms", ms(ph.children.Sub(ph.forked)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
+	if sess.ForksLeft() == 0 {
+		s.dropSpares(b, sess.ID())
+	} else {
+		s.refillSpares(b, sess)
+	}
 	return nil
 }
 
 // forkPhases are when a live fork's phases ended, for its log line: the
-// interpreter asked to fork (it forks meanwhile), the snapshot, the
-// children.
-type forkPhases struct{ forked, snapshot, children time.Time }
+// checks (the interpreter's and the daemon's), the snapshot, the
+// interpreter asked to fork (it forks meanwhile), the children; and how
+// many children were spares.
+type forkPhases struct {
+	asked, snapshot, forked, children time.Time
+	spares                            int
+}
 
 // forkParentScope is the layer b's forkable interpreter puts up after a
 // fork (nil when b cannot hold one: Check refuses the fork then).
@@ -120,25 +154,32 @@ func (s *Server) checkForkChildren(b *box, n int) (liveInstance, error) {
 	return parent, nil
 }
 
-// makeForkChildren makes the children of a live fork of b's session sid,
-// all or none, and what each copy needs to join one.
-func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int, ph *forkPhases) ([]*box, string, []session.ForkInto, error) {
-	c, sn, err := s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sid}, true)
-	if err != nil {
-		return nil, "", nil, err
+// makeForkChildren makes the children of a live fork of b over its
+// snapshot sn, all or none, and what each copy needs to join one: spares
+// completed (all of them, used or discarded), the rest made.
+func (s *Server) makeForkChildren(b *box, parent liveInstance, c *snapshot.Catalog, sn *snapshot.Snapshot, n int, spares []*spareChild, ph *forkPhases) ([]*box, []session.ForkInto, error) {
+	ph.spares = len(spares)
+	completed := make([]*box, len(spares))
+	errs := make([]error, len(spares)+1)
+	var wg sync.WaitGroup
+	for i, sc := range spares {
+		wg.Go(func() { completed[i], errs[i] = s.completeSpare(c, sn, sc) })
 	}
-	ph.snapshot = time.Now()
-	boxes, err := s.fork(c, sn, &api.ForkRequest{Count: n}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
-	if err != nil {
-		c.Delete(sn.ID)
-		return nil, "", nil, err
+	var made []*box
+	if n > len(spares) {
+		made, errs[len(spares)] = s.fork(c, sn, &api.ForkRequest{Count: n - len(spares)}, func(sp *sandbox.Spec) { sp.ForkOf = parent.Sandbox })
+	}
+	wg.Wait()
+	boxes := slices.DeleteFunc(append(completed, made...), func(c *box) bool { return c == nil })
+	if err := errors.Join(errs...); err != nil {
+		return boxes, nil, err // the caller destroys the boxes, then the snapshot
 	}
 	into := make([]session.ForkInto, 0, n)
-	fail := func(err error) ([]*box, string, []session.ForkInto, error) {
+	fail := func(err error) ([]*box, []session.ForkInto, error) {
 		for _, t := range into {
 			t.Target.Discard()
 		}
-		return boxes, sn.ID, nil, err
+		return boxes, nil, err
 	}
 	for _, child := range boxes {
 		child.mu.Lock()
@@ -156,7 +197,7 @@ func (s *Server) makeForkChildren(b *box, parent liveInstance, sid string, n int
 		}
 		into = append(into, session.ForkInto{SandboxID: child.id, Target: t, Walls: walls, Launcher: child.launcher()})
 	}
-	return boxes, sn.ID, into, nil
+	return boxes, into, nil
 }
 
 // refuseWhileForked refuses to delete a sandbox while live forks of its

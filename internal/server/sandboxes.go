@@ -51,6 +51,8 @@ type box struct {
 	lease      *image.Lease // the image it runs from, kept from removal
 
 	net *boxNet // its network (nil: loopback without published ports)
+
+	spares forkSpares // children made ahead for its forkable sessions
 }
 
 // info describes b for the API.
@@ -245,6 +247,12 @@ func (s *Server) startAdmitted(req api.SandboxSpec, spec *sandbox.Spec, release 
 		return nil, err
 	}
 	inst, err := s.rt.Create(spec)
+	return s.admitInstance(req, inst, err, bn, release, forkedFrom)
+}
+
+// admitInstance lists inst, a sandbox made (or not: err) from req with
+// network bn, holding release; startAdmitted's and a spare's second half.
+func (s *Server) admitInstance(req api.SandboxSpec, inst Instance, err error, bn *boxNet, release func(), forkedFrom string) (*box, error) {
 	if err == nil {
 		if err = bn.started(inst); err != nil {
 			inst.Destroy()
@@ -311,6 +319,7 @@ func (s *Server) destroy(b *box, why string) {
 		b.mu.Lock()
 		b.state = api.StateStopping
 		b.mu.Unlock()
+		s.dropSpares(b, "")
 		b.closeSessions()
 		if err := b.inst.Destroy(); err != nil {
 			s.log.Error("destroy sandbox", "id", b.id, "err", err)

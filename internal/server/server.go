@@ -99,6 +99,9 @@ type Config struct {
 	Network *network.Manager
 	// Registries: mirrors and plain-HTTP registries for image pulls.
 	Registries image.Registries
+	// ForkSpares is how many live-fork children each forkable session
+	// keeps made ahead (livefork_spares.go; 0: 1, negative: none).
+	ForkSpares int
 }
 
 func (c *Config) setDefaults() error {

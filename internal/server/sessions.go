@@ -111,6 +111,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	if err := b.sessionsOf().Delete(r.PathValue("sid")); err != nil {
 		return err
 	}
+	s.dropSpares(b, r.PathValue("sid"))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -120,7 +121,7 @@ func (s *Server) runCell(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
-	_, sess, done, err := s.useSession(r)
+	b, sess, done, err := s.useSession(r)
 	if err != nil {
 		return err
 	}
@@ -132,6 +133,7 @@ func (s *Server) runCell(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, ex)
+	s.refillSpares(b, sess)
 	return nil
 }
 
@@ -141,7 +143,7 @@ func (s *Server) runCell(w http.ResponseWriter, r *http.Request) error {
 // Failure, for a cell that could not run). A client that goes away
 // interrupts the cell.
 func (s *Server) runCellStream(w http.ResponseWriter, r *http.Request) error {
-	_, sess, done, err := s.useSession(r)
+	b, sess, done, err := s.useSession(r)
 	if err != nil {
 		return err
 	}
@@ -204,6 +206,7 @@ func (s *Server) runCellStream(w http.ResponseWriter, r *http.Request) error {
 	if send(api.SessionEvent{Type: api.EventEnd, Execution: ex}) == nil {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
+	s.refillSpares(b, sess)
 	return nil
 }
 
@@ -221,11 +224,12 @@ func (s *Server) interruptSession(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) restartSession(w http.ResponseWriter, r *http.Request) error {
-	_, sess, done, err := s.useSession(r)
+	b, sess, done, err := s.useSession(r)
 	if err != nil {
 		return err
 	}
 	defer done()
+	s.dropSpares(b, sess.ID()) // made again after its next cell
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	if err := sess.Restart(ctx); err != nil {

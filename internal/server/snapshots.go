@@ -363,6 +363,43 @@ func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, c *snapshot.
 	return nil
 }
 
+// replicaSpec is the spec of a replica of a sandbox of rec made from
+// sbReq, over layers (topmost first), adjusted by adjust when not nil,
+// with the source's image (by digest) as the base under the layers.
+func (s *Server) replicaSpec(rec *recipe, sbReq api.SandboxSpec, layers []string, adjust func(*sandbox.Spec)) (*sandbox.Spec, *image.Store, *image.Image, error) {
+	spec, err := specFromAPI(&sbReq)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	spec.Layers = append(spec.Layers, layers...)
+	if rec.Desktop != nil {
+		spec.Setuid = sessionSetuid(rec.Desktop)
+	}
+	if adjust != nil {
+		adjust(spec)
+	}
+	var imgs *image.Store
+	var img *image.Image
+	if sbReq.Image != "" {
+		if imgs, img, err = s.resolveImage(context.Background(), sbReq.Image); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := img.Apply(spec, image.ApplyOptions{WorkdirSet: sbReq.Workdir != ""}); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return spec, imgs, img, nil
+}
+
+// layerPaths are the paths of sn's layers, topmost first.
+func layerPaths(c *snapshot.Catalog, sn *snapshot.Snapshot) []string {
+	out := make([]string, 0, len(sn.Layers))
+	for _, d := range sn.Layers {
+		out = append(out, c.Layers.Path(d))
+	}
+	return out
+}
+
 // fork makes count replicas of sn, all or none: the budget is reserved for
 // all of them before the first is made, and a replica that fails takes
 // the others down with it.
@@ -391,29 +428,9 @@ func (s *Server) fork(c *snapshot.Catalog, sn *snapshot.Snapshot, req *api.ForkR
 	if req.Hostname != "" {
 		sbReq.Hostname = req.Hostname
 	}
-	spec, err := specFromAPI(&sbReq)
+	spec, imgs, img, err := s.replicaSpec(&rec, sbReq, layerPaths(c, sn), adjust)
 	if err != nil {
 		return nil, err
-	}
-	for _, d := range sn.Layers {
-		spec.Layers = append(spec.Layers, c.Layers.Path(d))
-	}
-	if rec.Desktop != nil {
-		spec.Setuid = sessionSetuid(rec.Desktop)
-	}
-	if adjust != nil {
-		adjust(spec)
-	}
-	// The source's image (by digest) is the base under the layers.
-	var imgs *image.Store
-	var img *image.Image
-	if sbReq.Image != "" {
-		if imgs, img, err = s.resolveImage(context.Background(), sbReq.Image); err != nil {
-			return nil, err
-		}
-		if err := img.Apply(spec, image.ApplyOptions{WorkdirSet: sbReq.Workdir != ""}); err != nil {
-			return nil, err
-		}
 	}
 	if s.isClosing() {
 		return nil, ErrShuttingDown

@@ -21,6 +21,17 @@ var ErrNotForkable = errors.New("the session is not forkable")
 // most 16 (ADR 0013). A restart starts over.
 const MaxForks = 16
 
+// ForksLeft is how many more live forks the session's interpreter can
+// make (0 when it is not forkable).
+func (s *Session) ForksLeft() int {
+	if !s.opts.Spec.Forkable {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(MaxForks-s.forks, 0)
+}
+
 // forkTimeout bounds a live fork, from the first descriptor sent to the
 // last copy ready.
 const forkTimeout = 60 * time.Second
@@ -48,6 +59,11 @@ type ForkRequest struct {
 	// Check refuses the fork before anything is made (the daemon's
 	// capacity, the sandbox), after the session's own checks.
 	Check func() error
+	// Prepare, when not nil, runs after Check and before the interpreter
+	// forks, with the interpreter idle (the daemon's snapshot: a freeze
+	// would wait for a fork in progress); on error the caller removes what
+	// it made.
+	Prepare func() error
 	// Make makes the children while the interpreter's copies, forked
 	// already, wait for them; on error the caller removes what it made.
 	Make func() ([]ForkInto, error)
@@ -92,6 +108,11 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	}
 	if r.Check != nil {
 		if err := r.Check(); err != nil {
+			return nil, err
+		}
+	}
+	if r.Prepare != nil {
+		if err := r.Prepare(); err != nil {
 			return nil, err
 		}
 	}
