@@ -98,16 +98,21 @@ func (s *spares) refill() {
 		}
 		s.arming++
 		s.mu.Unlock()
-		rg, err := s.pool.take()
+		// Only a group the pool has ready: making one for a spare is a
+		// memory cgroup's creation (and, once the pool is full again, a
+		// removal) to save a request the walls; with none ready (every
+		// group in a request or still emptying) the next request forks and
+		// joins on its own, and kicks the refill again.
+		rg, ok := s.pool.ready()
 		s.mu.Lock()
 		s.arming--
-		if err == nil && !s.closed {
+		if ok && !s.closed {
 			s.pending[rg.id] = rg
 		}
 		closed := s.closed
 		s.mu.Unlock()
-		if err != nil {
-			return // the next request forks and joins on its own
+		if !ok {
+			return
 		}
 		if closed {
 			rg.release()
