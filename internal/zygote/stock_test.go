@@ -1,6 +1,7 @@
 package zygote
 
 import (
+	"errors"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -12,7 +13,14 @@ import (
 // back to a pool its fill topped up.
 func TestStockMakesAheadAndKeepsWhatComesBack(t *testing.T) {
 	var made, discarded atomic.Int32
-	s := newStock(2, 4, func() (int, error) { return int(made.Add(1)), nil }, func(int) { discarded.Add(1) })
+	// Two to make, no more: taking one while the fill runs has it make
+	// another (it tops up to 2), which this test does not count on.
+	s := newStock(2, 4, func() (int, error) {
+		if n := made.Add(1); n <= 2 {
+			return int(n), nil
+		}
+		return 0, errors.New("no more")
+	}, func(int) { discarded.Add(1) })
 	var got []int
 	for len(got) < 2 { // the background fill's two
 		if v, ok := s.tryTake(); ok {
@@ -35,9 +43,6 @@ func TestStockMakesAheadAndKeepsWhatComesBack(t *testing.T) {
 	s.put(102)
 	if d := discarded.Load(); d != 1 {
 		t.Fatalf("a fifth given back: %d discarded, want 1", d)
-	}
-	if m := made.Load(); m != 2 {
-		t.Errorf("made %d, want the 2 it makes ahead", m)
 	}
 	s.close()
 	if d := discarded.Load(); d != 5 {
