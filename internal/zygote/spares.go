@@ -46,7 +46,7 @@ type armedSpare struct {
 func newSpares(z *zygoteProc, pool *groupPool, sock *os.File) *spares {
 	s := &spares{z: z, pool: pool, sock: sock, done: make(chan struct{}), pending: map[uint64]*requestGroup{}}
 	go s.read()
-	go s.refill()
+	go s.refill(true)
 	return s
 }
 
@@ -84,12 +84,17 @@ func (s *spares) kick() {
 	need := !s.closed && s.count() < spareCount
 	s.mu.Unlock()
 	if need {
-		go s.refill()
+		go s.refill(false)
 	}
 }
 
-// refill arms groups until spareCount are ready or on their way.
-func (s *spares) refill() {
+// refill arms groups until spareCount are ready or on their way. Only
+// the first (atStart, as the zygote starts) makes a group when none is ready:
+// later, making one for a spare is a memory cgroup's creation (and, once
+// the pool is full again, a removal) to save a request the walls, and with
+// none ready (every group in a request or still emptying) the next
+// request forks and joins on its own, and kicks the refill again.
+func (s *spares) refill(atStart bool) {
 	for {
 		s.mu.Lock()
 		if s.closed || s.count() >= spareCount {
@@ -98,12 +103,12 @@ func (s *spares) refill() {
 		}
 		s.arming++
 		s.mu.Unlock()
-		// Only a group the pool has ready: making one for a spare is a
-		// memory cgroup's creation (and, once the pool is full again, a
-		// removal) to save a request the walls; with none ready (every
-		// group in a request or still emptying) the next request forks and
-		// joins on its own, and kicks the refill again.
 		rg, ok := s.pool.ready()
+		if !ok && atStart {
+			var err error
+			rg, err = s.pool.take()
+			ok = err == nil
+		}
 		s.mu.Lock()
 		s.arming--
 		if ok && !s.closed {
