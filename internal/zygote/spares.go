@@ -75,7 +75,9 @@ func (sp armedSpare) hand(hdr []byte, fds []int, sent int64) error {
 	return unix.Sendmsg(sp.sock, append(msg, hdr...), unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
 }
 
-// kick starts a refill when one is needed.
+// kick refills when one is needed, in the caller's goroutine: past the
+// start a refill only takes ready groups and sends the zygote a message
+// each, and a goroutine of its own was one more thread woken per request.
 func (s *spares) kick() {
 	if s == nil {
 		return
@@ -84,7 +86,7 @@ func (s *spares) kick() {
 	need := !s.closed && s.count() < spareCount
 	s.mu.Unlock()
 	if need {
-		go s.refill(false)
+		s.refill(false)
 	}
 }
 
