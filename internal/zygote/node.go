@@ -49,7 +49,7 @@ func newNodePool(f *function, z *zygoteProc, groups *groupPool) (*nodePool, erro
 	if err != nil {
 		return nil, err
 	}
-	p.stock = newStock(f.spec.Concurrency, p.spawn, (*nodeWorker).discard)
+	p.stock = newStock(f.spec.Concurrency, f.spec.Concurrency, p.spawn, (*nodeWorker).discard)
 	p.stock.put(w)
 	return p, nil
 }

@@ -46,7 +46,7 @@ type armedSpare struct {
 func newSpares(z *zygoteProc, pool *groupPool, sock *os.File) *spares {
 	s := &spares{z: z, pool: pool, sock: sock, done: make(chan struct{}), pending: map[uint64]*requestGroup{}}
 	go s.read()
-	go s.refill()
+	go s.refill(true)
 	return s
 }
 
@@ -75,7 +75,9 @@ func (sp armedSpare) hand(hdr []byte, fds []int, sent int64) error {
 	return unix.Sendmsg(sp.sock, append(msg, hdr...), unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
 }
 
-// kick starts a refill when one is needed.
+// kick refills when one is needed, in the caller's goroutine: past the
+// start a refill only takes ready groups and sends the zygote a message
+// each, and a goroutine of its own was one more thread woken per request.
 func (s *spares) kick() {
 	if s == nil {
 		return
@@ -84,12 +86,17 @@ func (s *spares) kick() {
 	need := !s.closed && s.count() < spareCount
 	s.mu.Unlock()
 	if need {
-		go s.refill()
+		s.refill(false)
 	}
 }
 
-// refill arms groups until spareCount are ready or on their way.
-func (s *spares) refill() {
+// refill arms groups until spareCount are ready or on their way. Only
+// the first (atStart, as the zygote starts) makes a group when none is ready:
+// later, making one for a spare is a memory cgroup's creation (and, once
+// the pool is full again, a removal) to save a request the walls, and with
+// none ready (every group in a request or still emptying) the next
+// request forks and joins on its own, and kicks the refill again.
+func (s *spares) refill(atStart bool) {
 	for {
 		s.mu.Lock()
 		if s.closed || s.count() >= spareCount {
@@ -98,16 +105,21 @@ func (s *spares) refill() {
 		}
 		s.arming++
 		s.mu.Unlock()
-		rg, err := s.pool.take()
+		rg, ok := s.pool.ready()
+		if !ok && atStart {
+			var err error
+			rg, err = s.pool.take()
+			ok = err == nil
+		}
 		s.mu.Lock()
 		s.arming--
-		if err == nil && !s.closed {
+		if ok && !s.closed {
 			s.pending[rg.id] = rg
 		}
 		closed := s.closed
 		s.mu.Unlock()
-		if err != nil {
-			return // the next request forks and joins on its own
+		if !ok {
+			return
 		}
 		if closed {
 			rg.release()

@@ -2,11 +2,13 @@ package zygote
 
 import "sync"
 
-// stock keeps up to cap(ready) things made ahead (request cgroups, Node
-// workers), refilled in the background whenever kicked; close stops the
-// refill and discards what is left.
+// stock keeps things made ahead (request cgroups, Node workers): up to
+// ahead of them, refilled in the background whenever kicked, and up to
+// cap(ready) when more are given back (put); close stops the refill and
+// discards what is left.
 type stock[T any] struct {
 	ready   chan T
+	ahead   int
 	produce func() (T, error)
 	discard func(T)
 	need    chan struct{}
@@ -19,8 +21,8 @@ type stock[T any] struct {
 	closeOnce sync.Once
 }
 
-func newStock[T any](size int, produce func() (T, error), discard func(T)) *stock[T] {
-	s := &stock[T]{ready: make(chan T, size), produce: produce, discard: discard, need: make(chan struct{}, 1), stop: make(chan struct{})}
+func newStock[T any](ahead, keep int, produce func() (T, error), discard func(T)) *stock[T] {
+	s := &stock[T]{ready: make(chan T, max(ahead, keep)), ahead: ahead, produce: produce, discard: discard, need: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.done.Go(s.fill)
 	s.kick()
 	return s
@@ -41,7 +43,7 @@ func (s *stock[T]) fill() {
 			return
 		case <-s.need:
 		}
-		for len(s.ready) < cap(s.ready) {
+		for len(s.ready) < s.ahead {
 			v, err := s.produce()
 			s.mu.Lock()
 			s.lastErr = err
@@ -56,8 +58,8 @@ func (s *stock[T]) fill() {
 	}
 }
 
-// put adds v to the stock, or discards it when the stock is full or
-// closed; it reports whether the stock is still open.
+// put adds v to the stock, or discards it when the stock holds
+// cap(ready) or is closed; it reports whether the stock is still open.
 func (s *stock[T]) put(v T) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
