@@ -62,7 +62,10 @@ type Verdict struct {
 // Guard reads host states for one machine; Judge decides between two of them.
 type Guard struct {
 	// Cores is the limit for the 1-minute load average.
-	Cores    int
+	Cores int
+	// StealLimit replaces MaxSteal when set (a test's guard, judging only
+	// what it is about).
+	StealLimit float64
 	cpuStat  string
 	statsErr error
 }
@@ -131,6 +134,19 @@ func (g *Guard) Read() HostState {
 // unreadable throttling counter is recorded in the states, not held against
 // the run: many hosts do not expose it.
 func Judge(cores int, before, after HostState) Verdict {
+	return judge(cores, MaxSteal, before, after)
+}
+
+// Judge is the package's Judge with g's cores and steal limit.
+func (g *Guard) Judge(before, after HostState) Verdict {
+	steal := MaxSteal
+	if g.StealLimit > 0 {
+		steal = g.StealLimit
+	}
+	return judge(g.Cores, steal, before, after)
+}
+
+func judge(cores int, maxSteal float64, before, after HostState) Verdict {
 	var v Verdict
 	for _, end := range []struct {
 		when  string
@@ -153,8 +169,8 @@ func Judge(cores int, before, after HostState) Verdict {
 			after.Throttled-before.Throttled, after.CPUStatPath))
 	}
 	if total := after.TotalTicks - before.TotalTicks; after.TotalTicks > before.TotalTicks && after.StealTicks >= before.StealTicks {
-		if share := float64(after.StealTicks-before.StealTicks) / float64(total); share > MaxSteal {
-			v.Reasons = append(v.Reasons, fmt.Sprintf("the hypervisor stole %.0f%% of the CPU time (steal in /proc/stat; over %.0f%% the figures are about other guests)", share*100, MaxSteal*100))
+		if share := float64(after.StealTicks-before.StealTicks) / float64(total); share > maxSteal {
+			v.Reasons = append(v.Reasons, fmt.Sprintf("the hypervisor stole %.0f%% of the CPU time (steal in /proc/stat; over %.0f%% the figures are about other guests)", share*100, maxSteal*100))
 		}
 	}
 	v.Disturbed = len(v.Reasons) > 0

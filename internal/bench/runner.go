@@ -250,7 +250,7 @@ func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 	// Judged at both ends by what the CPUs do over a second, not by the
 	// 1-minute load average, which carries the group's own fan-outs.
 	res.After = opts.Guard.ReadBusy()
-	res.Verdict = Judge(opts.Guard.Cores, res.Before, res.After)
+	res.Verdict = opts.Guard.Judge(res.Before, res.After)
 	if res.Verdict.Disturbed {
 		for i := range res.Checks {
 			res.Checks[i].Outcome, res.Checks[i].Why = NotMeasured, "host disturbed"
