@@ -121,6 +121,19 @@ func forkableWithCell(t *testing.T, d *daemon, sbID string) *client.Session {
 	return s
 }
 
+// sandboxWithSpare creates a sandbox with a forkable session that ran a
+// cell, and waits for the session's spare: the sandbox's id, the session
+// and the spare's PID 1.
+func sandboxWithSpare(t *testing.T, d *daemon) (string, *client.Session, int) {
+	t.Helper()
+	sb, err := d.c.Create(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := forkableWithCell(t, d, sb.ID)
+	return sb.ID, s, awaitSpare(t, d)
+}
+
 // A forkable session's spare, made after its cell, is not listed and goes
 // with the session (delete, restart) and with its sandbox (whose delete it
 // does not block, unlike a fork): each time its PID 1 is gone, its
@@ -173,13 +186,8 @@ func TestLiveForkSparesGoWithTheirSessionAndSandbox(t *testing.T) {
 func TestLiveForkSparesCountAgainstCapacity(t *testing.T) {
 	d := startDaemon(t, "--max-sandboxes", "3")
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := forkableWithCell(t, d, sb.ID)
-	pid := awaitSpare(t, d)
-	_, _, err = s.Fork(ctx, 3)
+	_, s, pid := sandboxWithSpare(t, d)
+	_, _, err := s.Fork(ctx, 3)
 	if st := statusOf(err); st != http.StatusTooManyRequests {
 		t.Fatalf("fork into 3 with room for 1 more and a spare: %v, want 429", err)
 	}
@@ -232,12 +240,7 @@ func TestLiveForkSparesCountAgainstCapacity(t *testing.T) {
 func TestLiveForkSpareWhosePID1Died(t *testing.T) {
 	d := startDaemon(t, "--max-sandboxes", "2")
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := forkableWithCell(t, d, sb.ID)
-	pid := awaitSpare(t, d)
+	_, s, pid := sandboxWithSpare(t, d)
 	dirs := spareCgroups(t, pid)
 	if _, err := d.c.Create(ctx, nil); statusOf(err) != http.StatusTooManyRequests {
 		t.Fatalf("create with the room taken by a spare: %v, want 429 (the check below would prove nothing)", err)
@@ -246,6 +249,7 @@ func TestLiveForkSpareWhosePID1Died(t *testing.T) {
 		t.Fatal(err)
 	}
 	var other *api.Sandbox
+	var err error
 	if !testbin.Eventually(30*time.Second, func() bool { other, err = d.c.Create(ctx, nil); return err == nil }) {
 		t.Fatalf("create after the spare's PID 1 died: %v", err)
 	}
@@ -274,12 +278,7 @@ func TestLiveForkSpareWhosePID1Died(t *testing.T) {
 func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := forkableWithCell(t, d, sb.ID)
-	pid := awaitSpare(t, d)
+	sbID, s, pid := sandboxWithSpare(t, d)
 	kids, res, err := s.Fork(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +326,7 @@ json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, 
 			t.Errorf("child %d sees %q of the children's files, want only its own %q", i, own, want)
 		}
 	}
-	if parent := execOut(t, d, sb.ID, "ls /tmp /etc | grep -c '^fresh-' || true"); strings.TrimSpace(parent) != "0" {
+	if parent := execOut(t, d, sbID, "ls /tmp /etc | grep -c '^fresh-' || true"); strings.TrimSpace(parent) != "0" {
 		t.Errorf("the parent sees %s of its children's files", parent)
 	}
 }
