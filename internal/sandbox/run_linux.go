@@ -697,20 +697,19 @@ func joinedNamespaces(s *Spec) []joinedNS {
 // namespaces and all. Only a detached sandbox may do this: a parent-death
 // signal would fire when that thread ends.
 func cloneInNamespaces(pg *program, flags uint64, cgroupFD int, join []joinedNS) (pid, pidfd int, err error) {
-	reply := make(chan cloneResult, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+	// On a thread Go throws away, never the main one: /proc/self is the
+	// main thread's view, and a main thread that joined a sandbox's mount
+	// namespace would stay there (Go wedges it rather than ending it).
+	osthread.Throwaway(func() {
 		for _, j := range join {
-			if err := unix.Setns(int(j.f.Fd()), j.nstype); err != nil {
-				reply <- cloneResult{err: fmt.Errorf("%w: join namespace %s: %v", ErrSetup, j.f.Name(), err)}
+			if err = unix.Setns(int(j.f.Fd()), j.nstype); err != nil {
+				err = fmt.Errorf("%w: join namespace %s: %v", ErrSetup, j.f.Name(), err)
 				return
 			}
 		}
-		pid, pidfd, err := cloneChild(pg, flags, cgroupFD, -1)
-		reply <- cloneResult{pid, pidfd, err}
-	}()
-	r := <-reply
-	return r.pid, r.pidfd, r.err
+		pid, pidfd, err = cloneChild(pg, flags, cgroupFD, -1)
+	})
+	return pid, pidfd, err
 }
 
 // cloneSandbox clones a sandbox's first process (PID 1, or an exec's
