@@ -66,8 +66,8 @@ type Guard struct {
 	// StealLimit replaces MaxSteal when set (a test's guard, judging only
 	// what it is about).
 	StealLimit float64
-	cpuStat  string
-	statsErr error
+	cpuStat    string
+	statsErr   error
 }
 
 // NewGuard finds this process's CPU cgroup once, so each Read is two small
