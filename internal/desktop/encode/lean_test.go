@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/tine-run/tine/internal/desktop/frame"
 	"github.com/tine-run/tine/internal/procs"
 )
 
@@ -12,45 +13,38 @@ import (
 // still coded in one band per CPU it may use, to the same bytes, and the
 // Ps they borrowed are given back.
 func TestPNGInALeanProcess(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // as on a 4-CPU host
-	f := screenFrame(t)
-	want, err := pngBytes(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	restore := procs.Lean()
-	defer restore()
-	if n := bandCount(f); n != 4 {
-		t.Fatalf("a 1280x800 frame is coded in %d bands on one P, want the 4 the process may use", n)
-	}
-	got, err := pngBytes(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("the PNG coded on borrowed Ps differs (%d bytes, want %d)", len(got), len(want))
-	}
-	if n := runtime.GOMAXPROCS(0); n != 1 {
-		t.Errorf("GOMAXPROCS %d after the screenshot, want 1 again", n)
-	}
+	codesAlikeWhenLean(t, "PNG", pngBytes, func(f *frame.Frame) {
+		if n := bandCount(f); n != 4 {
+			t.Fatalf("a 1280x800 frame is coded in %d bands on one P, want the 4 the process may use", n)
+		}
+	})
 }
 
 // So are its JPEG screenshots.
 func TestJPEGInALeanProcess(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	codesAlikeWhenLean(t, "JPEG", func(f *frame.Frame) ([]byte, error) { return jpegBytes(f, 80) }, nil)
+}
+
+// codesAlikeWhenLean codes the screen frame as a 4-CPU process and again
+// after procs.Lean (running lean, when given, first), and checks the bytes
+// are the same and GOMAXPROCS is back at 1.
+func codesAlikeWhenLean(t *testing.T, format string, code func(*frame.Frame) ([]byte, error), lean func(*frame.Frame)) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // as on a 4-CPU host
 	f := screenFrame(t)
-	want, err := jpegBytes(f, 80)
+	want, err := code(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore := procs.Lean()
-	defer restore()
-	got, err := jpegBytes(f, 80)
+	defer procs.Lean()()
+	if lean != nil {
+		lean(f)
+	}
+	got, err := code(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("the JPEG coded in a lean process differs (%d bytes, want %d)", len(got), len(want))
+		t.Errorf("the %s coded in a lean process differs (%d bytes, want %d)", format, len(got), len(want))
 	}
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Errorf("GOMAXPROCS %d after the screenshot, want 1 again", n)
