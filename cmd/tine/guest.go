@@ -60,6 +60,7 @@ inside each desktop sandbox.`,
 	cmd.Flags().BoolVar(&o.A11y, "a11y", false, "start a session bus so apps export their accessibility trees (AT-SPI)")
 	cmd.Flags().StringVar(&o.CDP, "cdp", "", "forward this unix socket to Chromium's DevTools port inside the desktop (127.0.0.1:9222)")
 	cmd.Flags().StringVar(&o.OSWorld, "osworld", "", "also serve OSWorld's guest API (docs/osworld.md) on this unix socket")
+	cmd.Flags().StringVar(&o.OSWorldPassed, "osworld-passed", "", "with --osworld: also serve it on the TCP connections passed to this unix socket (SCM_RIGHTS, by the daemon)")
 	cmd.Flags().StringVar(&o.User, "user", "", "run the session (window manager, apps, session bus, OSWorld's commands) as this account, made in the desktop's /etc with password \"password\" and sudo (only inside a desktop sandbox)")
 	cmd.Flags().StringVar(&o.Display, "display", "", "attach to this X display instead of starting Xvfb")
 	cmd.Flags().StringVar(&size, "size", "1280x800", "screen size of the Xvfb started")

@@ -139,12 +139,12 @@ func (s *Server) bootDesktop(b *box, req *api.DesktopSpec, t0 time.Time) error {
 		return err
 	}
 	if req.OSWorld {
-		if d.osworld, err = s.publish(b, guestOSWorldSocket, "OSWorld API"); err != nil {
+		if d.osworld, err = s.publish(b, guestOSWorldSocket, guestOSWorldPassed, "OSWorld API"); err != nil {
 			return err
 		}
 	}
 	if req.OSWorld || req.CDP {
-		if d.cdp, err = s.publish(b, guestCDPSocket, "DevTools port"); err != nil {
+		if d.cdp, err = s.publish(b, guestCDPSocket, "", "DevTools port"); err != nil {
 			return err
 		}
 	}
@@ -200,7 +200,7 @@ func (s *Server) startGuest(b *box, req *api.DesktopSpec) (*desktop, error) {
 	}
 	defer stdin.Close()
 	if req.OSWorld {
-		args = append(args, "--osworld", guestOSWorldSocket)
+		args = append(args, "--osworld", guestOSWorldSocket, "--osworld-passed", guestOSWorldPassed)
 	}
 	if req.OSWorld || req.CDP {
 		args = append(args, "--cdp", guestCDPSocket)

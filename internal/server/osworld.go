@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tine-run/tine/internal/connpass"
 	"github.com/tine-run/tine/internal/inroot"
 )
 
@@ -16,6 +17,9 @@ import (
 const (
 	guestOSWorldSocket = "/run/tine-osworld.sock"
 	guestCDPSocket     = "/run/tine-cdp.sock"
+	// The guest serves OSWorld's API on the connections the daemon
+	// passes to this socket (internal/connpass).
+	guestOSWorldPassed = "/run/tine-osworld-passed.sock"
 )
 
 // publish listens on a TCP port of its own for one of b's guest sockets
@@ -23,7 +27,12 @@ const (
 // until the sandbox ends. OSWorld's client reaches a guest as plain
 // http://host:port/, so these cannot share the daemon's listener behind a
 // path prefix. Each connection counts as activity for the idle timeout.
-func (s *Server) publish(b *box, socket, what string) (string, error) {
+//
+// When passed is set, a connection is first passed whole to the guest on
+// that socket instead (internal/connpass): the guest then talks to the
+// client with no copy through the daemon. A guest that does not listen
+// there (one restored from an older snapshot) gets the forward.
+func (s *Server) publish(b *box, socket, passed, what string) (string, error) {
 	host := s.cfg.OSWorldHost
 	if host == "" {
 		host = "127.0.0.1"
@@ -66,14 +75,36 @@ func (s *Server) publish(b *box, socket, what string) (string, error) {
 			b.lastActive = time.Now()
 			b.mu.Unlock()
 			dials.Add(1)
-			dial := func(ctx context.Context) (net.Conn, error) {
-				defer dials.Done()
-				return dialIn(ctx, root, socket)
-			}
-			go forwardToGuest(c, dial, b.inst.Done())
+			go func() {
+				if passed != "" && passToGuest(c, root, passed) {
+					dials.Done()
+					return
+				}
+				forwardToGuest(c, func(ctx context.Context) (net.Conn, error) {
+					defer dials.Done()
+					return dialIn(ctx, root, socket)
+				}, b.inst.Done())
+			}()
 		}
 	}()
 	return l.Addr().String(), nil
+}
+
+// passToGuest passes c to the guest's socket at path in root and closes
+// the daemon's copy, or says it could not (c is then still open).
+func passToGuest(c net.Conn, root *inroot.Root, path string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	u, err := dialIn(ctx, root, path)
+	cancel()
+	if err != nil {
+		return false
+	}
+	defer u.Close()
+	if err := connpass.Pass(u.(*net.UnixConn), c.(*net.TCPConn)); err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // forwardToGuest connects to the guest's socket with dial and copies both

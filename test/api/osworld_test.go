@@ -1,13 +1,18 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,6 +67,25 @@ func TestDesktopOSWorld(t *testing.T) {
 	if code, b := call("GET", "/platform", nil); code != 200 || string(b) != "Linux" {
 		t.Fatalf("platform: %d %q", code, b)
 	}
+	// The daemon passes each connection into the guest (internal/connpass):
+	// the guest, inside the sandbox, holds the host's end of a kept-alive
+	// connection, and the daemon holds nothing of it.
+	kept, err := net.Dial("tcp", dt.OSWorld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	io.WriteString(kept, "GET /platform HTTP/1.1\r\nHost: guest\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(kept), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("platform on a kept-alive connection: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	holder := socketHolder(t, port, kept.LocalAddr().(*net.TCPAddr).Port)
+	if holder == d.pid() || sameNamespace(holder, os.Getpid(), "pid") {
+		t.Fatalf("the published port's connection is held by pid %d (the daemon is %d): want the guest, inside the desktop's sandbox", holder, d.pid())
+	}
+	kept.Close()
 	const prefix = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 	if code, b := call("POST", "/execute", map[string]any{"command": []string{"python", "-c", prefix + "pyautogui.click(321, 123)"}, "shell": false}); code != 200 || !bytes.Contains(b, []byte(`"returncode":0`)) {
 		t.Fatalf("execute click: %d %s", code, b)
@@ -125,4 +149,46 @@ print(out.decode())`, port)
 	}) {
 		t.Fatalf("%s still accepts connections after the desktop was deleted", dt.OSWorld)
 	}
+}
+
+// socketHolder returns the pid of the process holding the server's end of
+// the loopback TCP connection between localPort and remotePort (found in
+// /proc/net/tcp by its inode, then among every process's descriptors).
+func socketHolder(t *testing.T, localPort string, remotePort int) int {
+	t.Helper()
+	lp, _ := strconv.Atoi(localPort)
+	want := fmt.Sprintf(":%04X", lp)
+	wantRemote := fmt.Sprintf(":%04X", remotePort)
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inode := ""
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && strings.HasSuffix(f[1], want) && strings.HasSuffix(f[2], wantRemote) {
+			inode = f[9]
+		}
+	}
+	if inode == "" || inode == "0" {
+		t.Fatalf("no socket for port %s from port %d in /proc/net/tcp", localPort, remotePort)
+	}
+	link := "socket:[" + inode + "]"
+	pids, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range pids {
+		if l, err := os.Readlink(fd); err == nil && l == link {
+			pid, _ := strconv.Atoi(strings.Split(fd, "/")[2])
+			return pid
+		}
+	}
+	t.Fatalf("no process holds %s", link)
+	return 0
+}
+
+// sameNamespace says whether processes a and b share their namespace of
+// the kind given ("pid", "mnt", ...).
+func sameNamespace(a, b int, kind string) bool {
+	la, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", a, kind))
+	lb, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", b, kind))
+	return err1 == nil && err2 == nil && la == lb
 }

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tine-run/tine/internal/aci"
+	"github.com/tine-run/tine/internal/connpass"
 	"github.com/tine-run/tine/internal/desktop/a11y"
 	"github.com/tine-run/tine/internal/desktop/x11"
 	"github.com/tine-run/tine/internal/desktop/xvfb"
@@ -61,6 +62,11 @@ type Options struct {
 	// OSWorld, when set, is a unix socket to serve OSWorld's guest API on
 	// (internal/osworld).
 	OSWorld string
+	// OSWorldPassed, when set with OSWorld, is a unix socket on which the
+	// daemon passes the connections it accepted on the desktop's
+	// published port (internal/connpass): the API is served on them
+	// directly.
+	OSWorldPassed string
 	// User, when set, is the account the session runs as (EnsureAccount
 	// makes it in the desktop's /etc): the window manager, the apps, the
 	// session bus, and OSWorld's commands; the guest itself, the X server
@@ -243,7 +249,7 @@ func Run(ctx context.Context, o Options, ready func(Ready)) error {
 	d.SetLaunchCredential(cred)
 	srv := &http.Server{Handler: as}
 	if o.OSWorld != "" {
-		stop, err := serveOSWorld(d, o.OSWorld, tree, cred, o.Display == "")
+		stop, err := serveOSWorld(d, o.OSWorld, o.OSWorldPassed, tree, cred, o.Display == "")
 		if err != nil {
 			l.Close()
 			return err
@@ -296,8 +302,9 @@ func launch(display string, argv []string, cred *syscall.Credential) (*exec.Cmd,
 	return c, nil
 }
 
-// serveOSWorld serves OSWorld's guest API on a unix socket until stop.
-func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*a11y.Node, error), cred *syscall.Credential, painted bool) (stop func(), err error) {
+// serveOSWorld serves OSWorld's guest API on a unix socket, and on the
+// connections passed to a second one when passed is set, until stop.
+func serveOSWorld(d *x11.Display, socket, passed string, tree func(context.Context) ([]*a11y.Node, error), cred *syscall.Credential, painted bool) (stop func(), err error) {
 	os.Remove(socket)
 	l, err := net.Listen("unix", socket)
 	if err != nil {
@@ -325,8 +332,19 @@ func serveOSWorld(d *x11.Display, socket string, tree func(context.Context) ([]*
 			return nil, err
 		}
 	}
+	var pl *connpass.Listener
+	if passed != "" {
+		if pl, err = connpass.Listen(passed); err != nil {
+			ow.Close()
+			l.Close()
+			return nil, err
+		}
+	}
 	srv := &http.Server{Handler: ow}
 	go srv.Serve(l)
+	if pl != nil {
+		go srv.Serve(pl)
+	}
 	return func() {
 		srv.Close()
 		ow.Close()
