@@ -16,85 +16,98 @@ import (
 	"net"
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Pass sends c's descriptor over u with a one-byte message. The caller
+// Pass sends c's descriptor over u (from Dial) with a one-byte message.
+// The caller
 // still owns c and closes its copy afterwards: closing a descriptor does
 // not end the connection while the receiver holds its own.
 func Pass(u *net.UnixConn, c syscall.Conn) error {
-	raw, err := c.SyscallConn()
+	conn, err := c.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("pass a connection: %w", err)
 	}
-	var sendErr error
-	if err := raw.Control(func(fd uintptr) {
-		_, _, sendErr = u.WriteMsgUnix([]byte{0}, unix.UnixRights(int(fd)), nil)
-	}); err != nil {
+	out, err := u.SyscallConn()
+	if err != nil {
 		return fmt.Errorf("pass a connection: %w", err)
 	}
-	if sendErr != nil {
-		return fmt.Errorf("pass a connection: %w", sendErr)
+	// Go's WriteMsgUnix refuses a connected datagram socket; the raw
+	// sendmsg waits in the poller while the listener's queue is full.
+	var sendErr error
+	err = conn.Control(func(fd uintptr) {
+		rights := unix.UnixRights(int(fd))
+		err := out.Write(func(sock uintptr) bool {
+			sendErr = unix.Sendmsg(int(sock), []byte{0}, rights, nil, 0)
+			return sendErr != unix.EAGAIN
+		})
+		if sendErr == nil {
+			sendErr = err
+		}
+	})
+	if err == nil {
+		err = sendErr
+	}
+	if err != nil {
+		return fmt.Errorf("pass a connection: %w", err)
 	}
 	return nil
 }
 
-// receiveTimeout bounds how long Accept waits for a sender that has
-// connected to send its descriptor. The daemon sends at once; anything
-// slower is not the daemon and must not hold the listener up for long.
-const receiveTimeout = time.Second
-
 // Listener is a net.Listener whose connections are the ones passed to a
-// unix socket: each sender connects, sends one descriptor with Pass, and
-// hangs up.
+// unix datagram socket, one descriptor a message (Pass): no connection
+// of its own to accept and close for each one passed.
 type Listener struct {
-	l *net.UnixListener
+	u *net.UnixConn
 }
 
-// Listen listens on the unix socket at path (replacing a stale one) with
-// mode 0600: only the listener's own user may pass connections to it.
+// Listen binds a unix datagram socket at path (replacing a stale one)
+// with mode 0600: only the listener's own user may pass connections to
+// it.
 func Listen(path string) (*Listener, error) {
 	os.Remove(path)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	u, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
 		return nil, fmt.Errorf("listen for passed connections on %s: %w", path, err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
+		u.Close()
 		return nil, fmt.Errorf("listen for passed connections on %s: %w", path, err)
 	}
-	return &Listener{l: l}, nil
+	return &Listener{u: u}, nil
 }
 
-// Accept returns the next connection passed to the listener. A sender
-// that sends no descriptor, more than one, or one that is not a socket is
-// hung up on and skipped.
+// Dial connects a datagram socket to a Listener's at path, for Pass.
+func Dial(path string) (*net.UnixConn, error) {
+	u, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s to pass connections: %w", path, err)
+	}
+	return u, nil
+}
+
+// Accept returns the next connection passed to the listener. A message
+// with no descriptor, more than one, or one that is not a socket is
+// dropped.
 func (l *Listener) Accept() (net.Conn, error) {
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(4))
 	for {
-		u, err := l.l.AcceptUnix()
+		_, oobn, flags, _, err := l.u.ReadMsgUnix(b[:], oob)
 		if err != nil {
 			return nil, err
 		}
-		c, err := receive(u)
-		u.Close()
-		if err == nil {
+		if c, err := connection(oob[:oobn], flags); err == nil {
 			return c, nil
 		}
 	}
 }
 
-// receive reads one descriptor from u and makes it a connection.
-func receive(u *net.UnixConn) (net.Conn, error) {
-	u.SetReadDeadline(time.Now().Add(receiveTimeout))
-	var b [1]byte
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, flags, _, err := u.ReadMsgUnix(b[:], oob)
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+// connection makes the one descriptor a message carried a connection,
+// and closes whatever else it carried.
+func connection(oob []byte, flags int) (net.Conn, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +129,9 @@ func receive(u *net.UnixConn) (net.Conn, error) {
 	return net.FileConn(f)
 }
 
-// Close stops the listener; connections already accepted go on.
-func (l *Listener) Close() error { return l.l.Close() }
+// Close stops the listener; connections already accepted go on, and
+// those passed but not yet accepted are closed with its socket.
+func (l *Listener) Close() error { return l.u.Close() }
 
 // Addr is the unix socket's address.
-func (l *Listener) Addr() net.Addr { return l.l.Addr() }
+func (l *Listener) Addr() net.Addr { return l.u.LocalAddr() }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tine-run/tine/internal/connpass"
 	"github.com/tine-run/tine/internal/inroot"
+	"golang.org/x/sys/unix"
 )
 
 // Where a desktop's guest serves OSWorld's API, and forwards Chromium's
@@ -57,7 +58,9 @@ func (s *Server) publish(b *box, socket, passed, what string) (string, error) {
 	}()
 	go func() {
 		var dials sync.WaitGroup
+		pass := &passer{root: root, path: passed}
 		defer func() {
+			pass.close()
 			dials.Wait()
 			root.Close()
 		}()
@@ -74,37 +77,58 @@ func (s *Server) publish(b *box, socket, passed, what string) (string, error) {
 			b.mu.Lock()
 			b.lastActive = time.Now()
 			b.mu.Unlock()
+			if passed != "" && pass.pass(c.(*net.TCPConn)) {
+				continue
+			}
 			dials.Add(1)
-			go func() {
-				if passed != "" && passToGuest(c, root, passed) {
-					dials.Done()
-					return
-				}
-				forwardToGuest(c, func(ctx context.Context) (net.Conn, error) {
-					defer dials.Done()
-					return dialIn(ctx, root, socket)
-				}, b.inst.Done())
-			}()
+			go forwardToGuest(c, func(ctx context.Context) (net.Conn, error) {
+				defer dials.Done()
+				return dialIn(ctx, root, socket)
+			}, b.inst.Done())
 		}
 	}()
 	return l.Addr().String(), nil
 }
 
-// passToGuest passes c to the guest's socket at path in root and closes
-// the daemon's copy, or says it could not (c is then still open).
-func passToGuest(c net.Conn, root *inroot.Root, path string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	u, err := dialIn(ctx, root, path)
-	cancel()
-	if err != nil {
-		return false
+// A passer passes connections into a guest's connpass socket, over one
+// datagram socket connected when first needed and again after a failure
+// (the guest restarted its listener).
+type passer struct {
+	root *inroot.Root
+	path string
+	u    *net.UnixConn
+}
+
+// pass passes c into the guest and closes the daemon's copy, or says it
+// could not (c is then still open).
+func (p *passer) pass(c *net.TCPConn) bool {
+	for range 2 {
+		if p.u == nil {
+			fd, err := p.root.OpenSocket(p.path)
+			if err != nil {
+				return false
+			}
+			p.u, err = connpass.Dial(fmt.Sprintf("/proc/self/fd/%d", fd))
+			unix.Close(fd)
+			if err != nil {
+				return false
+			}
+		}
+		if err := connpass.Pass(p.u, c); err == nil {
+			c.Close()
+			return true
+		}
+		p.close()
 	}
-	defer u.Close()
-	if err := connpass.Pass(u.(*net.UnixConn), c.(*net.TCPConn)); err != nil {
-		return false
+	return false
+}
+
+// close closes the datagram socket, if any.
+func (p *passer) close() {
+	if p.u != nil {
+		p.u.Close()
+		p.u = nil
 	}
-	c.Close()
-	return true
 }
 
 // forwardToGuest connects to the guest's socket with dial and copies both
