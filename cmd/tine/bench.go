@@ -287,7 +287,7 @@ func newWarmSuiteCommand(name, short, long string, run func(context.Context, *be
 		cmd.Flags().IntVar(&opts.Sparse, "sparse", 50, "sparse calls after the stream, one every 200 ms (0: none)")
 	}
 	if name == "osworld" {
-		cmd.Flags().StringVar(&opts.OSWorldServer, "osworld-server", "", "a checkout of OSWorld (`DIR`): also run its guest server (DIR/desktop_env/server/main.py) on the same desktop as the peer; needs python3-flask, -lxml, -xlib, -pil, -requests, -numpy and -pyatspi in the desktop's root")
+		cmd.Flags().StringVar(&opts.OSWorldServer, "osworld-server", "", "a checkout of OSWorld (`DIR`): also run its guest server (DIR/desktop_env/server/main.py) on the same desktop as the peer; needs what its main.py imports in the desktop's root (Debian: python3-flask, -lxml, -xlib, -pil, -requests, -numpy, -pyatspi and, for newer checkouts, -pyperclip)")
 	}
 	if name == "fork" {
 		cmd.Flags().BoolVar(&opts.FleetOnly, "fleet-only", false, "run only the fleet frame dedup part (16 forked desktops)")
