@@ -85,6 +85,11 @@ func TestDesktopOSWorld(t *testing.T) {
 	if holder == d.pid() || sameNamespace(holder, os.Getpid(), "pid") {
 		t.Fatalf("the published port's connection is held by pid %d (the daemon is %d): want the guest, inside the desktop's sandbox", holder, d.pid())
 	}
+	// A command the guest starts meanwhile inherits neither that
+	// connection nor the one its own request came on.
+	if code, b := call("POST", "/execute", map[string]any{"command": []string{"ls", "-l", "/proc/self/fd/"}}); code != 200 || !bytes.Contains(b, []byte("pipe:")) || bytes.Contains(b, []byte("socket:")) {
+		t.Fatalf("a command's descriptors (want its pipes and no socket): %d %s", code, b)
+	}
 	kept.Close()
 	const prefix = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 	if code, b := call("POST", "/execute", map[string]any{"command": []string{"python", "-c", prefix + "pyautogui.click(321, 123)"}, "shell": false}); code != 200 || !bytes.Contains(b, []byte(`"returncode":0`)) {
