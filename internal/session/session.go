@@ -349,11 +349,13 @@ func (s *Session) Held() (*Held, error) {
 }
 
 // Held is what a session's interpreter holds that a forked copy would not
-// have: threads besides its own, sockets, child processes.
+// have: threads besides its own, sockets, child processes; or would
+// share with the parent: shared memory mappings ("RANGE PATH").
 type Held struct {
-	Threads  int   `json:"threads"`
-	Sockets  []int `json:"sockets"`
-	Children []int `json:"children"`
+	Threads  int      `json:"threads"`
+	Sockets  []int    `json:"sockets"`
+	Children []int    `json:"children"`
+	Shared   []string `json:"shared"`
 }
 
 // Err is nil when nothing is held, else ErrHeld naming what is.
@@ -368,6 +370,9 @@ func (h *Held) Err() error {
 	if len(h.Children) > 0 {
 		what = append(what, fmt.Sprintf("child process(es) %v (they would stay the parent's)", h.Children))
 	}
+	if len(h.Shared) > 0 {
+		what = append(what, fmt.Sprintf("shared memory mapping(s) %q (the copies would share them with the parent and each other)", h.Shared))
+	}
 	if len(what) == 0 {
 		return nil
 	}
@@ -375,5 +380,5 @@ func (h *Held) Err() error {
 	for _, w := range what[1:] {
 		msg += "; " + w
 	}
-	return fmt.Errorf("%w: it holds %s; join the threads, close the sockets and wait for the children in a cell first (a fork of the sandbox, POST /v1/sandboxes/{id}/fork, copies its files but no process)", ErrHeld, msg)
+	return fmt.Errorf("%w: it holds %s; join the threads, close the sockets and shared mappings and wait for the children in a cell first (a fork of the sandbox, POST /v1/sandboxes/{id}/fork, copies its files but no process)", ErrHeld, msg)
 }

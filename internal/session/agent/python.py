@@ -440,7 +440,7 @@ class Agent:
                 continue
             if st[st.rindex(b")") + 2:].split()[1].decode() == me:
                 children.append(int(p))
-        return {"threads": threads, "sockets": sockets, "children": children}
+        return {"threads": threads, "sockets": sockets, "children": children, "shared": shared_mappings()}
 
     def serve(self):
         self.send({"type": "ready", "pid": os.getpid(), "lost": getattr(self, "forked_lost", [])})
@@ -473,6 +473,28 @@ class Agent:
 
 
 # --- live fork (a forkable session's interpreter only) ---
+
+# Where the sandbox keeps files in memory of its own: a file there can
+# change under a read-only shared mapping of it.
+WRITABLE_TMPFS = ("/tmp/", "/dev/shm/", "/run/")
+
+
+def shared_mappings():
+    # Shared memory mappings a forked copy would keep sharing with the
+    # parent (and its siblings), a channel between sandboxes: every
+    # writable one (mmap.mmap(-1, n), /dev/shm, memfd) and the read-only
+    # ones of files the sandbox can write in place. Read-only shared
+    # mappings of the base (glibc maps its gconv cache so) are harmless.
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) < 5 or parts[1][3] != "s":
+                continue
+            path = parts[5].strip() if len(parts) > 5 else ""
+            if "w" in parts[1] or not path.startswith("/") or path.endswith(" (deleted)") or path.startswith(WRITABLE_TMPFS):
+                out.append("%s %s" % (parts[0], path or "[anonymous]"))
+    return out
 
 PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
 
@@ -629,7 +651,10 @@ def clone_vm_stub():
     if platform.machine() != "x86_64":
         return None
     try:
-        m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        # Private: a shared page would stay shared with every copy, a
+        # channel between them (and code the parent could change under
+        # them).
+        m = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     except (OSError, ValueError):
         return None
     m.write(_CLONE_VM_X86_64)
