@@ -66,8 +66,8 @@ type Guard struct {
 	// TrustHost makes Judge find no host disturbed: a test's guard, whose
 	// test is about the runner, not about the machine that runs it.
 	TrustHost bool
-	cpuStat    string
-	statsErr   error
+	cpuStat   string
+	statsErr  error
 }
 
 // NewGuard finds this process's CPU cgroup once, so each Read is two small
