@@ -46,6 +46,10 @@ type program struct {
 	cmdPid  int32
 	status  int32
 	waitSet uint64
+	// exit is what the reaper reports when the command ends; usage its
+	// rusage and its children's, read for it.
+	exit  exitReport
+	usage [2]unix.Rusage
 	// detached: the child outlives its parent (Spec.Detach, ExecSpec.Detach):
 	// no parent-death signal, it waits for the parent's commit, and exits
 	// with the command's exit code instead of reporting it on a pipe.
