@@ -41,11 +41,11 @@ const (
 )
 
 // cleanupTries bounds the rmdirs of one directory that find it busy (a
-// task of the group not yet through its exit), cleanupPause apart: 200 ×
+// task of the group not yet through its exit), cleanupPause apart: 500 ×
 // 1 ms. What is still there then is the next run's reap's (the group's
 // owner, the tine that made it, is gone by then).
 const (
-	cleanupTries = 200
+	cleanupTries = 500
 	cleanupPause = 1_000_000 // ns
 )
 
