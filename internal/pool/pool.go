@@ -163,7 +163,7 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	// The sandbox's PID 1 forks the command: it inherits namespaces, cgroup
 	// and walls, so the run costs a fork and an execve.
 	t1 := time.Now()
-	cmd, err := sb.Launch(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout})
+	cmd, err := sb.Launch(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout, Last: true})
 	if err != nil {
 		go sb.Destroy()
 		return nil, err
