@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -242,12 +243,23 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	}
 	pg.root = p.Root
 	uppers := upperEntries{modes: map[string]uint32{}}
+	// The os view's entries: one bind of the layer made on the host, when
+	// it could be made (hostview_layer_linux.go).
+	viewLayer, viewPrefix, viewBound := preparedViewLayer(p, in), p.Stage+"/view/", false
 	for _, inNetns := range []bool{false, true} {
 		if inNetns && !in.userns {
 			pg.addRelease(true)
 		}
 		for i, st := range p.Steps {
 			if st.InNetns != inNetns || i < p.RootSteps {
+				continue
+			}
+			if st.Kind == StepUpper && viewLayer != "" && !st.InNetns && strings.HasPrefix(st.Target, viewPrefix) {
+				if !viewBound {
+					uppers.end(pg)
+					pg.addSetup("mount the os view's layer", sys(unix.SYS_MOUNT, pg.cstr(viewLayer), pg.cstr(p.Stage+"/view"), 0, unix.MS_BIND, 0))
+					viewBound = true
+				}
 				continue
 			}
 			if st.Kind == StepUpper {
