@@ -64,12 +64,8 @@ func leaveCleanup(pidfd int, g *cgroup.Group) error {
 	c.pidfd, c.root[0] = int32(pidfd), '/'
 	c.poll = unix.PollFd{Fd: int32(pidfd), Events: unix.POLLIN}
 	c.pause = unix.Timespec{Nsec: cleanupPause}
-	at, seen := 0, map[string]bool{}
-	for _, dir := range g.Dirs() {
-		if seen[dir] { // co-mounted controllers share a directory
-			continue
-		}
-		seen[dir] = true
+	at := 0
+	for _, dir := range g.RemovalOrder() {
 		if at+len(dir)+1 > len(c.text) || int(c.ndirs) == len(c.dirs) {
 			unix.Munmap(mem)
 			return errors.New("cleanup: too many cgroup directories")
