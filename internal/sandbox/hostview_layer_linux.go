@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,11 +76,21 @@ func viewSteps(p *Plan) []Step {
 // viewLayerKey names a layer of steps: a hash of every entry's path
 // (below stage/view), mode, owner and xattr.
 func viewLayerKey(stage string, steps []Step) string {
-	h := sha256.New()
+	b := make([]byte, 0, 64*len(steps))
 	for _, st := range steps {
-		fmt.Fprintf(h, "%s\x00%o\x00%d\x00%d\x00%s\n", strings.TrimPrefix(st.Target, stage+"/view"), st.Mode, st.UID, st.GID, st.Data)
+		b = append(b, strings.TrimPrefix(st.Target, stage+"/view")...)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, uint64(st.Mode), 8)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, uint64(st.UID), 10)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, uint64(st.GID), 10)
+		b = append(b, 0)
+		b = append(b, st.Data...)
+		b = append(b, '\n')
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // preparedViewLayer returns the host directory that holds p's os view
