@@ -480,7 +480,7 @@ type channels struct {
 func newChannels() (*channels, error) {
 	ch := &channels{releaseFD: -1, childRelease: -1}
 	var err error
-	if ch.errR, ch.errW, err = os.Pipe(); err != nil {
+	if ch.errR, ch.errW, err = blockingPipe(); err != nil {
 		return nil, err
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -490,12 +490,26 @@ func newChannels() (*channels, error) {
 		return nil, fmt.Errorf("release socket: %w", err)
 	}
 	ch.releaseFD, ch.childRelease = pair[0], pair[1]
-	if ch.statusR, ch.statusW, err = os.Pipe(); err != nil {
+	if ch.statusR, ch.statusW, err = blockingPipe(); err != nil {
 		ch.closeParentEnds()
 		ch.closeChildEnds()
 		return nil, err
 	}
 	return ch, nil
+}
+
+// blockingPipe is os.Pipe without O_NONBLOCK: the parent's reads of the
+// child's reports (its exec, its command's pid, its status) block in
+// read(2), and the child's write wakes the reading thread itself, not Go's
+// network poller, which then has to wake a thread to run the reader (two
+// hand-offs on a loaded host instead of one). Nothing closes these to
+// abort a read: each read ends with the child's write or its exit.
+func blockingPipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // closeChildEnds closes the parent's copies of the child's ends, once the
