@@ -144,16 +144,14 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 		return nil, errors.New("pool: no command given")
 	}
 	t0 := time.Now()
-	// The refill starts once the command is launched, not beside the
-	// launch: on a small host it would take the CPU the run is waiting
-	// for (ADR 0023: −1.7 to −2.7 ms per run handed to the daemon).
-	defer p.refill()
 	sb, ready, err := p.Claim()
 	if err != nil {
+		p.refill()
 		return nil, err
 	}
 	if err := sb.ApplyLimits(s); err != nil {
 		sb.Destroy()
+		p.refill()
 		return nil, err
 	}
 	wd := s.Workdir
@@ -163,9 +161,10 @@ func (p *Pool) Start(s *sandbox.Spec) (*Run, error) {
 	// The sandbox's PID 1 forks the command: it inherits namespaces, cgroup
 	// and walls, so the run costs a fork and an execve.
 	t1 := time.Now()
-	cmd, err := sb.Launch(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout})
+	cmd, err := sb.Launch(&sandbox.ExecSpec{Args: s.Args, Env: s.Env, Workdir: wd, Stdio: s.Stdio, Timeout: s.Timeout, Last: true})
 	if err != nil {
 		go sb.Destroy()
+		p.refill()
 		return nil, err
 	}
 	phases := sandbox.Phases{Plan: msSince(t0, t1), Start: msSince(t1, time.Now())}
@@ -177,7 +176,10 @@ func (r *Run) Signal(sig syscall.Signal) error { return r.cmd.Signal(sig) }
 
 // Wait waits for the command and returns its outcome; the sandbox is then
 // destroyed in the background (everything the command left running dies
-// with it; Close waits for that).
+// with it; Close waits for that), and the pool refilled after that. The
+// refill starts once the run is over, not while its command runs: on a
+// small host a new sandbox's making (~10 ms of CPU) took the cores the
+// run and its answer were waiting for (ADR 0023, sixth session).
 func (r *Run) Wait() (*sandbox.Outcome, error) {
 	o, err := r.cmd.Wait()
 	usage := r.sb.Spent()
@@ -192,6 +194,7 @@ func (r *Run) Wait() (*sandbox.Outcome, error) {
 		go func() {
 			defer r.pool.wg.Done()
 			r.sb.Destroy()
+			r.pool.refill()
 		}()
 	}
 	if o != nil {

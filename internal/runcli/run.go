@@ -161,12 +161,18 @@ func Run(f Flags, args []string, image ImageFunc) error {
 	if err != nil {
 		return err
 	}
+	// tine run exits as soon as its command's status is known, leaving
+	// the sandbox's end to a cleanup process (sandbox.Process.WaitAndLeave),
+	// unless an image's lease must last until the sandbox is gone.
+	leave := true
 	if image != nil {
+		root := s.RootFS
 		release, err := image(s)
 		if err != nil {
 			return err
 		}
 		defer release()
+		leave = s.RootFS == root && len(s.Layers) == 0
 	}
 	// Catch signals before the sandbox exists, so none is lost in between.
 	sigs := make(chan os.Signal, 16)
@@ -201,7 +207,7 @@ func Run(f Flags, args []string, image ImageFunc) error {
 			}
 			fmt.Fprintf(os.Stderr, "tine: running in-process (%s)\n", why)
 		}
-		if o, err = runInProcess(s, sigs); err != nil {
+		if o, err = runInProcess(s, sigs, leave); err != nil {
 			return err
 		}
 	}
@@ -232,8 +238,10 @@ func Run(f Flags, args []string, image ImageFunc) error {
 	return nil
 }
 
-// runInProcess runs s as a child of this process.
-func runInProcess(s *sandbox.Spec, sigs <-chan os.Signal) (*sandbox.Outcome, error) {
+// runInProcess runs s as a child of this process; with leave, the end of
+// the sandbox is left to a cleanup process once the command's status is
+// known (the caller exits next).
+func runInProcess(s *sandbox.Spec, sigs <-chan os.Signal, leave bool) (*sandbox.Outcome, error) {
 	p, err := sandbox.Start(s)
 	if err != nil {
 		switch {
@@ -260,7 +268,11 @@ func runInProcess(s *sandbox.Spec, sigs <-chan os.Signal) (*sandbox.Outcome, err
 			p.Signal(sig.(syscall.Signal))
 		}
 	}()
-	o, err := p.Wait()
+	wait := p.Wait
+	if leave {
+		wait = p.WaitAndLeave
+	}
+	o, err := wait()
 	if term != nil {
 		term.Close()
 	}

@@ -236,11 +236,39 @@ func reap(p *program, cmd uintptr) {
 					}
 					syscall.RawSyscall(syscall.SYS_EXIT_GROUP, code, 0, 0)
 				}
-				syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.status)), 4)
+				reportExit(p)
 				syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 			}
 		}
 	}
+}
+
+// exitReport is what a reaper writes on the status pipe when its command
+// ends (after the command's pid): the command's wait status and the CPU
+// time used so far by the reaper and everything it reaped, the figure its
+// own wait4 rusage would give. A caller that does not wait for the
+// reaper's exit (Process.WaitAndLeave) still has the run's CPU time.
+type exitReport struct {
+	status int32
+	_      int32
+	cpuUs  int64
+}
+
+// reportExit writes p.status and the CPU time on the status pipe, in one
+// write (a pipe write this small is atomic).
+//
+//go:nosplit
+//go:norace
+func reportExit(p *program) {
+	syscall.RawSyscall(syscall.SYS_GETRUSAGE, uintptr(unix.RUSAGE_SELF), uintptr(unsafe.Pointer(&p.usage[0])), 0)
+	syscall.RawSyscall(syscall.SYS_GETRUSAGE, ^uintptr(0) /* RUSAGE_CHILDREN */, uintptr(unsafe.Pointer(&p.usage[1])), 0)
+	us := int64(0)
+	for i := 0; i < 2; i++ {
+		u := &p.usage[i&1]
+		us += (u.Utime.Sec+u.Stime.Sec)*1e6 + u.Utime.Usec + u.Stime.Usec
+	}
+	p.exit.status, p.exit.cpuUs = p.status, us
+	syscall.RawSyscall(syscall.SYS_WRITE, slotStatus, uintptr(unsafe.Pointer(&p.exit)), unsafe.Sizeof(p.exit))
 }
 
 // Launching (a live sandbox's PID 1). The parent sends one SOCK_SEQPACKET

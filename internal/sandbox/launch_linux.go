@@ -82,7 +82,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	}
 	cgroupProcs := e.CgroupProcs
 	var track *cgroup.Group
-	if g := sb.init.group; g != nil && len(cgroupProcs) == 0 {
+	if g := sb.init.group; g != nil && len(cgroupProcs) == 0 && !e.Last {
 		if track, err = g.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 		}

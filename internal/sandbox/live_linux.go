@@ -63,6 +63,13 @@ type ExecSpec struct {
 	// CgroupProcs are open join files (cgroup.Group.JoinFiles)
 	// the command joins before its execve (Launch only; at most 4).
 	CgroupProcs []int
+	// Last says the caller destroys the sandbox once this command ends
+	// (Launch only; a pooled one-shot run): the sandbox's end kills
+	// everything the command started, so no tracking group is made for
+	// it (a mkdir and an open before the launch, a listing and an rmdir
+	// between its exit and its outcome). A timeout or SIGKILL kills the
+	// command's process group; what left it dies with the sandbox.
+	Last bool
 	// Forkable starts the interpreter of a forkable session (Exec only):
 	// the command has every wall of an exec but two, so that a forked copy
 	// of it can join a child sandbox (Spec.ForkOf) and wall itself in

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -46,6 +47,10 @@ type program struct {
 	cmdPid  int32
 	status  int32
 	waitSet uint64
+	// exit is what the reaper reports when the command ends; usage its
+	// rusage and its children's, read for it.
+	exit  exitReport
+	usage [2]unix.Rusage
 	// detached: the child outlives its parent (Spec.Detach, ExecSpec.Detach):
 	// no parent-death signal, it waits for the parent's commit, and exits
 	// with the command's exit code instead of reporting it on a pipe.
@@ -238,12 +243,23 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 	}
 	pg.root = p.Root
 	uppers := upperEntries{modes: map[string]uint32{}}
+	// The os view's entries: one bind of the layer made on the host, when
+	// it could be made (hostview_layer_linux.go).
+	viewLayer, viewPrefix, viewBound := preparedViewLayer(p, in), p.Stage+"/view/", false
 	for _, inNetns := range []bool{false, true} {
 		if inNetns && !in.userns {
 			pg.addRelease(true)
 		}
 		for i, st := range p.Steps {
 			if st.InNetns != inNetns || i < p.RootSteps {
+				continue
+			}
+			if st.Kind == StepUpper && viewLayer != "" && !st.InNetns && strings.HasPrefix(st.Target, viewPrefix) {
+				if !viewBound {
+					uppers.end(pg)
+					pg.addSetup("mount the os view's layer", sys(unix.SYS_MOUNT, pg.cstr(viewLayer), pg.cstr(p.Stage+"/view"), 0, unix.MS_BIND, 0))
+					viewBound = true
+				}
 				continue
 			}
 			if st.Kind == StepUpper {

@@ -480,7 +480,7 @@ type channels struct {
 func newChannels() (*channels, error) {
 	ch := &channels{releaseFD: -1, childRelease: -1}
 	var err error
-	if ch.errR, ch.errW, err = os.Pipe(); err != nil {
+	if ch.errR, ch.errW, err = blockingPipe(); err != nil {
 		return nil, err
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -490,12 +490,26 @@ func newChannels() (*channels, error) {
 		return nil, fmt.Errorf("release socket: %w", err)
 	}
 	ch.releaseFD, ch.childRelease = pair[0], pair[1]
-	if ch.statusR, ch.statusW, err = os.Pipe(); err != nil {
+	if ch.statusR, ch.statusW, err = blockingPipe(); err != nil {
 		ch.closeParentEnds()
 		ch.closeChildEnds()
 		return nil, err
 	}
 	return ch, nil
+}
+
+// blockingPipe is os.Pipe without O_NONBLOCK: the parent's reads of the
+// child's reports (its exec, its command's pid, its status) block in
+// read(2), and the child's write wakes the reading thread itself, not Go's
+// network poller, which then has to wake a thread to run the reader (two
+// hand-offs on a loaded host instead of one). Nothing closes these to
+// abort a read: each read ends with the child's write or its exit.
+func blockingPipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // closeChildEnds closes the parent's copies of the child's ends, once the
@@ -934,25 +948,83 @@ func (p *Process) Wait() (*Outcome, error) {
 	if p.waitErr != nil {
 		return nil, fmt.Errorf("wait for sandbox: %w", p.waitErr)
 	}
+	var rep exitReport
+	n := p.readExit(&rep)
+	return p.finish(rep, n, true)
+}
+
+// WaitAndLeave is Wait for a caller that exits right after it (tine run):
+// it returns as soon as the command's status is known, and leaves the rest
+// of the sandbox's end (its PID 1's exit, which tears the namespaces down,
+// and the removal of its cgroup) to a cleanup process forked here, which
+// outlives the caller (see leaveCleanup). The caller must exit soon: PID 1
+// stays its child, a zombie, until then. When the command did not report
+// its end (the sandbox was killed, or timed out), or for anything but a
+// one-shot sandbox with a cgroup of no nested groups, it is Wait.
+func (p *Process) WaitAndLeave() (*Outcome, error) {
+	if p.sandbox != nil || p.group == nil || p.pidfd < 0 || p.tty != nil || p.plan.Spec.CgroupFS || len(p.plan.Argv) == 0 || p.plan.Spec.Detach {
+		return p.Wait()
+	}
+	var rep exitReport
+	n := p.readExit(&rep)
+	p.mu.Lock()
+	timedOut := p.timedOut
+	p.mu.Unlock()
+	if n != int(unsafe.Sizeof(rep)) || timedOut {
+		p.waitExit()
+		if p.waitErr != nil {
+			return nil, fmt.Errorf("wait for sandbox: %w", p.waitErr)
+		}
+		return p.finish(rep, n, true)
+	}
+	o, err := p.finish(rep, n, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := leaveCleanup(p.pidfd, p.group); err != nil {
+		// No cleanup process: the end is this one's, as in Wait.
+		p.waitExit()
+		if err := p.group.Remove(); err != nil {
+			return nil, err
+		}
+	}
+	p.cleanup()
+	return o, nil
+}
+
+// readExit reads the reaper's exitReport; it returns how many bytes came
+// (fewer than its size: the reaper died before the command).
+func (p *Process) readExit(rep *exitReport) int {
+	n, _ := readFull(p.statusR, (*[unsafe.Sizeof(*rep)]byte)(unsafe.Pointer(rep))[:])
+	return n
+}
+
+// finish makes the outcome from the reaper's report (n bytes of it) and,
+// when reaped is true, PID 1's wait status and rusage, and removes a
+// one-shot sandbox's cgroup (reaped only: otherwise PID 1 may still be in
+// it).
+func (p *Process) finish(rep exitReport, n int, reaped bool) (*Outcome, error) {
 	close(p.done)
-	ws, ru := p.ws, p.ru
 	o := &Outcome{Rootless: p.plan.Rootless, Phases: p.phases, Cgroup: "none"}
 	o.Phases.Run = ms(time.Since(p.started))
-	o.CPUTimeMs = ms(time.Duration(ru.Utime.Nano() + ru.Stime.Nano()))
-
-	var cmd unix.WaitStatus
-	n, _ := readFull(p.statusR, (*[4]byte)(unsafe.Pointer(&cmd))[:])
-	p.cleanup()
+	if reaped {
+		o.CPUTimeMs = ms(time.Duration(p.ru.Utime.Nano() + p.ru.Stime.Nano()))
+		p.cleanup()
+	} else {
+		o.CPUTimeMs = ms(time.Duration(rep.cpuUs) * time.Microsecond)
+	}
+	cmd := unix.WaitStatus(rep.status)
 	p.mu.Lock()
 	timedOut, killed := p.timedOut, p.killed
 	p.mu.Unlock()
+	full := n == int(unsafe.Sizeof(rep))
 	switch {
 	case timedOut:
 		o.ExitCode, o.Reason = 124, "timeout"
-	case n != 4:
+	case !full:
 		// The reaper died before the command did: killed from outside.
 		o.ExitCode, o.Reason, o.Signal = 137, "signal", int(unix.SIGKILL)
-		if ws.Signaled() {
+		if ws := p.ws; reaped && ws.Signaled() {
 			o.ExitCode, o.Signal = 128+int(ws.Signal()), int(ws.Signal())
 		}
 	case cmd.Signaled():
@@ -972,8 +1044,10 @@ func (p *Process) Wait() (*Outcome, error) {
 		}
 		// PID 1 is gone, so is its pid namespace: the group is empty, or
 		// Remove kills what a stray process left in it.
-		if err := p.group.Remove(); err != nil {
-			return nil, err
+		if reaped {
+			if err := p.group.Remove(); err != nil {
+				return nil, err
+			}
 		}
 	case p.sandbox != nil && p.sandbox.init.group != nil:
 		// (Its peak is the sandbox's, not this command's: not reported.)
@@ -982,7 +1056,7 @@ func (p *Process) Wait() (*Outcome, error) {
 			o.Reason = "oom"
 		}
 	}
-	p.untrack(timedOut || killed || n != 4)
+	p.untrack(timedOut || killed || !full)
 	awaitReap()
 	return o, nil
 }

@@ -141,6 +141,32 @@ func TestReapRemovesGroupsOfDeadOwners(t *testing.T) {
 	}
 }
 
+// Reap lists one hierarchy (v1: memory's), so a removal cut short must
+// leave the memory directory to the last: a dead owner's group that is
+// left only there (its other directories removed) is still reaped.
+func TestReapFindsAGroupLeftInMemoryOnly(t *testing.T) {
+	h := testHost(t)
+	g, err := h.Create("999999998.1-1", Limits{Pids: 10, CPUs: 0.5}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := g.RemovalOrder()
+	if len(order) == 0 || order[len(order)-1] != g.Dirs()["memory"] {
+		t.Fatalf("removal order %v: want memory's directory last", order)
+	}
+	for _, d := range order[:len(order)-1] {
+		if err := os.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.Dirs()["memory"]); !os.IsNotExist(err) {
+		t.Fatalf("the reap left %s (%v)", g.Dirs()["memory"], err)
+	}
+}
+
 // A Watch reads its open files again on every call: the counts follow a
 // process that joins and is killed.
 func TestWatchFollowsTheGroup(t *testing.T) {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -368,17 +370,28 @@ func (g *Group) Remove() error {
 		g.fd = -1
 	}
 	var errs []error
-	seen := map[string]bool{}
-	for _, dir := range g.dirs {
-		if seen[dir] {
-			continue
-		}
-		seen[dir] = true
+	for _, dir := range g.RemovalOrder() {
 		if err := removeTree(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RemovalOrder returns the group's directories, each once, memory's last:
+// Reap finds a group by its memory directory (made first), so a removal
+// cut short leaves a group it still finds.
+func (g *Group) RemovalOrder() []string {
+	var dirs []string
+	for _, c := range slices.Sorted(maps.Keys(g.dirs)) {
+		if dir := g.dirs[c]; c != "memory" && dir != g.dirs["memory"] && !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
+		}
+	}
+	if dir, ok := g.dirs["memory"]; ok && !slices.Contains(dirs, dir) {
+		dirs = append(dirs, dir)
+	}
+	return dirs
 }
 
 // removeTree removes dir after the groups nested in it (per-request groups

@@ -1,0 +1,181 @@
+package sandbox
+
+// The os view's layer made once on the host: the plan still lists the
+// view's entries as steps in the stage's view directory (stage/view, what
+// the plan's replay and its tests see), but PID 1, instead of making them
+// one by one on every run (~150 mkdirs, chowns, chmods and setxattrs, a
+// tenth of a run's CPU: ADR 0023), bind-mounts a directory that holds
+// exactly those entries over stage/view. The directory is made once per
+// distinct view, by root, under /run/tine/views (or /dev/shm/tine-views,
+// see viewLayersDirs), named by a hash of its
+// entries and never changed once made (built aside, then renamed into
+// place), so a sandbox whose overlay stacks it never sees it change. It is
+// only ever a lower layer: an overlay writes to its upper, and PID 1's
+// bind of it is private and detached with the old root.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// viewLayersDirs are where the made view layers may be kept, in order of
+// preference. A layer must not be on the host root's filesystem: the
+// overlay stacks that root too, and refuses layers that overlap (ELOOP).
+// /run is a tmpfs on most hosts; where it is not, /dev/shm is one.
+var viewLayersDirs = []string{path.Dir(StageDir) + "/views", "/dev/shm/tine-views"}
+
+// viewLayersDir returns the directory that holds the view layers, made if
+// needed: the first of viewLayersDirs off the root's filesystem, a
+// directory root owns that no one else can write; "" when there is none.
+var viewLayersDir = sync.OnceValue(func() string {
+	var root unix.Stat_t
+	if err := unix.Stat("/", &root); err != nil {
+		return ""
+	}
+	for _, dir := range viewLayersDirs {
+		var parent unix.Stat_t
+		if err := unix.Stat(path.Dir(dir), &parent); err != nil || parent.Dev == root.Dev {
+			continue
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(dir, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 || st.Dev == root.Dev {
+			continue
+		}
+		return dir
+	}
+	return ""
+})
+
+// viewSteps returns the plan's entries of the os view's layer (StepUpper
+// steps beneath stage/view), in order.
+func viewSteps(p *Plan) []Step {
+	prefix := p.Stage + "/view/"
+	var steps []Step
+	for i, st := range p.Steps {
+		if st.Kind == StepUpper && strings.HasPrefix(st.Target, prefix) && !st.InNetns && i >= p.RootSteps {
+			steps = append(steps, st)
+		}
+	}
+	return steps
+}
+
+// viewLayerKey names a layer of steps: a hash of every entry's path
+// (below stage/view), mode, owner and xattr.
+func viewLayerKey(stage string, steps []Step) string {
+	b := make([]byte, 0, 64*len(steps))
+	for _, st := range steps {
+		b = append(b, strings.TrimPrefix(st.Target, stage+"/view")...)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, uint64(st.Mode), 8)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, uint64(st.UID), 10)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, uint64(st.GID), 10)
+		b = append(b, 0)
+		b = append(b, st.Data...)
+		b = append(b, '\n')
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// preparedViewLayer returns the host directory that holds p's os view
+// entries, making it if it does not exist yet; "" when the plan has none,
+// when tine is not root, or when it cannot be made (PID 1 then makes the
+// entries itself, as before).
+func preparedViewLayer(p *Plan, in inputs) string {
+	if in.userns || p.Rootless || os.Geteuid() != 0 {
+		return ""
+	}
+	steps := viewSteps(p)
+	if len(steps) == 0 {
+		return ""
+	}
+	layers := viewLayersDir()
+	if layers == "" {
+		return ""
+	}
+	dir := layers + "/" + viewLayerKey(p.Stage, steps)
+	if st, err := os.Lstat(dir); err == nil && st.IsDir() {
+		return dir
+	}
+	if err := makeViewLayer(layers, dir, p.Stage+"/view", steps); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// makeViewLayer makes dir (in layers) with steps' entries (targets below stage), built
+// in a directory beside it and renamed into place, so that dir, once it
+// exists, is whole. Another tine making the same layer at once is fine:
+// the first rename wins, the other's copy is removed.
+func makeViewLayer(layers, dir, stage string, steps []Step) error {
+	tmp := fmt.Sprintf("%s/.tmp-%d-%d", layers, os.Getpid(), time.Now().UnixNano())
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	for _, st := range steps {
+		if err := makeViewEntry(tmp+strings.TrimPrefix(st.Target, stage), st); err != nil {
+			os.RemoveAll(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
+			return nil // made meanwhile by another tine
+		}
+		return err
+	}
+	return nil
+}
+
+// makeViewEntry makes one entry as PID 1's upperOps does: the directory or
+// empty file, its owner when it is not root (else it keeps the group a
+// set-gid parent gives, as there), then its exact mode (a chown clears
+// set-id bits, this process's umask applies to mkdir), then the opaque
+// xattr.
+func makeViewEntry(target string, st Step) error {
+	perm := st.Mode & 0o7777
+	var err error
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		err = unix.Mkdir(target, perm)
+	} else {
+		err = unix.Mknod(target, unix.S_IFREG|perm, 0)
+	}
+	if err != nil && !errors.Is(err, syscall.EEXIST) {
+		return fmt.Errorf("make %s: %w", target, err)
+	}
+	if st.UID != 0 || st.GID != 0 {
+		if err := unix.Lchown(target, int(st.UID), int(st.GID)); err != nil {
+			return fmt.Errorf("chown %s: %w", target, err)
+		}
+	}
+	if err := unix.Chmod(target, perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", target, err)
+	}
+	if st.Data != "" {
+		if err := unix.Lsetxattr(target, st.Data, []byte("y"), 0); err != nil {
+			return fmt.Errorf("mark %s %s: %w", target, st.Data, err)
+		}
+	}
+	return nil
+}
