@@ -101,12 +101,12 @@ func Desktop(ctx context.Context, d *Daemon, opts WarmOptions) (*SeriesReport, e
 		{"screenshot PNG 1024 long edge", api.ACIScreenshot{Format: "png", MaxLongEdge: 1024}},
 		{"screenshot JPEG q80 1024 long edge", api.ACIScreenshot{Format: "jpeg", Quality: 80, MaxLongEdge: 1024}},
 	}
-	// Interleaved, in rotated order, so that a scaled shot and its native
-	// peer see the same host: their ratio is the figure that counts.
+	// Interleaved, in balanced order (Rotation), so that a scaled shot and
+	// its native peer see the same host: their ratio is the figure that
+	// counts.
 	shotSamples := make([][]sample, len(shots))
 	for round := range n / 2 {
-		for k := range shots {
-			i := (round + k) % len(shots)
+		for _, i := range Rotation(len(shots), round) {
 			o := shots[i].o
 			t0 := time.Now()
 			_, _, err := a.Screenshot(ctx, &o)

@@ -19,7 +19,7 @@ const notMeasured = "NOT MEASURED"
 // then failures, then the fingerprint.
 func WriteTable(w io.Writer, r Report) error {
 	p := &printer{w: w}
-	p.printf("tine bench %s: %d rounds after %d warm-up rounds (discarded), variants interleaved in rotated order\n",
+	p.printf("tine bench %s: %d rounds after %d warm-up rounds (discarded), variants interleaved in balanced order\n",
 		r.Suite, r.Config.Rounds, r.Config.Warmup)
 	for _, g := range r.Groups {
 		p.printf("\n")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -121,7 +122,7 @@ type Options struct {
 // DefaultTimeout bounds a single run when Options.Timeout is zero.
 const DefaultTimeout = 30 * time.Second
 
-const rotatedOrder = "rotated: round r runs variants r mod k, r+1 mod k, ..."
+const rotatedOrder = "balanced: round r runs variants (r + w_i) mod k, w = 0, 1, k-1, 2, k-2, ... (reversed in odd blocks of k rounds when k is odd), so each variant takes each position and follows each other variant equally often"
 
 // stderrLimit caps how much of a failed command's stderr is kept.
 const stderrLimit = 4 << 10
@@ -137,21 +138,39 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Rotation is the order in which round runs k variants: each round starts one
-// variant later (A B C, B C A, C A B, ...), so every variant takes every
-// position equally often and none always runs straight after a given peer.
+// Rotation is the order in which round runs k variants: a balanced Latin
+// square (Williams's), shifted by one variant a round. Every variant takes
+// every position equally often (over k rounds), and runs straight after
+// every other variant equally often (over k rounds for an even k, 2k for
+// an odd one, whose square is run forwards, then backwards): work a
+// variant leaves behind (a daemon's refill after its run, a dirty cache)
+// falls on each peer alike, not always on the one after it.
 func Rotation(k, round int) []int {
 	order := make([]int, k)
+	lo, hi := 0, k-1
+	for i := range order { // 0, 1, k-1, 2, k-2, ...
+		switch {
+		case i == 0:
+			order[i], lo = 0, 1
+		case i%2 == 1:
+			order[i], lo = lo, lo+1
+		default:
+			order[i], hi = hi, hi-1
+		}
+	}
+	if k%2 == 1 && (round/k)%2 == 1 {
+		slices.Reverse(order)
+	}
 	for i := range order {
-		order[i] = (round + i) % k
+		order[i] = (order[i] + round) % k
 	}
 	return order
 }
 
 // RunGroup measures g: it verifies each available variant, runs
-// opts.Warmup rounds whose times are discarded, then opts.Rounds rounds, each
-// running every variant still standing once in rotated order. It reads the
-// host state before and after and judges it. The error is only for a cancelled
+// opts.Warmup rounds whose times are discarded, then opts.Rounds rounds,
+// each running every variant still standing once in balanced order
+// (Rotation). It reads the host state before and after and judges it. The error is only for a cancelled
 // ctx or a failure to set up; a failing variant is part of the result.
 func RunGroup(ctx context.Context, g Group, opts Options) (GroupResult, error) {
 	opts = opts.withDefaults()

@@ -9,24 +9,46 @@ import (
 )
 
 func TestRotation(t *testing.T) {
-	want := [][]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 1, 2}}
+	want := [][]int{{0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}, {0, 1, 3, 2}}
 	for round, w := range want {
-		if got := Rotation(3, round); !slices.Equal(got, w) {
-			t.Errorf("Rotation(3, %d) = %v, want %v", round, got, w)
+		if got := Rotation(4, round); !slices.Equal(got, w) {
+			t.Errorf("Rotation(4, %d) = %v, want %v", round, got, w)
 		}
 	}
-	// Over k rounds every variant takes every position exactly once.
-	const k = 4
-	var seen [k][k]int
-	for round := range k {
-		for pos, v := range Rotation(k, round) {
-			seen[v][pos]++
+	for k := 1; k <= 7; k++ {
+		rounds := k
+		if k%2 == 1 {
+			rounds = 2 * k
 		}
-	}
-	for v := range k {
-		for pos := range k {
-			if seen[v][pos] != 1 {
-				t.Errorf("variant %d ran at position %d %d times in %d rounds, want 1", v, pos, seen[v][pos], k)
+		// Every variant takes every position, and follows every other
+		// variant, equally often.
+		pos := make([][]int, k)
+		after := make([][]int, k)
+		for v := range k {
+			pos[v], after[v] = make([]int, k), make([]int, k)
+		}
+		for round := range rounds {
+			order := Rotation(k, round)
+			seen := make([]bool, k)
+			for i, v := range order {
+				if seen[v] {
+					t.Fatalf("Rotation(%d, %d) = %v runs %d twice", k, round, order, v)
+				}
+				seen[v] = true
+				pos[v][i]++
+				if i > 0 {
+					after[v][order[i-1]]++
+				}
+			}
+		}
+		for v := range k {
+			for i := range k {
+				if pos[v][i] != rounds/k {
+					t.Errorf("k=%d: variant %d ran at position %d %d times in %d rounds, want %d", k, v, i, pos[v][i], rounds, rounds/k)
+				}
+				if i != v && after[v][i] != rounds/k {
+					t.Errorf("k=%d: variant %d ran straight after %d %d times in %d rounds, want %d", k, v, i, after[v][i], rounds, rounds/k)
+				}
 			}
 		}
 	}
@@ -123,8 +145,9 @@ func TestRunGroupInterleavesAndVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Rounds 0, 1, 2 of rotation over a b stub c, with the stub never run.
-	want := []string{"a", "b", "c", "b", "c", "a", "c", "a", "b"}
+	// Rounds 0, 1, 2 of Rotation(4) over a b stub c (a b c stub, b stub a
+	// c, stub c b a), with the stub never run.
+	want := []string{"a", "b", "c", "b", "a", "c", "c", "b", "a"}
 	if !slices.Equal(log, want) {
 		t.Errorf("run order %v, want %v", log, want)
 	}
