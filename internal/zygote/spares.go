@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +28,10 @@ type spares struct {
 	z    *zygoteProc
 	pool *groupPool
 	sock *os.File // the daemon's end of the spares socket (non-blocking)
-	done chan struct{}
+	rc   syscall.RawConn
+	buf  []byte // for collect, under cmu
+	oob  []byte
+	cmu  sync.Mutex
 
 	mu      sync.Mutex
 	ready   []armedSpare             // oldest first
@@ -44,8 +48,9 @@ type armedSpare struct {
 }
 
 func newSpares(z *zygoteProc, pool *groupPool, sock *os.File) *spares {
-	s := &spares{z: z, pool: pool, sock: sock, done: make(chan struct{}), pending: map[uint64]*requestGroup{}}
-	go s.read()
+	s := &spares{z: z, pool: pool, sock: sock, pending: map[uint64]*requestGroup{},
+		buf: make([]byte, 64), oob: make([]byte, unix.CmsgSpace(4))}
+	s.rc, _ = sock.SyscallConn()
 	go s.refill(true)
 	return s
 }
@@ -56,6 +61,7 @@ func (s *spares) take() (armedSpare, bool) {
 	if s == nil {
 		return armedSpare{}, false
 	}
+	s.collect()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.ready) == 0 {
@@ -146,33 +152,33 @@ func (s *spares) drop(id uint64) {
 	}
 }
 
-// read takes the zygote's offers of spares until the zygote is gone.
-func (s *spares) read() {
-	defer close(s.done)
-	rc, err := s.sock.SyscallConn()
-	if err != nil {
+// collect takes the zygote's offers of spares queued on the spares
+// socket, without waiting: they are read when a request needs a spare. A
+// goroutine waiting on the socket (through the poller) was one more
+// goroutine woken, on a thread woken across CPUs, per request.
+func (s *spares) collect() {
+	if s.rc == nil {
 		return
 	}
-	buf := make([]byte, 64)
-	oob := make([]byte, unix.CmsgSpace(4))
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
 	for {
 		var n, oobn int
 		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
-			return rerr != unix.EAGAIN
+		if err := s.rc.Control(func(fd uintptr) {
+			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), s.buf, s.oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
 		}); err != nil || rerr != nil || n == 0 {
-			return
+			return // nothing queued (EAGAIN), or closed: the zygote is gone
 		}
 		var fds []int
-		if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		if cmsgs, err := unix.ParseSocketControlMessage(s.oob[:oobn]); err == nil {
 			for _, c := range cmsgs {
 				if got, err := unix.ParseUnixRights(&c); err == nil {
 					fds = append(fds, got...)
 				}
 			}
 		}
-		s.offered(buf[:n], fds)
+		s.offered(s.buf[:n], fds)
 	}
 }
 
@@ -214,8 +220,9 @@ func (s *spares) close() {
 	ready, pending := s.ready, s.pending
 	s.ready, s.pending = nil, map[uint64]*requestGroup{}
 	s.mu.Unlock()
-	s.sock.Close() // ends read
-	<-s.done
+	s.cmu.Lock()
+	s.sock.Close() // offers still queued go with it: their spares see EOF
+	s.cmu.Unlock()
 	for _, sp := range ready {
 		unix.Close(sp.sock)
 		sp.rg.release()
