@@ -291,8 +291,8 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	// holding every request of the function.
 	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 	unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
-	// The zygote offers its spares on a socket of their own, which the
-	// daemon reads through the poller.
+	// The zygote's spares offer themselves on a socket of their own,
+	// which the daemon reads (without waiting) when a request takes one.
 	spares, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(pair[0])
