@@ -435,6 +435,40 @@ def handler(e):
 	}
 }
 
+// A request that forks with a thread of its own running: its child has
+// threading's state reset as Python's own fork hook does (only the forking
+// thread left), though the zygote's children skip that hook's work.
+func TestFunctionRequestForksWithAThread(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "fk", Entry: writeHandler(t, `
+import os, threading
+def handler(e):
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        names = [x.name for x in threading.enumerate()]
+        ok = names == [threading.main_thread().name] and not t.is_alive() and threading.current_thread() is threading.main_thread()
+        os.write(w, ("%s %s" % (ok, names)).encode())
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 4096).decode()
+    os.waitpid(pid, 0)
+    stop.set()
+    return {"child": got, "threads": len(threading.enumerate())}
+`)})
+	got := resultOf[struct {
+		Child   string
+		Threads int
+	}](t, invoke(t, d, "fk", nil))
+	if !strings.HasPrefix(got.Child, "True ") || got.Threads != 2 {
+		t.Errorf("the request's child saw threading as %q (the request had %d threads): want only its own thread", got.Child, got.Threads)
+	}
+}
+
 func TestScriptPool(t *testing.T) {
 	d := startDaemon(t, "--pool-preload", "json,decimal")
 	ctx := context.Background()
