@@ -291,8 +291,8 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	// holding every request of the function.
 	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 	unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
-	// The zygote offers its spares on a socket of their own, which the
-	// daemon reads through the poller.
+	// The zygote's spares offer themselves on a socket of their own,
+	// which the daemon reads (without waiting) when a request takes one.
 	spares, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(pair[0])
@@ -521,6 +521,7 @@ func (f *function) invokeForked(ctx context.Context, z *zygoteProc, groups *grou
 	}
 	z.spares.kick()
 	io.closeChildEnds()
+	io.drainLater()
 	if cache != nil {
 		cache.sent()
 	}
@@ -666,20 +667,43 @@ func (f *function) requestLimits() cgroup.Limits {
 // for the reply, stdout and stderr. The child's ends stay plain
 // descriptors (an *os.File would register them with the poller, and Fd
 // would set them blocking again: syscalls on every request for nothing).
+//
+// The output pipes are read without a goroutine while the request is
+// short: the request's process closes its stdout and stderr before it
+// writes its reply, so once the reply is in, the daemon reads what the
+// pipes hold up to their end, synchronously. A goroutine per pipe
+// (registered with the poller) was two more goroutines started and woken
+// per request, each a thread woken across CPUs here. The pipes are read
+// by goroutines (draining) only when a request runs for longer than
+// drainAfter (its output may fill a pipe, and a writer must not wait for
+// its reply), when its reply never came, or when a pipe has not ended by
+// the reply (a process the request left still holds it).
 type requestIO struct {
 	payload            int
 	replyR             *os.File
-	outR, errR         *os.File // the daemon's ends of stdout, stderr
-	replyW, outW, errW int      // the child's ends
-	childFiles         []*os.File
+	replyW, outW, errW int // the child's ends
 	out, errb          *capped.Buffer
-	outDone, errDone   chan struct{}
 	err                error
 	childEndsClosed    bool
+
+	// The daemon's ends of stdout and stderr: raw descriptors (-1 once
+	// handed to a goroutine or closed) until draining.
+	mu        sync.Mutex
+	outFd     int
+	errFd     int
+	draining  bool            // goroutines own what is left of the pipes
+	drains    []chan struct{} // closed as each draining goroutine ends
+	drainFile []*os.File      // the pipes' ends the goroutines read
+	timer     *time.Timer     // starts draining after drainAfter
 }
 
+// drainAfter is how long a request's output pipes go unread before
+// goroutines read them: long past a warm request's few milliseconds, short
+// enough that a request whose output fills a pipe (64 KiB) waits little.
+const drainAfter = 20 * time.Millisecond
+
 func newRequestIO(payload []byte) *requestIO {
-	r := &requestIO{payload: -1, replyW: -1, outW: -1, errW: -1}
+	r := &requestIO{payload: -1, replyW: -1, outW: -1, errW: -1, outFd: -1, errFd: -1}
 	fd, err := unix.MemfdCreate("tine-payload", unix.MFD_CLOEXEC)
 	if err != nil {
 		r.err = fmt.Errorf("payload memfd: %w", err)
@@ -696,52 +720,81 @@ func newRequestIO(payload []byte) *requestIO {
 		}
 		off += n
 	}
-	if r.replyR, r.replyW, err = daemonPipe("reply"); err != nil {
+	var replyFd int
+	if replyFd, r.replyW, err = daemonPipe("reply"); err != nil {
 		r.err = err
 		return r
 	}
+	r.replyR = os.NewFile(uintptr(replyFd), "reply")
 	r.out, r.errb = capped.New(maxOutput), capped.New(maxOutput)
-	r.outDone, r.errDone = make(chan struct{}), make(chan struct{})
-	for _, p := range []struct {
-		r    **os.File
-		fd   *int
-		c    *capped.Buffer
-		done chan struct{}
-	}{{&r.outR, &r.outW, r.out, r.outDone}, {&r.errR, &r.errW, r.errb, r.errDone}} {
-		pr, pw, err := daemonPipe("output")
-		if err != nil {
-			r.err = err
-			close(p.done)
-			continue
-		}
-		*p.r, *p.fd = pr, pw
-		go func() { io.Copy(p.c, pr); close(p.done) }()
+	if r.outFd, r.outW, err = daemonPipe("output"); err != nil {
+		r.err = err
+		return r
+	}
+	if r.errFd, r.errW, err = daemonPipe("output"); err != nil {
+		r.err = err
+		return r
 	}
 	return r
 }
 
-// daemonPipe makes a pipe whose read end the daemon reads through the
-// poller and whose write end, blocking, goes to a request.
-func daemonPipe(name string) (*os.File, int, error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return nil, -1, fmt.Errorf("%s pipe: %w", name, err)
+// drainLater has goroutines read the output pipes if the request is not
+// over within drainAfter.
+func (r *requestIO) drainLater() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.draining && r.timer == nil {
+		r.timer = time.AfterFunc(drainAfter, r.drain)
 	}
-	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return nil, -1, fmt.Errorf("%s pipe: %w", name, err)
-	}
-	return os.NewFile(uintptr(p[0]), name), p[1], nil
 }
 
-// childFile hands the child's end *fd over to an *os.File (for a launch's
-// Stdio), which then owns it.
-func (r *requestIO) childFile(fd *int, name string) *os.File {
-	f := os.NewFile(uintptr(*fd), name)
-	*fd = -1
-	r.childFiles = append(r.childFiles, f)
-	return f
+// drain hands what is left of the output pipes to goroutines, which read
+// them (through the poller) to their end.
+func (r *requestIO) drain() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drainLocked()
+}
+
+func (r *requestIO) drainLocked() {
+	if r.draining {
+		return
+	}
+	r.draining = true
+	for _, p := range []struct {
+		fd *int
+		c  *capped.Buffer
+	}{{&r.outFd, r.out}, {&r.errFd, r.errb}} {
+		if *p.fd < 0 {
+			continue
+		}
+		f := os.NewFile(uintptr(*p.fd), "output")
+		*p.fd = -1
+		done := make(chan struct{})
+		r.drains, r.drainFile = append(r.drains, done), append(r.drainFile, f)
+		go func(c *capped.Buffer) { io.Copy(c, f); close(done) }(p.c)
+	}
+}
+
+// readNow reads *fd (non-blocking) to its end into c, and closes it; it
+// reports false, leaving *fd open, when the pipe has no end yet (a writer
+// still holds it).
+func readNow(fd *int, c *capped.Buffer) bool {
+	var buf [16 << 10]byte
+	for {
+		n, err := unix.Read(*fd, buf[:])
+		switch {
+		case n > 0:
+			c.Write(buf[:n])
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			return false
+		default: // EOF (or a broken pipe: nothing more will come)
+			unix.Close(*fd)
+			*fd = -1
+			return true
+		}
+	}
 }
 
 func (r *requestIO) closeChildEnds() {
@@ -755,17 +808,28 @@ func (r *requestIO) closeChildEnds() {
 			*fd = -1
 		}
 	}
-	for _, f := range r.childFiles {
-		f.Close()
-	}
 }
 
 func (r *requestIO) closeAll() {
 	r.closeChildEnds()
-	for _, f := range []*os.File{r.replyR, r.outR, r.errR} {
-		if f != nil {
-			f.Close()
+	if r.replyR != nil {
+		r.replyR.Close()
+	}
+	r.mu.Lock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.draining = true // nothing starts reading the pipes any more
+	for _, fd := range []*int{&r.outFd, &r.errFd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
 		}
+	}
+	files := r.drainFile
+	r.mu.Unlock()
+	for _, f := range files {
+		f.Close()
 	}
 }
 
@@ -797,23 +861,62 @@ const outputGrace = time.Second
 
 // output waits for stdout and stderr to end (every writer gone: the
 // request's cgroup was killed), at most outputGrace, and returns them.
+// Called once the request is over (and the daemon's copies of the child's
+// ends are closed). What the pipes hold is read here, without a
+// goroutine, unless goroutines drain them already; a pipe that has not
+// ended is handed to one, and waited for.
 func (r *requestIO) output() (stdout, stderr string, truncated bool) {
+	r.mu.Lock()
+	if r.timer != nil {
+		r.timer.Stop() // or it ran, and draining says so
+	}
+	if !r.draining {
+		ended := true
+		for _, p := range []struct {
+			fd *int
+			c  *capped.Buffer
+		}{{&r.outFd, r.out}, {&r.errFd, r.errb}} {
+			if *p.fd >= 0 && !readNow(p.fd, p.c) {
+				ended = false
+			}
+		}
+		if ended {
+			r.draining = true // nothing left to drain
+		} else {
+			r.drainLocked()
+		}
+	}
+	drains, files := r.drains, r.drainFile
+	r.mu.Unlock()
 	t := time.NewTimer(outputGrace)
 	defer t.Stop()
-	for _, done := range []chan struct{}{r.outDone, r.errDone} {
+	for _, done := range drains {
 		select {
 		case <-done:
 		case <-t.C:
 			truncated = true
-			for _, f := range []*os.File{r.outR, r.errR} {
-				if f != nil {
-					f.SetReadDeadline(time.Now())
-				}
+			for _, f := range files {
+				f.SetReadDeadline(time.Now())
 			}
 			<-done
 		}
 	}
 	return r.out.String(), r.errb.String(), truncated || r.out.Dropped() || r.errb.Dropped()
+}
+
+// daemonPipe makes a pipe whose read end, non-blocking, the daemon keeps
+// and whose write end, blocking, goes to a request.
+func daemonPipe(name string) (int, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, -1, fmt.Errorf("%s pipe: %w", name, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, -1, fmt.Errorf("%s pipe: %w", name, err)
+	}
+	return p[0], p[1], nil
 }
 
 func closeAll(fds []int) {

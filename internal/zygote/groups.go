@@ -58,7 +58,7 @@ func (g *requestGroup) release() {
 		go func() { g.remove(); g.pool.kick() }()
 		return
 	}
-	go g.pool.recycle(g)
+	g.pool.retire(g)
 }
 
 // groupPool keeps a few request groups ready in one sandbox: made ahead,
@@ -79,6 +79,16 @@ type groupPool struct {
 	lim   cgroup.Limits
 	seq   *atomic.Uint64
 	stock *stock[*requestGroup]
+
+	mu       sync.Mutex
+	draining []retired // released, not yet seen empty; oldest first
+	sweeping bool      // a sweep goroutine runs
+}
+
+// retired is a released group waiting for its processes to go.
+type retired struct {
+	g     *requestGroup
+	since time.Time
 }
 
 func newGroupPool(sb *sandbox.Sandbox, lim cgroup.Limits, size int, seq *atomic.Uint64) *groupPool {
@@ -109,33 +119,84 @@ func (p *groupPool) make() (*requestGroup, error) {
 
 func (p *groupPool) kick() { p.stock.kick() }
 
-// recycle waits for a used group to empty, killing what is left, and puts
-// it back with its counters re-based. (Its peak memory is not reset: no
-// one reads a request group's.) The first look is a millisecond after the
-// release: a request's process, killed as its reply came, takes about that
-// long to exit (its memory and namespaces torn down), and each look that
-// finds it still there is a timer and a thread woken in the daemon for
-// nothing (from 100 µs, one at 0.1, 0.3, 0.7 and 1.5 ms). It waits for
-// as long as the killed processes take to go, up to recycleWait: on a
-// saturated host an exit can take longer than 100 ms (where it used to
-// give up), and removing the group instead waits for the same exit and
-// then makes a new one.
-func (p *groupPool) recycle(g *requestGroup) {
-	deadline := time.Now().Add(recycleWait)
-	for delay := time.Millisecond; g.watch.Pids() > 0; delay = min(2*delay, 100*time.Millisecond) {
-		if time.Now().After(deadline) {
-			g.remove() // kills what is still there, retrying
-			p.kick()
-			return
-		}
-		g.KillMembers()
-		time.Sleep(delay)
+// retire has a released group put back in the stock once it is empty,
+// with its counters re-based. (Its peak memory is not reset: no one reads
+// a request group's.) Nothing waits for it per request: a request's
+// process, killed as its reply came, takes a millisecond or more to exit
+// (its memory and namespaces torn down), and a goroutine per released
+// group sleeping until then (recycle, before) was a timer and a thread
+// woken in the daemon per request, each finding the process there or not.
+// Instead the groups wait in draining, and are looked at in batches: by
+// a taker that finds the stock empty (reclaim), and by one sweep goroutine
+// every sweepEvery while any wait, which also kills what a request left
+// running and, past recycleWait (on a saturated host an exit can take
+// longer than 100 ms), removes the group (a new one is made instead).
+func (p *groupPool) retire(g *requestGroup) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.draining = append(p.draining, retired{g, time.Now()})
+	if !p.sweeping {
+		p.sweeping = true
+		go p.sweep()
 	}
-	g.oomBase, g.throttledBase = g.watch.OOMKills(), g.watch.Throttled()
-	p.stock.put(g)
 }
 
-// recycleWait bounds recycle's wait for a group's killed processes to exit.
+// sweepEvery is how often released groups are looked at while some wait.
+const sweepEvery = 20 * time.Millisecond
+
+func (p *groupPool) sweep() {
+	for {
+		time.Sleep(sweepEvery)
+		if !p.reclaim(true) {
+			return
+		}
+	}
+}
+
+// reclaim puts the released groups that are empty back in the stock.
+// swept (the sweep goroutine) also kills what is left in the others and
+// removes those past recycleWait; it reports whether groups still wait,
+// and when none does, the sweep ends (p.sweeping is cleared).
+func (p *groupPool) reclaim(swept bool) bool {
+	p.mu.Lock()
+	var back, gone []*requestGroup
+	keep := p.draining[:0]
+	now := time.Now()
+	for _, r := range p.draining {
+		switch {
+		case r.g.watch.Pids() == 0:
+			back = append(back, r.g)
+		case swept && now.Sub(r.since) > recycleWait:
+			gone = append(gone, r.g)
+		default:
+			if swept {
+				r.g.KillMembers()
+			}
+			keep = append(keep, r)
+		}
+	}
+	clear(p.draining[len(keep):])
+	p.draining = keep
+	waiting := len(keep) > 0
+	if swept && !waiting {
+		p.sweeping = false
+	}
+	p.mu.Unlock()
+	for _, g := range back {
+		g.oomBase, g.throttledBase = g.watch.OOMKills(), g.watch.Throttled()
+		p.stock.put(g)
+	}
+	for _, g := range gone {
+		g.remove() // kills what is still there, retrying
+	}
+	if len(gone) > 0 {
+		p.kick()
+	}
+	return waiting
+}
+
+// recycleWait bounds the wait for a released group's killed processes to
+// exit.
 const recycleWait = 5 * time.Second
 
 func (g *requestGroup) remove() {
@@ -146,17 +207,25 @@ func (g *requestGroup) remove() {
 	})
 }
 
-// ready returns a ready group, if there is one.
-func (p *groupPool) ready() (*requestGroup, bool) { return p.stock.tryTake() }
+// ready returns a ready group, if there is one (reclaiming the released
+// groups that have emptied when the stock has none).
+func (p *groupPool) ready() (*requestGroup, bool) {
+	if g, ok := p.stock.tryTake(); ok {
+		return g, true
+	}
+	p.reclaim(false)
+	return p.stock.tryTake()
+}
 
 // take returns a ready group, or makes one when none is.
 func (p *groupPool) take() (*requestGroup, error) {
-	if g, ok := p.stock.tryTake(); ok {
+	if g, ok := p.ready(); ok {
 		return g, nil
 	}
 	return p.make()
 }
 
 // close removes the groups still ready; groups in use are removed when
-// released.
+// released, and those draining once they are empty (the stock is closed:
+// put discards them).
 func (p *groupPool) close() { p.stock.close() }

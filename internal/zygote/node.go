@@ -107,6 +107,7 @@ func (p *nodePool) spawn() (*nodeWorker, error) {
 	err = p.z.send(hdr, fds)
 	stdinR.Close()
 	rio.closeChildEnds()
+	rio.drain() // a worker waits for its request: its output is read as it comes
 	w := &nodeWorker{rg: rg, io: rio, stdin: stdinW, started: time.Now()}
 	if err != nil {
 		w.discard()

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,8 +18,8 @@ import (
 const spareCount = 2
 
 // spares are the request groups a zygote has been armed with: for each,
-// the zygote forks a child that walls itself in and joins the group, and
-// hands the daemon that child's socket. A request that takes an armed
+// the zygote forks a child that offers the daemon a socket of its own,
+// walls itself in and joins the group. A request that takes an armed
 // group finds its process already in its cgroup (on a v1 hierarchy,
 // moving a process after a quiet spell waits for an RCU grace period,
 // ≈10 ms here, which the spare pays while nothing waits for it), and is
@@ -27,14 +29,30 @@ type spares struct {
 	z    *zygoteProc
 	pool *groupPool
 	sock *os.File // the daemon's end of the spares socket (non-blocking)
-	done chan struct{}
+	rc   syscall.RawConn
+	buf  []byte // for collect, under cmu
+	oob  []byte
+	cmu  sync.Mutex
 
 	mu      sync.Mutex
-	ready   []armedSpare             // oldest first
-	pending map[uint64]*requestGroup // armed, its spare not offered yet
-	arming  int                      // refills between taking a group and arming it
+	ready   []armedSpare          // oldest first
+	pending map[uint64]pendingArm // armed, its spare not offered yet
+	arming  int                   // refills between taking a group and arming it
 	closed  bool
 }
+
+// pendingArm is a group the zygote was armed with, and when.
+type pendingArm struct {
+	rg *requestGroup
+	at time.Time
+}
+
+// offerWait is how long an armed group waits for its spare's offer: the
+// spare offers itself, first thing after its fork, and one that died
+// before it did (killed with its sandbox's memory full) never will. Its
+// group is then removed, not reused, so a spare that offers later finds
+// no group to join and exits, and the zygote is armed again.
+const offerWait = 10 * time.Second
 
 // armedSpare is a spare waiting in its request group, and the daemon's end
 // of its socket.
@@ -44,8 +62,9 @@ type armedSpare struct {
 }
 
 func newSpares(z *zygoteProc, pool *groupPool, sock *os.File) *spares {
-	s := &spares{z: z, pool: pool, sock: sock, done: make(chan struct{}), pending: map[uint64]*requestGroup{}}
-	go s.read()
+	s := &spares{z: z, pool: pool, sock: sock, pending: map[uint64]pendingArm{},
+		buf: make([]byte, 64), oob: make([]byte, unix.CmsgSpace(4))}
+	s.rc, _ = sock.SyscallConn()
 	go s.refill(true)
 	return s
 }
@@ -56,6 +75,7 @@ func (s *spares) take() (armedSpare, bool) {
 	if s == nil {
 		return armedSpare{}, false
 	}
+	s.collect()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.ready) == 0 {
@@ -114,7 +134,7 @@ func (s *spares) refill(atStart bool) {
 		s.mu.Lock()
 		s.arming--
 		if ok && !s.closed {
-			s.pending[rg.id] = rg
+			s.pending[rg.id] = pendingArm{rg, time.Now()}
 		}
 		closed := s.closed
 		s.mu.Unlock()
@@ -138,42 +158,61 @@ func (s *spares) count() int { return len(s.ready) + len(s.pending) + s.arming }
 // drop gives back a pending group whose spare will not come.
 func (s *spares) drop(id uint64) {
 	s.mu.Lock()
-	rg := s.pending[id]
+	p, ok := s.pending[id]
 	delete(s.pending, id)
 	s.mu.Unlock()
-	if rg != nil {
+	if ok {
+		p.rg.release()
+	}
+}
+
+// expire spoils the groups whose spare has not offered itself within
+// offerWait.
+func (s *spares) expire() {
+	var late []*requestGroup
+	s.mu.Lock()
+	for id, p := range s.pending {
+		if time.Since(p.at) > offerWait {
+			late = append(late, p.rg)
+			delete(s.pending, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, rg := range late {
+		rg.spoil()
 		rg.release()
 	}
 }
 
-// read takes the zygote's offers of spares until the zygote is gone.
-func (s *spares) read() {
-	defer close(s.done)
-	rc, err := s.sock.SyscallConn()
-	if err != nil {
+// collect takes the zygote's offers of spares queued on the spares
+// socket, without waiting: they are read when a request needs a spare. A
+// goroutine waiting on the socket (through the poller) was one more
+// goroutine woken, on a thread woken across CPUs, per request.
+func (s *spares) collect() {
+	if s.rc == nil {
 		return
 	}
-	buf := make([]byte, 64)
-	oob := make([]byte, unix.CmsgSpace(4))
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
 	for {
 		var n, oobn int
 		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
-			return rerr != unix.EAGAIN
+		if err := s.rc.Control(func(fd uintptr) {
+			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), s.buf, s.oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
 		}); err != nil || rerr != nil || n == 0 {
-			return
+			break // nothing queued (EAGAIN), or closed: the zygote is gone
 		}
 		var fds []int
-		if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		if cmsgs, err := unix.ParseSocketControlMessage(s.oob[:oobn]); err == nil {
 			for _, c := range cmsgs {
 				if got, err := unix.ParseUnixRights(&c); err == nil {
 					fds = append(fds, got...)
 				}
 			}
 		}
-		s.offered(buf[:n], fds)
+		s.offered(s.buf[:n], fds)
 	}
+	s.expire()
 }
 
 // offered handles one message of the zygote: "armed ID" with the spare's
@@ -191,17 +230,17 @@ func (s *spares) offered(msg []byte, fds []int) {
 		return
 	}
 	s.mu.Lock()
-	rg := s.pending[id]
+	p, ok := s.pending[id]
 	delete(s.pending, id)
-	if rg != nil && !s.closed {
-		s.ready = append(s.ready, armedSpare{rg: rg, sock: fds[0]})
+	if ok && !s.closed {
+		s.ready = append(s.ready, armedSpare{rg: p.rg, sock: fds[0]})
 		s.mu.Unlock()
 		return
 	}
 	s.mu.Unlock()
 	unix.Close(fds[0]) // not armed here (or closed): the spare sees EOF and exits
-	if rg != nil {
-		rg.release()
+	if ok {
+		p.rg.release()
 	}
 }
 
@@ -212,16 +251,17 @@ func (s *spares) close() {
 	s.mu.Lock()
 	s.closed = true
 	ready, pending := s.ready, s.pending
-	s.ready, s.pending = nil, map[uint64]*requestGroup{}
+	s.ready, s.pending = nil, map[uint64]pendingArm{}
 	s.mu.Unlock()
-	s.sock.Close() // ends read
-	<-s.done
+	s.cmu.Lock()
+	s.sock.Close() // offers still queued go with it: their spares see EOF
+	s.cmu.Unlock()
 	for _, sp := range ready {
 		unix.Close(sp.sock)
 		sp.rg.release()
 	}
-	for _, rg := range pending {
-		rg.release()
+	for _, p := range pending {
+		p.rg.release()
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -387,6 +388,87 @@ func childrenOf(pid int) []int {
 
 // The runtime pool runs scripts registered by content; a syntax error is
 // the call's error with its line, and the pool stays usable.
+// A request's output: more than a pipe holds (the daemon reads it while
+// the request runs, keeps the first MiB and says it cut the rest), and
+// output a process the request left behind still holds when the reply
+// comes (the answer does not wait for it: the process is killed).
+func TestFunctionOutput(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "out", Entry: writeHandler(t, `
+import os, subprocess, sys, time
+def handler(e):
+    if e == "flood":
+        chunk = "x" * 65536
+        for _ in range(48):  # 3 MiB, written as fast as the pipe takes it
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        print("done", file=sys.stderr)
+    if e == "left":
+        subprocess.Popen(["/bin/sh", "-c", "echo early; sleep 30; echo late"])
+        time.sleep(0.2)
+    return e
+`), Limits: api.FunctionLimits{TimeoutSeconds: 5}})
+	t0 := time.Now()
+	inv := invoke(t, d, "out", "flood")
+	if r := resultOf[string](t, inv); r != "flood" {
+		t.Fatalf("flood: result %q", r)
+	}
+	if len(inv.Stdout) != 1<<20 || !inv.Truncated || inv.Stderr != "done\n" {
+		t.Errorf("flood: %d bytes of stdout, truncated %v, stderr %q; want the first 1 MiB, truncated, \"done\"", len(inv.Stdout), inv.Truncated, inv.Stderr)
+	}
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("flood: took %s", took)
+	}
+	t0 = time.Now()
+	inv = invoke(t, d, "out", "left")
+	if r := resultOf[string](t, inv); r != "left" {
+		t.Fatalf("left: result %q", r)
+	}
+	if inv.Stdout != "early\n" {
+		t.Errorf("left: stdout %q, want what the leftover process wrote before the reply", inv.Stdout)
+	}
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("left: took %s: the answer waited for the leftover process", took)
+	}
+	if r := resultOf[string](t, invoke(t, d, "out", "plain")); r != "plain" {
+		t.Fatalf("after: result %q", r)
+	}
+}
+
+// A request that forks with a thread of its own running: its child has
+// threading's state reset as Python's own fork hook does (only the forking
+// thread left), though the zygote's children skip that hook's work.
+func TestFunctionRequestForksWithAThread(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "fk", Entry: writeHandler(t, `
+import os, threading
+def handler(e):
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        names = [x.name for x in threading.enumerate()]
+        ok = names == [threading.main_thread().name] and not t.is_alive() and threading.current_thread() is threading.main_thread()
+        os.write(w, ("%s %s" % (ok, names)).encode())
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 4096).decode()
+    os.waitpid(pid, 0)
+    stop.set()
+    return {"child": got, "threads": len(threading.enumerate())}
+`)})
+	got := resultOf[struct {
+		Child   string
+		Threads int
+	}](t, invoke(t, d, "fk", nil))
+	if !strings.HasPrefix(got.Child, "True ") || got.Threads != 2 {
+		t.Errorf("the request's child saw threading as %q (the request had %d threads): want only its own thread", got.Child, got.Threads)
+	}
+}
+
 func TestScriptPool(t *testing.T) {
 	d := startDaemon(t, "--pool-preload", "json,decimal")
 	ctx := context.Background()

@@ -18,8 +18,9 @@
 #     source, then its compiled code or a pipe for it), cgroup...]. An
 #     arm: "arm ID" with descriptors [cgroup...].
 #   agent -> daemon: one ready message (JSON), then nothing; on the spares
-#     socket, "armed ID" with the spare's socket, or "unarmed ID" when no
-#     spare could be forked. Each child writes its reply (8-byte length,
+#     socket, "armed ID" with the spare's socket (sent by the spare itself,
+#     before it drops the spares socket), or "unarmed ID" when no spare
+#     could be forked. Each child writes its reply (8-byte length,
 #     JSON) to its reply pipe; a spare gets its request as an 8-byte send
 #     time and the request's header and descriptors.
 # Standard library only: this runs on whatever Python the root has.
@@ -30,6 +31,7 @@ import marshal
 import os
 import select
 import _signal
+import _socket
 import signal
 import socket
 import struct
@@ -511,7 +513,13 @@ class Agent:
         fork = os.fork
         close = os.close
         now = time.monotonic_ns
+        self.pid = os.getpid()
         out, err = sys.stdout, sys.stderr
+        # Flushed once here, and after the loop's own error messages, so
+        # no fork copies buffered output into a child (no user code runs
+        # in the zygote from here on).
+        out.flush()
+        err.flush()
         arms = self.arms
         # A request that waits goes first: spares are forked only while
         # none does (a fork is a millisecond of the zygote's time here).
@@ -532,13 +540,12 @@ class Agent:
                 arms.append((msg[4:], fds))
                 continue
             try:
-                out.flush()
-                err.flush()
                 pid = fork()
             except Exception as e:
                 # One request lost (pids.max reached, a bad message), not
                 # the zygote: the daemon sees the request's pipes close.
-                sys.stderr.write("tine zygote: request not started: %r\n" % (e,))
+                err.write("tine zygote: request not started: %r\n" % (e,))
+                err.flush()
                 pid = -1
             if pid == 0:
                 try:
@@ -562,57 +569,62 @@ class Agent:
                 os.close(fd)
 
     def add_spare(self, group, cgroups):
-        zygote = os.getpid()
+        # The zygote only forks: the spare makes its own socket and offers
+        # it to the daemon itself. Each fork write-protects every page of
+        # the zygote again, and each page its loop writes before the next
+        # fork is a copy (the spares share them): a socket pair, its
+        # Python objects and the offer's message, made here, were ≈ 30 of
+        # the zygote's ≈ 80 copied pages per request.
         try:
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        except OSError as e:
-            mine = theirs = None
+            pid = os.fork()
+        except Exception as e:
             pid, err = -1, e
-        else:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-            except Exception as e:
-                pid, err = -1, e
         if pid == 0:
             try:
-                mine.close()
-                self.spare(theirs, zygote, cgroups)
+                self.spare(group, cgroups)
             finally:
                 os._exit(71)
         for fd in cgroups:
             os.close(fd)
         if pid < 0:
             # The daemon gives the group back; its next request is forked.
-            for s in (mine, theirs):
-                if s is not None:
-                    s.close()
             sys.stderr.write("tine zygote: no spare child: %r\n" % (err,))
+            sys.stderr.flush()
             try:
                 self.armed.send(b"unarmed " + group)
             except OSError:
                 pass
-            return
-        theirs.close()
-        # Only the daemon holds the spare's other end now: its requests do
-        # not wake the zygote, and the spare sees EOF when the daemon lets
-        # it go.
-        try:
-            self.armed.sendmsg([b"armed " + group], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", mine.fileno()))])
-        except OSError:
-            pass  # the daemon is gone: the spare sees EOF
-        mine.close()
 
-    def spare(self, sock, zygote, cgroups):
+    def spare(self, group, cgroups):
         # Dies with the zygote while it waits (nothing of a request runs
         # yet); the zygote's death is not a request's once it has one. Its
         # request comes from the daemon.
         self.c_prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL
-        if os.getppid() != zygote:
+        if os.getppid() != self.pid:
             os._exit(0)
         # The daemon's control socket: only the zygote takes requests there.
         os.close(self.ctl_fd)
+        # Its own socket, one end offered to the daemon on the spares
+        # socket, and that end closed here: its only peer is the daemon.
+        # Then the spares socket goes too, before anything of a request
+        # runs (a request holding it could offer a socket of its own as a
+        # spare, and be handed the next request).
+        try:
+            # (_socket's own objects: the socket module's wrappers are
+            # Python code, ≈ 10 more pages this child copies.)
+            sock, theirs = _socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as e:
+            sys.stderr.write("tine zygote: no spare socket: %r\n" % (e,))
+            try:
+                self.armed.send(b"unarmed " + group)  # the daemon gives the group back
+            except OSError:
+                pass
+            os._exit(0)
+        try:
+            self.armed.sendmsg([b"armed " + group], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))])
+        except OSError:
+            os._exit(0)  # the daemon is gone
+        theirs.close()
         self.drop_others()
         walled = True
         try:
@@ -638,6 +650,44 @@ class Agent:
         self.child(msg[8:], fds_of(anc), struct.unpack_from("=q", msg)[0], walled, admitted=True)
 
 
+# threading's at-fork hook, for the zygote's own children: Python runs
+# threading._after_fork in every child os.fork makes, to reset the state of
+# the threads the fork did not copy. The zygote has only one thread (warm
+# checks), and between two forks runs none of threading's code, so in its
+# children that state is already right, and the hook's work (a WeakSet
+# walked, locks and sets made: ≈ 115 pages of the zygote copied, counted in
+# a python3 with the same imports, 239-248 → 128-129 faults per bare
+# child) is for nothing. The registered function keeps its place and gets
+# a code that returns at once in a child of the zygote (the flag is set in
+# the zygote and cleared in the child, so a request's own forks run the
+# original in full), and runs the original otherwise. Python 3.11 only,
+# whose _after_fork this was read against.
+LEAN_AFTER_FORK = """
+def _after_fork():
+    global _tine_lean_fork
+    if _tine_lean_fork and len(_active) == 1 and not _limbo and get_ident() in _active:
+        _tine_lean_fork = False
+        return
+    _tine_lean_fork = False
+    _tine_full_after_fork()
+"""
+
+
+def lean_thread_fork_hook():
+    threading = sys.modules.get("threading")
+    if sys.version_info[:2] != (3, 11) or threading is None:
+        return
+    full = getattr(threading, "_after_fork", None)
+    if full is None or full.__closure__ is not None or full.__code__.co_argcount:
+        return
+    g = threading.__dict__
+    g["_tine_full_after_fork"] = type(full)(full.__code__, g, "_after_fork")
+    g["_tine_lean_fork"] = True
+    ns = {}
+    exec(compile(LEAN_AFTER_FORK, "<tine agent>", "exec"), g, ns)
+    full.__code__ = ns["_after_fork"].__code__
+
+
 def main():
     # The socket arrives as stdin; stdin becomes /dev/null.
     ctl = socket.socket(fileno=os.dup(0))
@@ -658,6 +708,7 @@ def main():
     except BaseException as e:
         ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
         os._exit(1)
+    lean_thread_fork_hook()
     # Everything imported so far is moved out of the collector's sight: a
     # child's collections then do not touch (and copy) the zygote's pages.
     agent.rehearse()
