@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/tine-run/tine/internal/zygote"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -11,6 +10,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
+
+	"github.com/tine-run/tine/internal/zygote"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +28,8 @@ type serveFlags struct {
 	socket, listen, tokenFile, dataDir string
 	stateDir, osworldHost, registries  string
 	maxSandboxes, pool, forkSpares     int
+	noForkAhead                        bool
+	forkAheadDelay                     time.Duration
 	poolPreload                        []string
 	maxMemory, defaultMemory           string
 	defaultPids                        int64
@@ -120,6 +124,8 @@ them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.StringVar(&f.maxMemory, "max-memory", "", "most memory the live sandboxes' limits may add up to, e.g. 16g (default: the host's memory)")
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
 	fl.IntVar(&f.forkSpares, "fork-spares", 1, "children each forkable session keeps made ahead for its live forks; each counts against --max-sandboxes (0: none)")
+	fl.BoolVar(&f.noForkAhead, "no-fork-ahead", false, "do not fork a forkable session's interpreter ahead of its next live fork while it idles (the copy is killed when a cell starts)")
+	fl.DurationVar(&f.forkAheadDelay, "fork-ahead-delay", server.DefaultForkAheadDelay, "how long a forkable session idles after a cell or fork before its interpreter forks ahead (0: at once)")
 	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
 	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.StringVar(&f.osworldHost, "osworld-host", "127.0.0.1", "address the OSWorld APIs of desktops made with --osworld are published on (a port each)")
@@ -163,7 +169,10 @@ func runServe(f serveFlags) error {
 	if net.ParseIP(f.osworldHost) == nil {
 		return usageError{fmt.Sprintf("invalid --osworld-host %q: want an IP address such as 127.0.0.1", f.osworldHost)}
 	}
-	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost, ForkSpares: f.forkSpares}
+	cfg := server.Config{Logger: log, MaxSandboxes: f.maxSandboxes, PoolSize: f.pool, StateDir: f.stateDir, OSWorldHost: f.osworldHost, ForkSpares: f.forkSpares, NoForkAhead: f.noForkAhead, ForkAheadDelay: f.forkAheadDelay}
+	if f.forkAheadDelay <= 0 {
+		cfg.ForkAheadDelay = -1 // at once (the Config's 0 is the default)
+	}
 	if f.forkSpares <= 0 {
 		cfg.ForkSpares = -1 // none (the Config's 0 is the default)
 	}

@@ -70,6 +70,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 			ph.snapshot = time.Now()
 			return err
 		},
+		Ahead: func() { ph.ahead = true },
 		Make: func() ([]session.ForkInto, error) {
 			ph.forked = time.Now() // asked to fork; it does while the children are made
 			var into []session.ForkInto
@@ -102,24 +103,26 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "ahead", ph.ahead, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
 		"checks_ms", ms(ph.asked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.asked)), "interpreter_ms", ms(ph.forked.Sub(ph.snapshot)), "children_ms", ms(ph.children.Sub(ph.forked)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
 	if sess.ForksLeft() == 0 {
 		s.dropSpares(b, sess.ID())
 	} else {
 		s.refillSpares(b, sess)
+		s.forkAhead(b, sess)
 	}
 	return nil
 }
 
 // forkPhases are when a live fork's phases ended, for its log line: the
 // checks (the interpreter's and the daemon's), the snapshot, the
-// interpreter asked to fork (it forks meanwhile), the children; and how
-// many children were spares.
+// interpreter asked to fork (it forks meanwhile), the children; how
+// many children were spares, and whether a copy was forked ahead.
 type forkPhases struct {
 	asked, snapshot, forked, children time.Time
 	spares                            int
+	ahead                             bool // the first copy was forked ahead
 }
 
 // forkParentScope is the layer b's forkable interpreter puts up after a

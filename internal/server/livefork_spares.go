@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/internal/image"
@@ -279,4 +280,40 @@ func (s *Server) completeSpare(c *snapshot.Catalog, sn *snapshot.Snapshot, sc *s
 	b.lease = sc.lease
 	b.mu.Unlock()
 	return b, nil
+}
+
+// DefaultForkAheadDelay is how long a forkable session idles after a
+// cell or a fork before its interpreter forks a copy ahead
+// (Config.ForkAheadDelay): a client sending cells back to back does not
+// wait for the interpreter's fork (it holds the session's turn,
+// milliseconds), and the child of a fork answers its first cell before
+// the parent forks again.
+const DefaultForkAheadDelay = 20 * time.Millisecond
+
+// forkAhead has sess's interpreter fork a copy of itself ahead of its
+// next live fork once it has idled Config.ForkAheadDelay (session.ForkAhead),
+// when the sandbox gets spares: the copy is a fork child's session but
+// for its walls, as a spare is a fork child but for its root.
+func (s *Server) forkAhead(b *box, sess *session.Session) {
+	if s.cfg.NoForkAhead || s.spareCount() == 0 || sess.ForksLeft() == 0 {
+		return
+	}
+	if _, ok := b.inst.(liveInstance); !ok || b.desktopNow() != nil {
+		return
+	}
+	delay := s.cfg.ForkAheadDelay
+	if delay == 0 {
+		delay = DefaultForkAheadDelay
+	}
+	time.AfterFunc(max(delay, 0), func() {
+		b.spares.mu.Lock()
+		closed := b.spares.closed
+		b.spares.mu.Unlock()
+		if closed || s.isClosing() {
+			return
+		}
+		if err := sess.ForkAhead(); err != nil {
+			s.log.Debug("no copy forked ahead", "sandbox", b.id, "session", sess.ID(), "err", err)
+		}
+	})
 }

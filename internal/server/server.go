@@ -102,6 +102,13 @@ type Config struct {
 	// ForkSpares is how many live-fork children each forkable session
 	// keeps made ahead (livefork_spares.go; 0: 1, negative: none).
 	ForkSpares int
+	// NoForkAhead: a forkable session's interpreter is not forked ahead
+	// of its next live fork while it idles (livefork_spares.go).
+	NoForkAhead bool
+	// ForkAheadDelay is how long a forkable session idles before its
+	// interpreter forks ahead (0: DefaultForkAheadDelay; negative: at
+	// once).
+	ForkAheadDelay time.Duration
 }
 
 func (c *Config) setDefaults() error {

@@ -134,6 +134,7 @@ func (s *Server) runCell(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, ex)
 	s.refillSpares(b, sess)
+	s.forkAhead(b, sess)
 	return nil
 }
 
@@ -207,6 +208,7 @@ func (s *Server) runCellStream(w http.ResponseWriter, r *http.Request) error {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
 	s.refillSpares(b, sess)
+	s.forkAhead(b, sess)
 	return nil
 }
 

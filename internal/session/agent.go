@@ -38,8 +38,11 @@ type agent struct {
 	// wake is readable once the interpreter has exited (exited is closed,
 	// outcome set): its death ends a poll however many processes still
 	// hold its socket or pipes.
-	wake    int
-	wakeW   int
+	wake  int
+	wakeW int
+	// pidfd is a copy forked ahead's own, until a fork claims it (it
+	// has no proc yet); -1 otherwise.
+	pidfd   int
 	exited  chan struct{}
 	outcome *sandbox.Outcome
 	inbuf   []byte
@@ -119,7 +122,7 @@ func (e agentEnds) close() {
 // control socket, its stdout and stderr pipes, the wake pipe) and returns
 // the interpreter's ends, which the caller closes once passed on.
 func newAgent() (a *agent, ends agentEnds, err error) {
-	a = &agent{ctl: -1, out: -1, err: -1, wake: -1, wakeW: -1, exited: make(chan struct{})}
+	a = &agent{ctl: -1, out: -1, err: -1, wake: -1, wakeW: -1, pidfd: -1, exited: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.closeFDs()
@@ -155,7 +158,7 @@ func newAgent() (a *agent, ends agentEnds, err error) {
 
 // closeFDs closes the daemon's ends (of an agent never started, or gone).
 func (a *agent) closeFDs() {
-	for _, fd := range []int{a.ctl, a.out, a.err, a.wake, a.wakeW} {
+	for _, fd := range []int{a.ctl, a.out, a.err, a.wake, a.wakeW, a.pidfd} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
@@ -533,8 +536,17 @@ func (a *agent) held() (*Held, error) {
 	}
 }
 
-// kill ends the interpreter and everything it started.
-func (a *agent) kill() { a.proc.Signal(syscall.SIGKILL) }
+// kill ends the interpreter and everything it started (a copy forked
+// ahead and not claimed: itself, through its pidfd).
+func (a *agent) kill() {
+	if a.proc == nil {
+		if a.pidfd >= 0 {
+			unix.PidfdSendSignal(a.pidfd, unix.SIGKILL, nil, 0)
+		}
+		return
+	}
+	a.proc.Signal(syscall.SIGKILL)
+}
 
 // close waits for the (killed) interpreter and frees the descriptors.
 func (a *agent) close() {

@@ -67,6 +67,9 @@ type ForkRequest struct {
 	// Make makes the children while the interpreter's copies, forked
 	// already, wait for them; on error the caller removes what it made.
 	Make func() ([]ForkInto, error)
+	// Ahead, when not nil, is called when the fork uses a copy forked
+	// ahead (ForkAhead) for its first child.
+	Ahead func()
 }
 
 // Fork copies the session, live, into new child sandboxes: between cells
@@ -84,9 +87,7 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	if !s.opts.Spec.Forkable {
 		return nil, fmt.Errorf("%w: create it with \"forkable\": true (tine session create --forkable) to fork it live; POST /v1/sandboxes/%s/fork copies the sandbox's files, without its sessions", ErrNotForkable, s.sandbox)
 	}
-	select {
-	case s.turn <- struct{}{}:
-	default:
+	if !s.tryTake() {
 		return nil, fmt.Errorf("%w: fork it when the cell has ended (or interrupt it)", ErrBusy)
 	}
 	defer s.give()
@@ -99,13 +100,36 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	if forks >= MaxForks {
 		return nil, fmt.Errorf("%w: it has forked %d times, the most one interpreter can (each fork walls it off from its copies with a Landlock layer, and Landlock stacks 16); fork a new forkable session, or restart this one (its state is lost)", ErrHeld, forks)
 	}
-	held, err := a.held()
-	if err != nil {
-		return nil, err
+	// A copy forked ahead is the state now (no cell ran since), and the
+	// interpreter held nothing a fork cannot carry then: only a cell
+	// could have changed either.
+	ahead := s.claimAhead(a)
+	if ahead == nil {
+		held, err := a.held()
+		if err != nil {
+			return nil, err
+		}
+		if err := held.Err(); err != nil {
+			return nil, err
+		}
 	}
-	if err := held.Err(); err != nil {
-		return nil, err
-	}
+	// Given back to the interpreter if the fork is refused before it
+	// forks; else it is one of the fork's copies.
+	claimed := false
+	defer func() {
+		if ahead != nil && !claimed {
+			s.mu.Lock()
+			if s.ahead == nil && s.agent == a && s.count == count {
+				s.ahead, s.aheadOf, s.aheadCount = ahead, a, count
+				ahead = nil
+			}
+			s.mu.Unlock()
+			if ahead != nil {
+				ahead.kill()
+				ahead.closeFDs()
+			}
+		}
+	}()
 	if r.Check != nil {
 		if err := r.Check(); err != nil {
 			return nil, err
@@ -121,7 +145,11 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	s.mu.Lock()
 	s.forks++
 	s.mu.Unlock()
-	into, copies, err := a.fork(r)
+	claimed = true
+	if ahead != nil && r.Ahead != nil {
+		r.Ahead()
+	}
+	into, copies, err := a.fork(r, ahead)
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +163,25 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	return out, nil
 }
 
+// tryTake takes the session's turn for a fork without queueing behind a
+// cell; a fork ahead under way is waited for.
+func (s *Session) tryTake() bool {
+	for {
+		select {
+		case s.turn <- struct{}{}:
+			return true
+		default:
+		}
+		if !s.waitAhead() {
+			return false
+		}
+	}
+}
+
 // fork runs the fork protocol (agent/python.py) and returns the children
-// and the copies, ready.
-func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error) {
+// and the copies, ready; ahead, when not nil, is a copy forked ahead and
+// parked, the first of them.
+func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*agent, err error) {
 	deadline := time.Now().Add(forkTimeout)
 	defer func() {
 		for _, t := range into {
@@ -153,13 +197,19 @@ func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error
 					c.kill()
 					c.close()
 				} else {
+					c.kill()     // one forked ahead, through its pidfd
 					c.closeFDs() // a copy still waiting exits at the end of its socket
 				}
 			}
 			copies = nil
 		}
 	}()
-	for range r.Count {
+	n := r.Count
+	if ahead != nil {
+		copies = append(copies, ahead)
+		n--
+	}
+	for range n {
 		c, ends, err := newAgent()
 		if err != nil {
 			return nil, copies, err
@@ -175,7 +225,7 @@ func (a *agent) fork(r ForkRequest) (into []ForkInto, copies []*agent, err error
 	for i, ns := range sandbox.ForkNamespaces {
 		types[i] = [2]any{ns.Name, ns.Type}
 	}
-	if err := a.send(map[string]any{"op": "fork", "nns": len(types), "types": types, "parent_scope": r.ParentScope, "syscalls": sandbox.ForkSyscalls}); err != nil {
+	if err := a.send(map[string]any{"op": "fork", "ahead": ahead != nil, "nns": len(types), "types": types, "parent_scope": r.ParentScope, "syscalls": sandbox.ForkSyscalls}); err != nil {
 		return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
 	// The children are made while the interpreter forks: its answer is

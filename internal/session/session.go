@@ -124,8 +124,15 @@ type Session struct {
 	count   int
 	forks   int // live forks of this interpreter (MaxForks)
 	running bool
-	queued  int
-	closed  bool
+	// ahead is a copy of aheadOf forked ahead when the execution count
+	// was aheadCount, parked for the next fork (ahead.go); aheadBusy is
+	// closed when a fork ahead under way ends.
+	ahead      *agent
+	aheadOf    *agent
+	aheadCount int
+	aheadBusy  chan struct{}
+	queued     int
+	closed     bool
 }
 
 // Start launches a session's interpreter in a sandbox through l and waits
@@ -228,6 +235,7 @@ func (s *Session) Run(ctx context.Context, cell api.CellRequest, emit func(Event
 	}
 	s.running = true
 	s.mu.Unlock()
+	s.dropAhead() // before the cell writes a page
 
 	ex := a.run(ctx, cell, &s.opts, emit)
 
@@ -255,6 +263,7 @@ func (s *Session) Interrupt() error {
 	a, running := s.agent, s.running
 	why := s.dead
 	s.mu.Unlock()
+	s.dropAhead()
 	if a == nil {
 		return fmt.Errorf("%w: %s (restart it)", ErrDead, why)
 	}
@@ -274,6 +283,7 @@ func (s *Session) Restart(ctx context.Context) error {
 		old.restarting.Store(true)
 	}
 	s.mu.Unlock()
+	s.dropAhead()
 	if old != nil {
 		old.kill()
 	}
@@ -281,6 +291,7 @@ func (s *Session) Restart(ctx context.Context) error {
 		return err
 	}
 	defer s.give()
+	s.dropAhead() // one forked ahead meanwhile
 	s.mu.Lock()
 	if s.agent == old {
 		s.agent, s.dead = nil, "restarting"
@@ -318,6 +329,7 @@ func (s *Session) Close() {
 	a := s.agent
 	s.agent, s.dead = nil, "deleted"
 	s.mu.Unlock()
+	s.dropAhead()
 	if a == nil {
 		return
 	}

@@ -9,11 +9,15 @@
 # big-endian length and a JSON object:
 #   daemon -> agent: {"op": "run", "code": ..., "env": {...}?} | {"op": "check_fork"} |
 #                    {"op": "fork_target", "nfds": N} (sent with N
-#                    descriptors, SCM_RIGHTS) ... then {"op": "fork", ...}
+#                    descriptors, SCM_RIGHTS) ... then {"op": "fork", ...} |
+#                    {"op": "fork_ahead", "nfds": 3} (with 3 descriptors)
 #   agent -> daemon: {"type": "ready", "pid": N} once; per cell
 #                    {"type": "result", ...} and {"type": "error", ...}
 #                    as they happen, then {"type": "end", "count": N};
-#                    {"type": "held", ...}; {"type": "forked", "count": N}.
+#                    {"type": "held", ...}; {"type": "forked", "count": N};
+#                    {"type": "ahead", "pid": N, "value": why-not}.
+# A copy forked ahead says {"type": "parked"} on its own socket, with a
+# pidfd of itself, and waits there for its fork (see fork_ahead).
 # A live fork (a forkable session only, see fork below): each fork_target
 # is one child sandbox's descriptors; fork forks a copy per target, which
 # joins that sandbox, walls itself in and says ready on its own socket.
@@ -111,6 +115,7 @@ class Agent:
         self.fds_in = []  # descriptors received and not yet taken by a frame
         self.targets = []  # fork_target descriptor lists, until fork
         self.copies = []  # pids of the last fork's first copies, until reaped
+        self.ahead = None  # pid of the copy forked ahead, parked (fork_ahead)
         self.out, sys.stdout = counted_stream(1, sys.stdout)
         self.err, sys.stderr = counted_stream(2, sys.stderr)
         main = types.ModuleType("__main__")
@@ -300,12 +305,20 @@ class Agent:
         # itself off from them, answers, and reaps the first copies at its
         # next request.
         targets, self.targets = self.targets, []
+        ahead, self.ahead = self.ahead, None
+        if not msg.get("ahead"):
+            self.ahead = ahead
+            self.drop_ahead()
+            ahead = None
         files = reopenable()
         cwd = os.getcwd()
         hop = clone_vm_stub()
         sys.stdout.flush()
         sys.stderr.flush()
         pids, why = [], ""
+        if msg.get("ahead") and ahead is None:
+            why = "no copy was forked ahead"
+            targets = []
         try:
             for i, fds in enumerate(targets):
                 pid = os.fork()
@@ -327,8 +340,62 @@ class Agent:
                 restrict_to_scope(scope, msg.get("syscalls") or {})
             except OSError as e:
                 why = "wall this session off from its copies: %s" % e
-        self.copies = pids
-        self.send({"type": "forked", "count": len(pids), "value": why})
+        # The copy forked ahead, if claimed, is one of them (its first
+        # process exits once it has hopped, as theirs do).
+        self.copies = pids + ([ahead] if ahead else [])
+        self.send({"type": "forked", "count": len(self.copies), "value": why})
+
+    def fork_ahead(self, fds, msg):
+        # A copy of this interpreter forked while the session idles, for
+        # the next live fork: the state cannot change without a cell, and
+        # the daemon SIGKILLs the copy (and this process reaps it) before
+        # the next cell, restart or interrupt, so the cell's writes copy
+        # no pages for it. It parks on its own socket (fds: its control
+        # socket and pipes) until a fork claims it with its join frame;
+        # what a fork does per child (the scope layer of this process, the
+        # reseed) happens then, not here.
+        held = self.held()
+        held["sockets"] = [fd for fd in held["sockets"] if fd not in fds]  # the copy's own
+        if held["threads"] or held["sockets"] or held["children"] or held["shared"]:
+            for fd in fds:
+                os.close(fd)
+            self.send({"type": "ahead", "pid": 0, "value": "it holds %r" % (held,)})
+            return
+        files = reopenable()
+        cwd = os.getcwd()
+        hop = clone_vm_stub()
+        prctl = libc_prctl()
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            self.send({"type": "ahead", "pid": 0, "value": "fork: %s" % e})
+            return
+        if pid == 0:
+            self.become_parked(fds, msg, parent, prctl, files, cwd, hop)  # never returns
+        for fd in fds:
+            os.close(fd)
+        self.ahead = pid
+        self.send({"type": "ahead", "pid": pid, "value": ""})
+
+    def drop_ahead(self):
+        # The copy forked ahead, killed (again: the daemon does first) and
+        # reaped: gone before the request that dropped it goes on.
+        pid, self.ahead = self.ahead, None
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
     def reap_copies(self):
         # The first copies exit once they have hopped into their children
@@ -342,14 +409,43 @@ class Agent:
                 pass
         self.copies = []
 
-    def become_copy(self, fds, others, msg, files, cwd, hop):
+    def become_parked(self, fds, msg, parent, prctl, files, cwd, hop):
+        # A copy forked ahead: undumpable first (a process of the parent
+        # could otherwise ptrace it before it is walled off), dead with
+        # its parent, then it says parked, with a pidfd of itself the
+        # daemon kills it through, and waits for its fork's join frame
+        # (become_copy; the end of its socket: it was dropped).
+        ctl = fds[0]
+        try:
+            prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(0)
+            self.ctl = socket.socket(fileno=ctl)
+            self.ctl.set_inheritable(False)
+            self.inbuf, self.fds_in = b"", []
+            self.ahead = None
+            pfd = os.pidfd_open(os.getpid())
+            b = json.dumps({"type": "parked", "pid": os.getpid()}).encode()
+            socket.send_fds(self.ctl, [struct.pack(">I", len(b)) + b], [pfd])
+            os.close(pfd)
+        except BaseException as e:
+            try:
+                b = json.dumps({"type": "error", "name": type(e).__name__, "value": "park: %s" % e, "traceback": ""}).encode()
+                os.write(ctl, struct.pack(">I", len(b)) + b)
+            finally:
+                os._exit(70)
+        self.become_copy(fds, [], msg, files, cwd, hop, parked=True)
+
+    def become_copy(self, fds, others, msg, files, cwd, hop, parked=False):
         ctl, out, err = fds
         try:
             for fd in others:
                 os.close(fd)
-            self.ctl = socket.socket(fileno=ctl)
-            self.ctl.set_inheritable(False)
-            self.inbuf, self.fds_in = b"", []
+            if not parked:
+                self.ctl = socket.socket(fileno=ctl)
+                self.ctl.set_inheritable(False)
+                self.inbuf, self.fds_in = b"", []
             join = self.recv()
             if join is None or join.get("op") != "join":
                 os._exit(0)  # the fork was given up
@@ -438,8 +534,8 @@ class Agent:
                     st = f.read()
             except OSError:
                 continue
-            if st[st.rindex(b")") + 2:].split()[1].decode() == me:
-                children.append(int(p))
+            if st[st.rindex(b")") + 2:].split()[1].decode() == me and int(p) != self.ahead:
+                children.append(int(p))  # (the copy forked ahead is the fork's own)
         return {"threads": threads, "sockets": sockets, "children": children, "shared": shared_mappings()}
 
     def serve(self):
@@ -454,6 +550,8 @@ class Agent:
             if self.copies:
                 self.reap_copies()
             op = msg.get("op")
+            if op in ("run", "fork_ahead"):
+                self.drop_ahead()  # (the daemon killed it already)
             if op == "run":
                 restore = self.set_env(msg.get("env") or {})
                 try:
@@ -468,6 +566,10 @@ class Agent:
                 self.fds_in = self.fds_in[n:]
             elif op == "fork":
                 self.fork(msg)
+            elif op == "fork_ahead":
+                n = int(msg.get("nfds", 0))
+                fds, self.fds_in = self.fds_in[:n], self.fds_in[n:]
+                self.fork_ahead(fds, msg)
             else:
                 self.send({"type": "error", "name": "ProtocolError", "value": "unknown op %r" % (op,), "traceback": ""})
 
@@ -496,7 +598,17 @@ def shared_mappings():
                 out.append("%s %s" % (parts[0], path or "[anonymous]"))
     return out
 
-PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+
+_prctl = []
+
+
+def libc_prctl():
+    # libc's prctl, looked up once, in the parent (a copy only calls it).
+    if not _prctl:
+        import ctypes
+        _prctl.append(ctypes.CDLL(None, use_errno=True).prctl)
+    return _prctl[0]
 
 
 def reopenable():
