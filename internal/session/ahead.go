@@ -42,27 +42,39 @@ func (s *Session) ForkAhead() error {
 	if !s.opts.Spec.Forkable {
 		return nil
 	}
+	// Marked under way before the turn is taken and until it is given
+	// back, so a fork that finds the turn taken knows to wait.
+	done := make(chan struct{})
+	s.mu.Lock()
+	if s.aheadBusy != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	s.aheadBusy = done
+	s.mu.Unlock()
+	took := false
+	defer func() {
+		if took {
+			s.give()
+		}
+		s.mu.Lock()
+		s.aheadBusy = nil
+		s.mu.Unlock()
+		close(done)
+	}()
 	select {
 	case s.turn <- struct{}{}:
+		took = true
 	default:
 		return nil
 	}
-	defer s.give()
 	s.mu.Lock()
 	a, count := s.agent, s.count
 	if a == nil || s.closed || s.ahead != nil || s.forks >= MaxForks || s.queued > 0 {
 		s.mu.Unlock()
 		return nil
 	}
-	done := make(chan struct{})
-	s.aheadBusy = done
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.aheadBusy = nil
-		s.mu.Unlock()
-		close(done)
-	}()
 	c, err := a.forkAhead()
 	if err != nil {
 		return err
@@ -76,17 +88,6 @@ func (s *Session) ForkAhead() error {
 	}
 	s.ahead, s.aheadOf, s.aheadCount = c, a, count
 	return nil
-}
-
-// AheadPid is the pid (in the sandbox's pid namespace) of the copy forked
-// ahead and parked, 0 for none.
-func (s *Session) AheadPid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ahead == nil {
-		return 0
-	}
-	return s.ahead.pid
 }
 
 // dropAhead kills the copy forked ahead, if any (the interpreter reaps it

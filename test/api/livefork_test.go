@@ -155,7 +155,7 @@ json.dumps(st)`
 			t.Errorf("child %d holds %d sockets and %d pipes, want its control socket and its stdout and stderr: %v", i, sockets, pipes, st.FDs)
 		}
 	}
-	if hosts := withEnv(mark); len(hosts) != n+1 {
+	if hosts := unparked(withEnv(mark)); len(hosts) != n+1 {
 		t.Fatalf("want the parent interpreter and %d copies as distinct host processes, found %v", n, hosts)
 	}
 
@@ -339,7 +339,7 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 		if snaps, err := d.c.Snapshots(ctx); err != nil || len(snaps) != 0 {
 			t.Fatalf("%s: snapshots after the refusal: %v %v", what, snaps, err)
 		}
-		if procs := withEnv(mark); len(procs) != 2 {
+		if procs := unparked(withEnv(mark)); len(procs) != 2 {
 			t.Fatalf("%s: processes with the mark after the refusal: %v, want the two interpreters", what, procs)
 		}
 	}
@@ -453,7 +453,7 @@ func TestLiveForkFailingHalfwayLeavesNothing(t *testing.T) {
 	if snaps, err := d.c.Snapshots(ctx); err != nil || len(snaps) != 0 {
 		t.Fatalf("snapshots after the failed fork: %v %v", snaps, err)
 	}
-	if procs := withEnv(mark); len(procs) != 1 {
+	if procs := unparked(withEnv(mark)); len(procs) != 1 {
 		t.Fatalf("processes with the mark after the failed fork: %v, want the parent interpreter only", procs)
 	}
 	if ex, err := s.Run(ctx, "x + 1"); err != nil || ex.Text() != "42" {
