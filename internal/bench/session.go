@@ -232,6 +232,16 @@ func agentPids(daemon int) map[int]bool {
 	return out
 }
 
+// parentPid is pid's parent's pid (0 when gone).
+func parentPid(pid int) int {
+	st, err := processStatus(pid)
+	if err != nil {
+		return 0
+	}
+	n, _ := parseIntField(st, "PPid:")
+	return int(n)
+}
+
 // sumPSS is the PSS of pids, in bytes.
 func sumPSS(pids map[int]bool) int64 {
 	var total int64
@@ -309,7 +319,7 @@ func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, 
 			now := agentPids(d.Pid())
 			fresh := 0
 			for pid := range now {
-				if !before[pid] {
+				if !before[pid] && !now[parentPid(pid)] { // (a copy forked ahead is the parent's child: not a child sandbox's)
 					fresh++
 				}
 			}
