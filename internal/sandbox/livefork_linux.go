@@ -50,6 +50,27 @@ var ForkNamespaces = []struct {
 	{"pid", unix.CLONE_NEWPID},
 }
 
+// EarlyForkNamespaces and LateForkNamespaces split ForkNamespaces for a
+// spare (Spare.EarlyForkTarget): a copy can join the early ones, hop into
+// the pid namespace and join its group while the spare completes; the
+// mount namespace (PID 1 pivots its root after its release) and, on
+// cgroup v1, the cgroup namespace (PID 1 unshares one then) come after.
+var (
+	EarlyForkNamespaces = []struct {
+		Name string
+		Type int
+	}{
+		{"user", unix.CLONE_NEWUSER}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS},
+		{"net", unix.CLONE_NEWNET}, {"pid", unix.CLONE_NEWPID},
+	}
+	LateForkNamespaces = []struct {
+		Name string
+		Type int
+	}{
+		{"mnt", unix.CLONE_NEWNS}, {"cgroup", unix.CLONE_NEWCGROUP},
+	}
+)
+
 // ErrNotForkable: the sandbox cannot hold a forkable session.
 var ErrNotForkable = errors.New("this sandbox cannot hold a forkable session")
 
@@ -81,10 +102,14 @@ func (sb *Sandbox) CanForkFrom() error { return sb.canForkFrom() }
 type ForkTarget struct {
 	// FDs are the namespaces (ForkNamespaces' order), then the join files
 	// (cgroup.Group.JoinFiles: tasks on v1) of the copy's tracking group. The caller passes them on and
-	// closes them with Close.
-	FDs   []int
-	sb    *Sandbox
-	track *cgroup.Group
+	// closes them with Close. For a target made early (Spare.EarlyForkTarget)
+	// they are the early namespaces' and the join files, and LateFDs the
+	// late ones' (Late).
+	FDs     []int
+	LateFDs []int
+	sb      *Sandbox
+	track   *cgroup.Group
+	early   bool
 }
 
 // ForkTarget opens sb's namespaces and makes a tracking group for one copy
@@ -124,12 +149,16 @@ func (sb *Sandbox) ForkTarget() (t *ForkTarget, err error) {
 	return t, nil
 }
 
+// Early says whether the target was made from a spare before it was
+// completed (Spare.EarlyForkTarget): its copy joins in two frames.
+func (t *ForkTarget) Early() bool { return t.early }
+
 // Close closes the descriptors (once they were passed on).
 func (t *ForkTarget) Close() {
-	for _, fd := range t.FDs {
+	for _, fd := range append(t.FDs, t.LateFDs...) {
 		unix.Close(fd)
 	}
-	t.FDs = nil
+	t.FDs, t.LateFDs = nil, nil
 }
 
 // Discard closes the descriptors and kills what joined the group.

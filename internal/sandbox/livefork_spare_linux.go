@@ -105,6 +105,68 @@ func CreateSpare(s *Spec, keep ...string) (*Spare, error) {
 	}
 }
 
+// EarlyForkTarget opens, for a copy that joins the spare while it
+// completes, the namespaces of its PID 1 that are its for good
+// (EarlyForkNamespaces) and makes the copy's tracking group in its cgroup;
+// Late adds the rest once it is complete. The caller discards it if the
+// spare is not completed.
+func (s *Spare) EarlyForkTarget() (t *ForkTarget, err error) {
+	select {
+	case <-s.sp.done:
+		return nil, fmt.Errorf("%w: the spare is gone", ErrSandboxGone)
+	default:
+	}
+	if s.sp.group == nil {
+		return nil, fmt.Errorf("%w: the spare has no cgroup", ErrSetup)
+	}
+	t = &ForkTarget{early: true}
+	defer func() {
+		if err != nil {
+			t.Discard()
+		}
+	}()
+	dir := "/proc/" + strconv.Itoa(s.sp.pid) + "/ns/"
+	for _, ns := range EarlyForkNamespaces {
+		fd, err := unix.Open(dir+ns.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: open the spare's %s namespace: %v", ErrSetup, ns.Name, err)
+		}
+		t.FDs = append(t.FDs, fd)
+	}
+	if t.track, err = s.sp.group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	procs, err := t.track.JoinFiles()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	t.FDs = append(t.FDs, procs...)
+	return t, nil
+}
+
+// Late completes an early target with sb, the spare completed: the
+// descriptors of its late namespaces (LateForkNamespaces).
+func (t *ForkTarget) Late(sb *Sandbox) error {
+	if !t.early || t.sb != nil {
+		return fmt.Errorf("%w: not an early fork target", ErrInvalidSpec)
+	}
+	release, err := sb.use()
+	if err != nil {
+		return err
+	}
+	defer release()
+	t.sb = sb
+	dir := "/proc/" + strconv.Itoa(sb.init.pid) + "/ns/"
+	for _, ns := range LateForkNamespaces {
+		fd, err := unix.Open(dir+ns.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("%w: open the child's %s namespace: %v", ErrSetup, ns.Name, err)
+		}
+		t.LateFDs = append(t.LateFDs, fd)
+	}
+	return nil
+}
+
 // Pid returns the host pid of the spare's PID 1.
 func (s *Spare) Pid() int { return s.sp.pid }
 

@@ -45,9 +45,15 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var snap string
 	var ph forkPhases
 	var parent liveInstance
-	var spares []*spareChild // claimed, until Make completes them
+	var spares []*spareChild // claimed, until Early or Make takes them
+	var use []*spareChild    // taken by Early, until Make completes them
 	var gen int
-	defer func() { s.returnSpares(b, sess.ID(), gen, spares) }()
+	defer func() {
+		s.returnSpares(b, sess.ID(), gen, spares)
+		for _, sc := range use { // Early ran, Make did not: the fork failed
+			s.discardSpare(sc)
+		}
+	}()
 	copies, err := sess.Fork(session.ForkRequest{
 		Count: req.Count,
 		Check: func() (err error) {
@@ -71,13 +77,32 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 			return err
 		},
 		Ahead: func() { ph.ahead = true },
+		// The spares' early targets: the first copies join them while
+		// Make completes the spares. From here the spares are the fork's.
+		Early: func() []*sandbox.ForkTarget {
+			use, spares = spares, nil
+			var early []*sandbox.ForkTarget
+			for _, sc := range use {
+				t, err := sc.sp.EarlyForkTarget()
+				if err != nil {
+					break // this one and the rest are joined whole
+				}
+				sc.early = t
+				early = append(early, t)
+			}
+			ph.early = len(early)
+			return early
+		},
 		Make: func() ([]session.ForkInto, error) {
 			ph.forked = time.Now() // asked to fork; it does while the children are made
 			var into []session.ForkInto
 			var err error
-			use := spares
-			spares = nil
-			boxes, into, err = s.makeForkChildren(b, parent, c, sn, req.Count, use, &ph)
+			if use == nil {
+				use, spares = spares, nil
+			}
+			made := use
+			use = nil
+			boxes, into, err = s.makeForkChildren(b, parent, c, sn, req.Count, made, &ph)
 			ph.children = time.Now()
 			return into, err
 		},
@@ -103,7 +128,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "ahead", ph.ahead, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "ahead", ph.ahead, "early_joins", ph.early, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
 		"checks_ms", ms(ph.asked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.asked)), "interpreter_ms", ms(ph.forked.Sub(ph.snapshot)), "children_ms", ms(ph.children.Sub(ph.forked)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
 	if sess.ForksLeft() == 0 {
@@ -123,6 +148,7 @@ type forkPhases struct {
 	asked, snapshot, forked, children time.Time
 	spares                            int
 	ahead                             bool // the first copy was forked ahead
+	early                             int  // copies that joined spares early
 }
 
 // forkParentScope is the layer b's forkable interpreter puts up after a
@@ -184,12 +210,21 @@ func (s *Server) makeForkChildren(b *box, parent liveInstance, c *snapshot.Catal
 		}
 		return boxes, nil, err
 	}
-	for _, child := range boxes {
+	for i, child := range boxes {
 		child.mu.Lock()
 		child.forkOf = b.id
 		child.mu.Unlock()
 		sb := child.inst.(liveInstance)
-		t, err := sb.ForkTarget()
+		var t *sandbox.ForkTarget
+		var err error
+		if i < len(spares) && spares[i].early != nil {
+			// Joined early by its copy (session.ForkRequest.Early); the fork
+			// discards it on error.
+			t = spares[i].early
+			err = t.Late(sb.Sandbox)
+		} else {
+			t, err = sb.ForkTarget()
+		}
 		if err != nil {
 			return fail(err)
 		}

@@ -32,6 +32,9 @@ type spareChild struct {
 	bn      *boxNet
 	lease   *image.Lease
 	release func() // its capacity share
+	// early is the target a fork's copy joined before the spare was
+	// complete (session.ForkRequest.Early), nil for none.
+	early *sandbox.ForkTarget
 }
 
 // forkSpares are a box's spares, by session.

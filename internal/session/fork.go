@@ -70,6 +70,12 @@ type ForkRequest struct {
 	// Ahead, when not nil, is called when the fork uses a copy forked
 	// ahead (ForkAhead) for its first child.
 	Ahead func()
+	// Early, when not nil, runs before Make: targets made before their
+	// children are (sandbox.Spare.EarlyForkTarget), which the first copies
+	// join while Make completes them; Make returns them, completed
+	// (ForkTarget.Late), first and in this order. From then on the fork
+	// owns them.
+	Early func() []*sandbox.ForkTarget
 }
 
 // Fork copies the session, live, into new child sandboxes: between cells
@@ -229,7 +235,32 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 		return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
 	// The children are made while the interpreter forks: its answer is
-	// read after.
+	// read after. The first copies join the children made ahead as far
+	// as they can meanwhile (their namespaces but the mount and cgroup
+	// ones, their pid namespace's hop, their group).
+	var early []*sandbox.ForkTarget
+	if r.Early != nil {
+		early = r.Early()
+	}
+	defer func() {
+		if err != nil {
+			for _, t := range early {
+				t.Discard()
+			}
+		}
+	}()
+	earlyTypes := make([][2]any, len(sandbox.EarlyForkNamespaces))
+	for i, ns := range sandbox.EarlyForkNamespaces {
+		earlyTypes[i] = [2]any{ns.Name, ns.Type}
+	}
+	for i, t := range early {
+		if i >= len(copies) {
+			break
+		}
+		if err := copies[i].sendFDs(map[string]any{"op": "join_early", "nfds": len(t.FDs), "types": earlyTypes, "syscalls": sandbox.ForkSyscalls}, t.FDs); err != nil {
+			return nil, copies, fmt.Errorf("%w: a copy: %v", ErrStart, err)
+		}
+	}
 	into, err = r.Make()
 	for {
 		f, ferr := a.next(deadline, func(int, []byte) {})
@@ -249,9 +280,21 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 	if len(into) != len(copies) {
 		return into, copies, fmt.Errorf("%w: %d children made for %d copies", ErrStart, len(into), len(copies))
 	}
+	lateTypes := make([][2]any, len(sandbox.LateForkNamespaces))
+	for i, ns := range sandbox.LateForkNamespaces {
+		lateTypes[i] = [2]any{ns.Name, ns.Type}
+	}
 	for i, c := range copies {
 		t := into[i]
-		if err := c.sendFDs(map[string]any{"op": "join", "nfds": len(t.Target.FDs), "walls": t.Walls}, t.Target.FDs); err != nil {
+		join := map[string]any{"op": "join", "nfds": len(t.Target.FDs), "walls": t.Walls}
+		fds := t.Target.FDs
+		if t.Target.Early() {
+			if i >= len(early) || early[i] != t.Target {
+				return into, copies, fmt.Errorf("%w: the child %s was made ahead for another copy", ErrStart, t.SandboxID)
+			}
+			join["nfds"], join["types"], fds = len(t.Target.LateFDs), lateTypes, t.Target.LateFDs
+		}
+		if err := c.sendFDs(join, fds); err != nil {
 			return into, copies, fmt.Errorf("%w: the copy for sandbox %s: %v", ErrStart, t.SandboxID, err)
 		}
 	}

@@ -10,7 +10,9 @@
 #   daemon -> agent: {"op": "run", "code": ..., "env": {...}?} | {"op": "check_fork"} |
 #                    {"op": "fork_target", "nfds": N} (sent with N
 #                    descriptors, SCM_RIGHTS) ... then {"op": "fork", ...} |
-#                    {"op": "fork_ahead", "nfds": 3} (with 3 descriptors)
+#                    {"op": "fork_ahead", "nfds": 3} (with 3 descriptors);
+#                    to a copy: {"op": "join", ...} or {"op": "join_early"}
+#                    then {"op": "join"} (see become_copy)
 #   agent -> daemon: {"type": "ready", "pid": N} once; per cell
 #                    {"type": "result", ...} and {"type": "error", ...}
 #                    as they happen, then {"type": "end", "count": N};
@@ -447,21 +449,46 @@ class Agent:
                 self.ctl.set_inheritable(False)
                 self.inbuf, self.fds_in = b"", []
             join = self.recv()
-            if join is None or join.get("op") != "join":
-                os._exit(0)  # the fork was given up
-            got, self.fds_in = self.fds_in, []
-            nns = int(msg.get("nns", 7))
-            types_ = msg.get("types") or []
-            ns, procs = got[:nns], got[nns:]
-            walls = ForkWalls(join.get("walls") or {}, hop)
-            for fd, (name, nstype) in zip(ns, types_):
-                walls.setns(fd, nstype, name)
-            walls.hop()
-            # The grandchild: a process of the child sandbox's pid namespace.
-            for fd in procs:
-                os.write(fd, b"0")
-            for fd in ns + procs:
-                os.close(fd)
+            if join is not None and join.get("op") == "join_early":
+                # A spare's namespaces that are its for good, while it
+                # completes: join them, hop, join the group; the mount and
+                # cgroup namespaces and the walls come with the join.
+                got, self.fds_in = self.fds_in, []
+                types_ = join.get("types") or []
+                ns, procs = got[:len(types_)], got[len(types_):]
+                early = ForkWalls({"syscalls": join.get("syscalls")}, hop)
+                for fd, (name, nstype) in zip(ns, types_):
+                    early.setns(fd, nstype, name)
+                early.hop()
+                for fd in procs:
+                    os.write(fd, b"0")
+                for fd in ns + procs:
+                    os.close(fd)
+                join = self.recv()
+                if join is None or join.get("op") != "join":
+                    os._exit(0)  # the fork was given up
+                got, self.fds_in = self.fds_in, []
+                walls = ForkWalls(join.get("walls") or {}, hop)
+                for fd, (name, nstype) in zip(got, join.get("types") or []):
+                    walls.setns(fd, nstype, name)
+                for fd in got:
+                    os.close(fd)
+            else:
+                if join is None or join.get("op") != "join":
+                    os._exit(0)  # the fork was given up
+                got, self.fds_in = self.fds_in, []
+                nns = int(msg.get("nns", 7))
+                types_ = msg.get("types") or []
+                ns, procs = got[:nns], got[nns:]
+                walls = ForkWalls(join.get("walls") or {}, hop)
+                for fd, (name, nstype) in zip(ns, types_):
+                    walls.setns(fd, nstype, name)
+                walls.hop()
+                # The grandchild: a process of the child sandbox's pid namespace.
+                for fd in procs:
+                    os.write(fd, b"0")
+                for fd in ns + procs:
+                    os.close(fd)
             walls.put_up()
             try:
                 os.chdir(cwd)
