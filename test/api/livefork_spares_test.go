@@ -291,7 +291,10 @@ func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 	// lowerdir+ each (fsconfig), the other's in one lowerdir.
 	shape := regexp.MustCompile(`(lowerdir\+?=[^,\s]*,)+|(upperdir|workdir|size|nr_inodes)=[^,\s]*`)
 	mounts := `awk '{for (i = 7; $i != "-"; i++); print $5, $6, $(i+1), $(i+3)}' /proc/self/mountinfo`
-	type child struct{ execWalls, copyWalls, mounts, pidns, draw string }
+	// The namespaces of the copy (which joins a spare in two steps, the
+	// mount and cgroup ones once it is complete) and of an exec.
+	nsList := `for n in user mnt ipc uts net cgroup pid; do readlink /proc/self/ns/$n; done`
+	type child struct{ execWalls, copyWalls, mounts, pidns, draw, execNS, copyNS string }
 	var got [2]child
 	for i, c := range res.Sandboxes {
 		got[i].execWalls = execOut(t, d, c.ID, walls)
@@ -302,17 +305,24 @@ func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 			k, _, _ := strings.Cut(m, "=")
 			return k
 		})
-		var st struct{ Walls, PidNS, Draw string }
+		got[i].execNS = execOut(t, d, c.ID, nsList)
+		var st struct{ Walls, PidNS, Draw, NS string }
 		cellJSON(t, kids[i], fmt.Sprintf(`import json, os, subprocess
 open('/tmp/fresh-%d', 'w').close(); open('/etc/fresh-%d', 'w').close()
-json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, text=True).stdout, "PidNS": os.readlink('/proc/self/ns/pid'), "Draw": repr(random.random())})`, i, i, walls), &st)
-		got[i].copyWalls, got[i].pidns, got[i].draw = st.Walls, st.PidNS, st.Draw
+ns = "".join(os.readlink('/proc/self/ns/' + n) + "\n" for n in ("user", "mnt", "ipc", "uts", "net", "cgroup", "pid"))
+json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, text=True).stdout, "PidNS": os.readlink('/proc/self/ns/pid'), "Draw": repr(random.random()), "NS": ns})`, i, i, walls), &st)
+		got[i].copyWalls, got[i].pidns, got[i].draw, got[i].copyNS = st.Walls, st.PidNS, st.Draw, st.NS
 	}
 	if got[0].execWalls != got[1].execWalls || got[0].copyWalls != got[1].copyWalls {
 		t.Errorf("walls of the child from the spare (exec, copy's child):\n%s%s\nof the other:\n%s%s", got[0].execWalls, got[0].copyWalls, got[1].execWalls, got[1].copyWalls)
 	}
 	if !strings.Contains(got[0].execWalls, "Seccomp:\t2") || !strings.Contains(got[0].copyWalls, "NoNewPrivs:\t1") {
 		t.Errorf("the walls read are not a walled process's: %q %q", got[0].execWalls, got[0].copyWalls)
+	}
+	for i, g := range got {
+		if g.copyNS != g.execNS || strings.Count(g.execNS, ":[") != 7 {
+			t.Errorf("child %d: the copy's namespaces (user mnt ipc uts net cgroup pid):\n%san exec's:\n%s", i, g.copyNS, g.execNS)
+		}
 	}
 	if got[0].mounts != got[1].mounts || !strings.Contains(got[0].mounts, "/ rw,nosuid,nodev") {
 		t.Errorf("mounts of the child from the spare:\n%s\nof the other:\n%s", got[0].mounts, got[1].mounts)
