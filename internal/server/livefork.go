@@ -60,6 +60,13 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 			// The spares it uses hold their capacity shares already.
 			spares, gen = s.claimSpares(b, sess.ID(), req.Count)
 			parent, err = s.checkForkChildren(b, req.Count-len(spares))
+			// A spare being made holds its share already: over the budget
+			// because of it, wait for it rather than refuse.
+			if errors.Is(err, ErrCapacity) && len(spares) < req.Count && s.awaitRefill(b, sess.ID(), time.Second) {
+				more, _ := s.claimSpares(b, sess.ID(), req.Count-len(spares))
+				spares = append(spares, more...)
+				parent, err = s.checkForkChildren(b, req.Count-len(spares))
+			}
 			return err
 		},
 		ParentScope: forkParentScope(b),

@@ -41,9 +41,9 @@ type spareChild struct {
 type forkSpares struct {
 	mu      sync.Mutex
 	ready   map[string][]*spareChild
-	filling map[string]bool
-	gen     map[string]int // bumped when a session's spares are dropped
-	closed  bool           // the box is going: no more spares
+	filling map[string]chan struct{} // closed when the refill ends
+	gen     map[string]int           // bumped when a session's spares are dropped
+	closed  bool                     // the box is going: no more spares
 }
 
 // spareCount is how many spares a forkable session keeps.
@@ -70,14 +70,15 @@ func (s *Server) refillSpares(b *box, sess *session.Session) {
 	}
 	sid, fs := sess.ID(), &b.spares
 	fs.mu.Lock()
-	if fs.closed || fs.filling[sid] || len(fs.ready[sid]) >= want {
+	if fs.closed || fs.filling[sid] != nil || len(fs.ready[sid]) >= want {
 		fs.mu.Unlock()
 		return
 	}
 	if fs.filling == nil {
-		fs.filling, fs.ready, fs.gen = map[string]bool{}, map[string][]*spareChild{}, map[string]int{}
+		fs.filling, fs.ready, fs.gen = map[string]chan struct{}{}, map[string][]*spareChild{}, map[string]int{}
 	}
-	fs.filling[sid] = true
+	done := make(chan struct{})
+	fs.filling[sid] = done
 	gen := fs.gen[sid]
 	fs.mu.Unlock()
 	go func() {
@@ -85,6 +86,7 @@ func (s *Server) refillSpares(b *box, sess *session.Session) {
 			fs.mu.Lock()
 			delete(fs.filling, sid)
 			fs.mu.Unlock()
+			close(done)
 		}()
 		for {
 			fs.mu.Lock()
@@ -205,6 +207,23 @@ func (s *Server) claimSpares(b *box, sid string, n int) ([]*spareChild, int) {
 		fs.ready[sid] = slices.Delete(fs.ready[sid], 0, k)
 	}
 	return out, fs.gen[sid]
+}
+
+// awaitRefill waits (at most d) for a refill of sid's spares under way,
+// whose spare holds a capacity share already; false if there was none.
+func (s *Server) awaitRefill(b *box, sid string, d time.Duration) bool {
+	fs := &b.spares
+	fs.mu.Lock()
+	done := fs.filling[sid]
+	fs.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+	return true
 }
 
 // returnSpares gives back spares claimed by a fork that did not use them

@@ -520,13 +520,37 @@ func (a *agent) interrupt() {
 	a.proc.Signal(syscall.SIGINT)
 }
 
+// keepOutput is an output function for next between cells, and what
+// puts the output it was given back, for the next cell: what the
+// interpreter's processes write between cells (not counted by its
+// sys.stdout) belongs to that cell, and dropping it would also leave the
+// release counts past the next cell's own output.
+func (a *agent) keepOutput() (output func(fd int, p []byte), restore func()) {
+	var kept [2][]byte
+	return func(fd int, p []byte) {
+			i := 0
+			if fd == a.err {
+				i = 1
+			}
+			kept[i] = append(kept[i], p...)
+		}, func() {
+			for i := range kept {
+				a.pending[i] = append(kept[i], a.pending[i]...)
+				a.released[i] -= int64(len(kept[i]))
+				kept[i] = nil
+			}
+		}
+}
+
 // held asks the agent what it holds (between cells).
 func (a *agent) held() (*Held, error) {
 	if err := a.send(map[string]any{"op": "check_fork"}); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
+	keep, restore := a.keepOutput()
+	defer restore()
 	for {
-		f, err := a.next(time.Now().Add(10*time.Second), func(int, []byte) {})
+		f, err := a.next(time.Now().Add(10*time.Second), keep)
 		if err != nil {
 			return nil, fmt.Errorf("ask the interpreter what it holds: %w", err)
 		}

@@ -172,8 +172,10 @@ func (a *agent) forkAhead() (_ *agent, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
+	keep, restore := a.keepOutput()
+	defer restore()
 	for {
-		f, err := a.next(deadline, func(int, []byte) {})
+		f, err := a.next(deadline, keep)
 		if err != nil {
 			return nil, fmt.Errorf("fork ahead: %w", err)
 		}

@@ -262,8 +262,10 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 		}
 	}
 	into, err = r.Make()
+	keep, restore := a.keepOutput()
+	defer restore()
 	for {
-		f, ferr := a.next(deadline, func(int, []byte) {})
+		f, ferr := a.next(deadline, keep)
 		if ferr != nil {
 			return into, copies, fmt.Errorf("fork the interpreter: %w", ferr)
 		}

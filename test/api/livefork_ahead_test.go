@@ -326,3 +326,43 @@ func unparked(pids []string) []string {
 	}
 	return out
 }
+
+// Output a process of the session writes between cells reaches the next
+// cell, as without a copy forked ahead: the fork ahead reads the
+// interpreter's pipes while it waits for its answer and keeps what it
+// read.
+func TestLiveForkAheadKeepsOutputBetweenCells(t *testing.T) {
+	// The copy is forked 2 s after the cell; the write comes after the
+	// cell has ended (0.5 s), before the fork ahead reads the pipes.
+	d := startDaemon(t, "--fork-ahead-delay=2s")
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Detached (no child of the interpreter's, so the copy is forked), it
+	// writes to the session's stdout once the cell has ended.
+	code := `import os, time
+if os.fork() == 0:
+    if os.fork() == 0:
+        time.sleep(0.5)
+        os.write(1, b"between cells\n")
+    os._exit(0)
+os.wait()
+`
+	if ex, err := s.Run(ctx, code); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("cell: %+v %v", ex, err)
+	}
+	awaitParked(t, d)
+	ex, err := s.Run(ctx, "print('next')")
+	if err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("cell: %+v %v", ex, err)
+	}
+	if !strings.Contains(ex.Stdout, "between cells") {
+		t.Errorf("the cell after the fork ahead has stdout %q, want what was written between the cells too", ex.Stdout)
+	}
+}
