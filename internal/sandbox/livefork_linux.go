@@ -37,14 +37,36 @@ import (
 	"github.com/tine-run/tine/internal/kernel/seccomp"
 )
 
+// A ForkNamespace is a namespace a copy joins: its name in /proc/PID/ns
+// and the type setns is given for it.
+type ForkNamespace struct {
+	Name string
+	Type int
+}
+
+// openNamespaces opens the namespaces of the process pid, in order; whose
+// names it in errors.
+func openNamespaces(pid int, list []ForkNamespace, whose string) ([]int, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/ns/"
+	fds := make([]int, 0, len(list))
+	for _, ns := range list {
+		fd, err := unix.Open(dir+ns.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("%w: open %s %s namespace: %v", ErrSetup, whose, ns.Name, err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
 // ForkNamespaces are the namespaces a copy joins, in the order of
 // ForkTarget.FDs, with the type setns is given for each. The user
 // namespace comes first (it is what lets the copy join the others) and
 // the pid namespace last (it only applies to the copy's own children).
-var ForkNamespaces = []struct {
-	Name string
-	Type int
-}{
+var ForkNamespaces = []ForkNamespace{
 	{"user", unix.CLONE_NEWUSER}, {"mnt", unix.CLONE_NEWNS}, {"ipc", unix.CLONE_NEWIPC},
 	{"uts", unix.CLONE_NEWUTS}, {"net", unix.CLONE_NEWNET}, {"cgroup", unix.CLONE_NEWCGROUP},
 	{"pid", unix.CLONE_NEWPID},
@@ -56,17 +78,11 @@ var ForkNamespaces = []struct {
 // mount namespace (PID 1 pivots its root after its release) and, on
 // cgroup v1, the cgroup namespace (PID 1 unshares one then) come after.
 var (
-	EarlyForkNamespaces = []struct {
-		Name string
-		Type int
-	}{
+	EarlyForkNamespaces = []ForkNamespace{
 		{"user", unix.CLONE_NEWUSER}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS},
 		{"net", unix.CLONE_NEWNET}, {"pid", unix.CLONE_NEWPID},
 	}
-	LateForkNamespaces = []struct {
-		Name string
-		Type int
-	}{
+	LateForkNamespaces = []ForkNamespace{
 		{"mnt", unix.CLONE_NEWNS}, {"cgroup", unix.CLONE_NEWCGROUP},
 	}
 )
@@ -129,13 +145,8 @@ func (sb *Sandbox) ForkTarget() (t *ForkTarget, err error) {
 			t.Discard()
 		}
 	}()
-	dir := "/proc/" + strconv.Itoa(sb.init.pid) + "/ns/"
-	for _, ns := range ForkNamespaces {
-		fd, err := unix.Open(dir+ns.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: open the child's %s namespace: %v", ErrSetup, ns.Name, err)
-		}
-		t.FDs = append(t.FDs, fd)
+	if t.FDs, err = openNamespaces(sb.init.pid, ForkNamespaces, "the child's"); err != nil {
+		return nil, err
 	}
 	// Everything the copy starts is tracked, as for a launch.
 	if t.track, err = sb.init.group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {

@@ -125,13 +125,8 @@ func (s *Spare) EarlyForkTarget() (t *ForkTarget, err error) {
 			t.Discard()
 		}
 	}()
-	dir := "/proc/" + strconv.Itoa(s.sp.pid) + "/ns/"
-	for _, ns := range EarlyForkNamespaces {
-		fd, err := unix.Open(dir+ns.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: open the spare's %s namespace: %v", ErrSetup, ns.Name, err)
-		}
-		t.FDs = append(t.FDs, fd)
+	if t.FDs, err = openNamespaces(s.sp.pid, EarlyForkNamespaces, "the spare's"); err != nil {
+		return nil, err
 	}
 	if t.track, err = s.sp.group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -156,15 +151,8 @@ func (t *ForkTarget) Late(sb *Sandbox) error {
 	}
 	defer release()
 	t.sb = sb
-	dir := "/proc/" + strconv.Itoa(sb.init.pid) + "/ns/"
-	for _, ns := range LateForkNamespaces {
-		fd, err := unix.Open(dir+ns.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("%w: open the child's %s namespace: %v", ErrSetup, ns.Name, err)
-		}
-		t.LateFDs = append(t.LateFDs, fd)
-	}
-	return nil
+	t.LateFDs, err = openNamespaces(sb.init.pid, LateForkNamespaces, "the child's")
+	return err
 }
 
 // Pid returns the host pid of the spare's PID 1.

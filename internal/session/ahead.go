@@ -162,10 +162,7 @@ func (a *agent) forkAhead() (_ *agent, err error) {
 			c.closeFDs()
 		}
 	}()
-	types := make([][2]any, len(sandbox.ForkNamespaces))
-	for i, ns := range sandbox.ForkNamespaces {
-		types[i] = [2]any{ns.Name, ns.Type}
-	}
+	types := setnsTypes(sandbox.ForkNamespaces)
 	err = a.sendFDs(map[string]any{"op": "fork_ahead", "nfds": 3, "nns": len(types), "types": types},
 		[]int{int(ends[0].Fd()), int(ends[1].Fd()), int(ends[2].Fd())})
 	ends.close()

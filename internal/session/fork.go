@@ -227,10 +227,7 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 			return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 		}
 	}
-	types := make([][2]any, len(sandbox.ForkNamespaces))
-	for i, ns := range sandbox.ForkNamespaces {
-		types[i] = [2]any{ns.Name, ns.Type}
-	}
+	types := setnsTypes(sandbox.ForkNamespaces)
 	if err := a.send(map[string]any{"op": "fork", "ahead": ahead != nil, "nns": len(types), "types": types, "parent_scope": r.ParentScope, "syscalls": sandbox.ForkSyscalls}); err != nil {
 		return nil, copies, fmt.Errorf("%w: %s", ErrDead, a.exitReason())
 	}
@@ -249,10 +246,7 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 			}
 		}
 	}()
-	earlyTypes := make([][2]any, len(sandbox.EarlyForkNamespaces))
-	for i, ns := range sandbox.EarlyForkNamespaces {
-		earlyTypes[i] = [2]any{ns.Name, ns.Type}
-	}
+	earlyTypes := setnsTypes(sandbox.EarlyForkNamespaces)
 	for i, t := range early {
 		if i >= len(copies) {
 			break
@@ -282,10 +276,7 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 	if len(into) != len(copies) {
 		return into, copies, fmt.Errorf("%w: %d children made for %d copies", ErrStart, len(into), len(copies))
 	}
-	lateTypes := make([][2]any, len(sandbox.LateForkNamespaces))
-	for i, ns := range sandbox.LateForkNamespaces {
-		lateTypes[i] = [2]any{ns.Name, ns.Type}
-	}
+	lateTypes := setnsTypes(sandbox.LateForkNamespaces)
 	for i, c := range copies {
 		t := into[i]
 		join := map[string]any{"op": "join", "nfds": len(t.Target.FDs), "walls": t.Walls}
@@ -358,4 +349,14 @@ func (a *agent) sendFDs(v any, fds []int) error {
 		}
 		return nil
 	}
+}
+
+// setnsTypes are namespaces as the agent's join takes them: [name, type]
+// pairs, in order.
+func setnsTypes(list []sandbox.ForkNamespace) [][2]any {
+	types := make([][2]any, len(list))
+	for i, ns := range list {
+		types[i] = [2]any{ns.Name, ns.Type}
+	}
+	return types
 }
