@@ -181,14 +181,14 @@ func field(b []byte, i int) ([]byte, bool) {
 
 // readWhole reads a file of /proc or cgroupfs whole, by read(2) on a plain
 // descriptor, as readSmall does, but to its end (mountinfo can be long):
-// one read for a file that fits 16 KB, then the one that says EOF.
+// one read for a file that fits 4 KB, then the one that says EOF.
 func readWhole(name string) ([]byte, error) {
 	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
 	defer unix.Close(fd)
-	b := make([]byte, 0, 16<<10)
+	b := make([]byte, 0, 4<<10)
 	for {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, cap(b))
