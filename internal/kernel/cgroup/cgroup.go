@@ -13,12 +13,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/tine-run/tine/internal/kernel/rawfile"
 )
 
 // Version is the cgroup interface tine drives on this host.
@@ -71,9 +70,9 @@ type Host struct {
 // decides which interface tine drives: v2 when the unified hierarchy offers
 // memory and pids, else v1 when those controllers are mounted, else None.
 // It is on the start of every one-shot run: both files are read with one
-// read(2) each (see readWhole), not through an os.File and a Scanner.
+// read(2) each (rawfile), not through an os.File and a Scanner.
 func Detect() (*Host, error) {
-	b, err := readWhole("/proc/self/mountinfo")
+	b, err := rawfile.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mounts: %w", err)
 	}
@@ -115,7 +114,7 @@ func Detect() (*Host, error) {
 // those listed in the root's cgroup.controllers (the parent is created and
 // its subtree_control filled on first use).
 func v2Available(mount string) []string {
-	b, err := readWhole(filepath.Join(mount, "cgroup.controllers"))
+	b, err := rawfile.ReadFile(filepath.Join(mount, "cgroup.controllers"))
 	if err != nil {
 		return nil
 	}
@@ -177,34 +176,6 @@ func field(b []byte, i int) ([]byte, bool) {
 		b = b[:j]
 	}
 	return b, len(b) > 0
-}
-
-// readWhole reads a file of /proc or cgroupfs whole, by read(2) on a plain
-// descriptor, as readSmall does, but to its end (mountinfo can be long):
-// one read for a file that fits 4 KB, then the one that says EOF.
-func readWhole(name string) ([]byte, error) {
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: name, Err: err}
-	}
-	defer unix.Close(fd)
-	b := make([]byte, 0, 4<<10)
-	for {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, cap(b))
-		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: name, Err: err}
-		}
-		if n == 0 {
-			return b, nil
-		}
-		b = b[:len(b)+n]
-	}
 }
 
 // Has reports whether controller c is enforceable.

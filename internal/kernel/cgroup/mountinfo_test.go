@@ -1,8 +1,6 @@
 package cgroup
 
 import (
-	"bytes"
-	"os"
 	"testing"
 
 	"github.com/tine-run/tine/internal/kernel/procstat"
@@ -59,22 +57,5 @@ func TestParseMountinfo(t *testing.T) {
 		if h.V1Mounts[c] != m {
 			t.Errorf("%s at %q, want %q", c, h.V1Mounts[c], m)
 		}
-	}
-}
-
-// TestReadWholeReadsPastOneRead reads a file longer than readWhole's first
-// buffer to its end.
-func TestReadWholeReadsPastOneRead(t *testing.T) {
-	p := t.TempDir() + "/f"
-	want := bytes.Repeat([]byte("0123456789abcdef"), 5000)
-	if err := os.WriteFile(p, want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readWhole(p)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("read %d bytes (%v), want %d", len(got), err, len(want))
-	}
-	if _, err := readWhole(p + "-missing"); !os.IsNotExist(err) {
-		t.Fatalf("a missing file: %v", err)
 	}
 }
