@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tine-run/tine/internal/kernel/rawfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -157,7 +158,7 @@ func dirCtime(dir string) int64 {
 const hostViewCacheHeader = "tine-hostview 1"
 
 func readHostViewCache() *hostViewScan {
-	b, err := os.ReadFile(hostViewCacheFile)
+	b, err := rawfile.ReadFileHint(hostViewCacheFile, 16<<10)
 	if err != nil {
 		return nil
 	}

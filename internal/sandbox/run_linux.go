@@ -116,18 +116,44 @@ func Start(s *Spec) (*Process, error) {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
 	}
 	t0 := time.Now()
-	h, err := hostOnce()
-	if err != nil {
-		return nil, err
-	}
 	rootless := os.Geteuid() != 0
-	group := h.beginGroup(s, rootless) // while the plan is made
+	// The host's facts (hostOnce: the cgroup hierarchies, the capability
+	// mask, the reap) and then the sandbox's cgroup are made on a goroutine
+	// of their own while this one makes the plan (whose host view checks
+	// the freshness of its cache, ~170 lstats): neither needs the other.
+	hc := make(chan hostStart, 1)
+	go beginHost(s, rootless, hc)
 	plan, err := NewPlan(s, rootless)
-	if err != nil {
-		discardGroup(group)
+	hs := <-hc
+	if err != nil || hs.err != nil {
+		discardGroup(hs.group)
+		if err == nil {
+			err = hs.err
+		}
 		return nil, err
 	}
-	return startPlan(h, plan, t0, group)
+	return startPlan(hs.h, plan, t0, hs.group)
+}
+
+// hostStart is what beginHost hands Start: the host, or why it is not
+// usable, and the sandbox's cgroup being made (nil: none to make).
+type hostStart struct {
+	h     *host
+	err   error
+	group chan groupResult
+}
+
+// beginHost sends Start the host once hostOnce has it, then makes s's
+// cgroup (as beginGroup does, on this goroutine: it is one already).
+func beginHost(s *Spec, rootless bool, hc chan<- hostStart) {
+	h, err := hostOnce()
+	if err != nil || rootless || h.cgroup.Version == cgroup.None {
+		hc <- hostStart{h: h, err: err}
+		return
+	}
+	c := make(chan groupResult, 1)
+	hc <- hostStart{h: h, group: c}
+	c <- createGroup(h, s)
 }
 
 // startPlan starts a sandbox from a plan; tests use it to run plans with a

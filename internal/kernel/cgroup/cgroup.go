@@ -10,13 +10,14 @@
 package cgroup
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/tine-run/tine/internal/kernel/rawfile"
 )
 
 // Version is the cgroup interface tine drives on this host.
@@ -68,46 +69,15 @@ type Host struct {
 // Detect reads /proc/self/mountinfo and the v2 root's controllers and
 // decides which interface tine drives: v2 when the unified hierarchy offers
 // memory and pids, else v1 when those controllers are mounted, else None.
+// It is on the start of every one-shot run: both files are read with one
+// read(2) each (rawfile), not through an os.File and a Scanner.
 func Detect() (*Host, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	b, err := rawfile.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mounts: %w", err)
 	}
-	defer f.Close()
 	h := &Host{V1Mounts: map[string]string{}}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint opts ... - fstype source superopts
-		line := sc.Text()
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		pf := strings.Fields(pre)
-		qf := strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 {
-			continue
-		}
-		mnt := unescapeMount(pf[4])
-		switch qf[0] {
-		case "cgroup2":
-			if h.V2Mount == "" {
-				h.V2Mount = mnt
-			}
-		case "cgroup":
-			for _, opt := range strings.Split(qf[2], ",") {
-				if slices.Contains(Controllers, opt) {
-					if _, seen := h.V1Mounts[opt]; !seen {
-						h.V1Mounts[opt] = mnt
-					}
-				}
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
-	}
-
+	parseMountinfo(h, b)
 	if h.V2Mount != "" {
 		avail := v2Available(h.V2Mount)
 		if slices.Contains(avail, "memory") && slices.Contains(avail, "pids") {
@@ -144,11 +114,68 @@ func Detect() (*Host, error) {
 // those listed in the root's cgroup.controllers (the parent is created and
 // its subtree_control filled on first use).
 func v2Available(mount string) []string {
-	b, err := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+	b, err := rawfile.ReadFile(filepath.Join(mount, "cgroup.controllers"))
 	if err != nil {
 		return nil
 	}
 	return strings.Fields(string(b))
+}
+
+// parseMountinfo fills h's mount points from mountinfo's lines:
+// "id parent major:minor root mountpoint opts ... - fstype source superopts".
+// The first mount of a kind wins.
+func parseMountinfo(h *Host, b []byte) {
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		pre, post, ok := bytes.Cut(line, []byte(" - "))
+		if !ok {
+			continue
+		}
+		// The mount point is pre's fifth field; fstype and superopts are
+		// post's first and third.
+		mnt, ok := field(pre, 4)
+		fstype, ok2 := field(post, 0)
+		opts, ok3 := field(post, 2)
+		if !ok || !ok2 || !ok3 {
+			continue
+		}
+		switch string(fstype) {
+		case "cgroup2":
+			if h.V2Mount == "" {
+				h.V2Mount = unescapeMount(string(mnt))
+			}
+		case "cgroup":
+			for opts := opts; len(opts) > 0; {
+				var opt []byte
+				opt, opts, _ = bytes.Cut(opts, []byte{','})
+				for _, c := range Controllers {
+					if string(opt) != c {
+						continue
+					}
+					if _, seen := h.V1Mounts[c]; !seen {
+						h.V1Mounts[c] = unescapeMount(string(mnt))
+					}
+				}
+			}
+		}
+	}
+}
+
+// field returns the i-th space-separated field of b (mountinfo separates
+// its fields by one space and escapes spaces within them).
+func field(b []byte, i int) ([]byte, bool) {
+	for ; i > 0; i-- {
+		j := bytes.IndexByte(b, ' ')
+		if j < 0 {
+			return nil, false
+		}
+		b = b[j+1:]
+	}
+	if j := bytes.IndexByte(b, ' '); j >= 0 {
+		b = b[:j]
+	}
+	return b, len(b) > 0
 }
 
 // Has reports whether controller c is enforceable.

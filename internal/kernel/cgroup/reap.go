@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tine-run/tine/internal/kernel/procstat"
+	"github.com/tine-run/tine/internal/kernel/rawfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,31 +88,28 @@ func (h *Host) Reap() ([]string, error) {
 	// owner is looked up once (a signal and a /proc read).
 	alive := map[string]bool{}
 	for _, parent := range listed {
-		f, err := os.Open(parent)
+		names, err := rawfile.Subdirs(parent)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("list %s: %w", parent, err))
 			}
-			continue
-		}
-		entries, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s: %w", parent, err))
-		}
-		for _, e := range entries {
-			if !e.IsDir() || seenName[e.Name()] {
+			if names == nil {
 				continue
 			}
-			who, _, _ := strings.Cut(e.Name(), "-")
+		}
+		for _, name := range names {
+			if seenName[name] {
+				continue
+			}
+			who, _, _ := strings.Cut(name, "-")
 			ok, seen := alive[who]
 			if !seen {
-				ok = ownerAlive(e.Name())
+				ok = ownerAlive(name)
 				alive[who] = ok
 			}
 			if !ok {
-				seenName[e.Name()] = true
-				dead = append(dead, e.Name())
+				seenName[name] = true
+				dead = append(dead, name)
 			}
 		}
 	}

@@ -4,16 +4,17 @@
 package procstat
 
 import (
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/tine-run/tine/internal/kernel/rawfile"
 )
 
 // Fields returns the fields of /proc/PID/stat after the command name,
 // which may hold spaces and parentheses: [0] is the state, [1] the
 // parent's pid, [19] the start time. nil once the process is gone.
 func Fields(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := rawfile.ReadFileHint("/proc/"+strconv.Itoa(pid)+"/stat", 1<<10)
 	if err != nil {
 		return nil
 	}
