@@ -403,12 +403,33 @@ class Agent:
         # The first copies exit once they have hopped into their children
         # (or at the end of their sockets): reaped at the next request, so
         # the fork does not wait for it. A cell's os.wait() may have been
-        # first.
+        # first. The wait is bounded: a copy still there after
+        # REAP_GRACE seconds is stuck (the daemon kills a failed fork's
+        # copies), is sent SIGKILL, and is left if even that does not end
+        # it, rather than hold the request that reaps it for ever.
+        deadline = None
         for pid in self.copies:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+            killed = False
+            while True:
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done:
+                    break
+                import time
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + REAP_GRACE
+                if now >= deadline:
+                    if killed:
+                        break
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    killed, deadline = True, now + 1.0
+                time.sleep(0.001)
         self.copies = []
 
     def become_parked(self, fds, msg, parent, prctl, files, cwd, hop):
@@ -602,6 +623,9 @@ class Agent:
 
 
 # --- live fork (a forkable session's interpreter only) ---
+
+# How long the next request waits for a fork's first copies to end.
+REAP_GRACE = 5.0
 
 # Where the sandbox keeps files in memory of its own: a file there can
 # change under a read-only shared mapping of it.
