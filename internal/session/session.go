@@ -368,6 +368,10 @@ type Held struct {
 	Sockets  []int    `json:"sockets"`
 	Children []int    `json:"children"`
 	Shared   []string `json:"shared"`
+	// Written are private mappings of files under /tmp, /dev/shm or
+	// /run ("RANGE PATH"): the parent's later writes to those files would
+	// show through the copies' pages not yet written.
+	Written []string `json:"written"`
 }
 
 // Err is nil when nothing is held, else ErrHeld naming what is.
@@ -384,6 +388,9 @@ func (h *Held) Err() error {
 	}
 	if len(h.Shared) > 0 {
 		what = append(what, fmt.Sprintf("shared memory mapping(s) %q (the copies would share them with the parent and each other)", h.Shared))
+	}
+	if len(h.Written) > 0 {
+		what = append(what, fmt.Sprintf("mapping(s) of files in the sandbox's tmpfs %q (the parent's later writes to those files would show in the copies)", h.Written))
 	}
 	if len(what) == 0 {
 		return nil

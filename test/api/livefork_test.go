@@ -385,6 +385,7 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 		{"a socket", "import socket\nsk = socket.socket()", "socket", "sk.close()"},
 		{"a child process", "import subprocess\npr = subprocess.Popen(['sleep', '60'])", "child process", "pr.kill(); pr.wait()"},
 		{"anonymous shared memory", "import mmap\nsh = mmap.mmap(-1, 4096)", "shared memory", "sh.close()"},
+		{"a private mapping of a file in /tmp", "import mmap\nopen('/tmp/p', 'wb').write(b'p' * 4096)\npf = open('/tmp/p', 'rb')\npm = mmap.mmap(pf.fileno(), 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)", "/tmp/p", "pm.close(); pf.close()"},
 		{"a read-only shared mapping of a file in /tmp", "import mmap\nopen('/tmp/m', 'wb').write(b'm' * 4096)\nmf = open('/tmp/m', 'rb')\nsh = mmap.mmap(mf.fileno(), 4096, prot=mmap.PROT_READ)", "/tmp/m", "sh.close(); mf.close()"},
 	} {
 		if ex, err := s.Run(ctx, c.hold); err != nil || ex.Status != api.ExecOK {

@@ -358,7 +358,7 @@ class Agent:
         # reseed) happens then, not here.
         held = self.held()
         held["sockets"] = [fd for fd in held["sockets"] if fd not in fds]  # the copy's own
-        if held["threads"] or held["sockets"] or held["children"] or held["shared"]:
+        if held["threads"] or held["sockets"] or held["children"] or held["shared"] or held["written"]:
             for fd in fds:
                 os.close(fd)
             self.send({"type": "ahead", "pid": 0, "value": "it holds %r" % (held,)})
@@ -584,7 +584,8 @@ class Agent:
                 continue
             if st[st.rindex(b")") + 2:].split()[1].decode() == me and int(p) != self.ahead:
                 children.append(int(p))  # (the copy forked ahead is the fork's own)
-        return {"threads": threads, "sockets": sockets, "children": children, "shared": shared_mappings()}
+        shared, written = mappings()
+        return {"threads": threads, "sockets": sockets, "children": children, "shared": shared, "written": written}
 
     def serve(self):
         self.send({"type": "ready", "pid": os.getpid(), "lost": getattr(self, "forked_lost", [])})
@@ -632,22 +633,30 @@ REAP_GRACE = 5.0
 WRITABLE_TMPFS = ("/tmp/", "/dev/shm/", "/run/")
 
 
-def shared_mappings():
-    # Shared memory mappings a forked copy would keep sharing with the
-    # parent (and its siblings), a channel between sandboxes: every
-    # writable one (mmap.mmap(-1, n), /dev/shm, memfd) and the read-only
-    # ones of files the sandbox can write in place. Read-only shared
-    # mappings of the base (glibc maps its gconv cache so) are harmless.
-    out = []
+def mappings():
+    # The mappings a forked copy would keep sharing with the parent (and
+    # its siblings), channels between sandboxes. Shared: every writable
+    # one (mmap.mmap(-1, n), /dev/shm, memfd) and the read-only ones of
+    # files the sandbox can write in place. Written: private mappings of
+    # such files, whose pages not yet written show the file as the parent
+    # goes on writing it. Mappings of the base are harmless (glibc maps
+    # its gconv cache shared), and a file of the base written is copied
+    # up, a new inode the mapping does not see.
+    shared, written = [], []
     with open("/proc/self/maps") as f:
         for line in f:
             parts = line.split(None, 5)
-            if len(parts) < 5 or parts[1][3] != "s":
+            if len(parts) < 5:
                 continue
             path = parts[5].strip() if len(parts) > 5 else ""
-            if "w" in parts[1] or not path.startswith("/") or path.endswith(" (deleted)") or path.startswith(WRITABLE_TMPFS):
-                out.append("%s %s" % (parts[0], path or "[anonymous]"))
-    return out
+            where = "%s %s" % (parts[0], path or "[anonymous]")
+            if parts[1][3] == "s":
+                if "w" in parts[1] or not path.startswith("/") or path.endswith(" (deleted)") or path.startswith(WRITABLE_TMPFS):
+                    shared.append(where)
+            elif path.startswith(WRITABLE_TMPFS):
+                written.append(where)
+    return shared, written
+
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 
