@@ -124,6 +124,7 @@ func preparedViewLayer(p *Plan, in inputs) string {
 // exists, is whole. Another tine making the same layer at once is fine:
 // the first rename wins, the other's copy is removed.
 func makeViewLayer(layers, dir, stage string, steps []Step) error {
+	removeStaleBuilds(layers)
 	tmp := fmt.Sprintf("%s/.tmp-%d-%d", layers, os.Getpid(), time.Now().UnixNano())
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return err
@@ -178,4 +179,28 @@ func makeViewEntry(target string, st Step) error {
 		}
 	}
 	return nil
+}
+
+// removeStaleBuilds removes what tines that died while making a layer
+// left in layers (.tmp-PID-…, PID no longer running). A PID in use again
+// keeps its directory until it, too, is gone.
+func removeStaleBuilds(layers string) {
+	entries, err := os.ReadDir(layers)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), ".tmp-")
+		if !ok {
+			continue
+		}
+		digits, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(digits)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if unix.Kill(pid, 0) == unix.ESRCH {
+			os.RemoveAll(layers + "/" + e.Name())
+		}
+	}
 }

@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -82,4 +84,31 @@ func count(list []string, s string) int {
 		}
 	}
 	return n
+}
+
+// A layer half made by a tine that died is removed by the next one that
+// makes a layer there; one of a running process is left alone.
+func TestStaleViewLayerBuildsRemoved(t *testing.T) {
+	layers := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("%s/.tmp-%d-1", layers, dead.Process.Pid)
+	live := fmt.Sprintf("%s/.tmp-%d-1", layers, os.Getppid())
+	kept := layers + "/0123abcd"
+	for _, d := range []string{stale, live, kept} {
+		if err := os.MkdirAll(d+"/etc", 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeStaleBuilds(layers)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("%s (pid %d, dead) is still there: %v", stale, dead.Process.Pid, err)
+	}
+	for _, d := range []string{live, kept} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
+	}
 }
