@@ -443,14 +443,14 @@ func treePids(root int) (ns, host []int, top int, err error) {
 		pid := todo[0]
 		todo = todo[1:]
 		n, err := nsPid(pid, "")
-		if errors.Is(err, os.ErrNotExist) && pid != root {
+		if ended(err) && pid != root {
 			continue // it ended meanwhile
 		}
 		if err != nil {
 			return nil, nil, 0, err
 		}
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if errors.Is(err, os.ErrNotExist) && pid != root {
+		if ended(err) && pid != root {
 			continue // it ended meanwhile
 		}
 		if err != nil {
@@ -473,6 +473,13 @@ func treePids(root int) (ns, host []int, top int, err error) {
 		}
 	}
 	return ns, host, top, nil
+}
+
+// ended says whether err, from reading a process's /proc entries, means
+// the process is gone: ENOENT once it is reaped, ESRCH while it exits (a
+// zombie's task directory cannot be listed).
+func ended(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)
 }
 
 // nsPid returns host process pid's pid (or that of its thread tid, when

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -314,5 +315,25 @@ i=0; until DISPLAY=:5 xwininfo -root -tree 2>/dev/null | grep -q tinexterm; do s
 	}
 	if got := screen(t, xDisplay(t, golden)); got != want {
 		t.Errorf("typing into replica 0 changed the golden's screen")
+	}
+}
+
+// A process that ends while the tree is walked is gone whichever way
+// /proc says so: ENOENT once reaped, ESRCH while it exits (the error
+// containerd's checkpoint once got listing a descendant's threads).
+func TestEndedProcessErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&os.PathError{Op: "open", Path: "/proc/1/task", Err: syscall.ENOENT}, true},
+		{&os.PathError{Op: "open", Path: "/proc/1/task", Err: syscall.ESRCH}, true},
+		{fmt.Errorf("process 1: %w", &os.PathError{Op: "open", Path: "/proc/1/status", Err: syscall.ESRCH}), true},
+		{&os.PathError{Op: "open", Path: "/proc/1/task", Err: syscall.EACCES}, false},
+		{nil, false},
+	} {
+		if got := ended(c.err); got != c.want {
+			t.Errorf("ended(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
