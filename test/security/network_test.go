@@ -126,6 +126,18 @@ func TestHostListenersUnreachable(t *testing.T) {
 			t.Errorf("control: on the host, %s is not reachable:\n%s", spec, out)
 		}
 	}
+	// The control's connections may still be on their way to Accept: the
+	// counts are taken once every listener has seen its own.
+	if !testbin.Eventually(patience, func() bool {
+		for _, l := range listeners {
+			if l.accepted.Load() == 0 {
+				return false
+			}
+		}
+		return udp.received.Load() > 0
+	}) {
+		t.Fatalf("control: a host listener did not accept the host's own connection within %s", patience)
+	}
 	hostHits := map[string]int32{}
 	for spec, l := range listeners {
 		hostHits[spec] = l.accepted.Load()
