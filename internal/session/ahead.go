@@ -69,7 +69,7 @@ func (s *Session) ForkAhead() error {
 		return nil
 	}
 	s.mu.Lock()
-	a, count := s.agent, s.count
+	a, count, interrupts := s.agent, s.count, s.interrupts
 	if a == nil || s.closed || s.ahead != nil || s.forks >= MaxForks || s.queued > 0 {
 		s.mu.Unlock()
 		return nil
@@ -81,7 +81,7 @@ func (s *Session) ForkAhead() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.agent != a || s.closed || s.count != count {
+	if s.agent != a || s.closed || s.count != count || s.interrupts != interrupts {
 		c.kill()
 		c.closeFDs()
 		return nil

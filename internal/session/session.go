@@ -131,6 +131,9 @@ type Session struct {
 	aheadOf    *agent
 	aheadCount int
 	aheadBusy  chan struct{}
+	// interrupts counts Interrupt calls: one that comes while a copy is
+	// being forked ahead drops it as one after would.
+	interrupts int
 	queued     int
 	closed     bool
 }
@@ -262,6 +265,7 @@ func (s *Session) Interrupt() error {
 	s.mu.Lock()
 	a, running := s.agent, s.running
 	why := s.dead
+	s.interrupts++
 	s.mu.Unlock()
 	s.dropAhead()
 	if a == nil {
