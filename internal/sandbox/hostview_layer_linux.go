@@ -12,6 +12,14 @@ package sandbox
 // place), so a sandbox whose overlay stacks it never sees it change. It is
 // only ever a lower layer: an overlay writes to its upper, and PID 1's
 // bind of it is private and detached with the old root.
+//
+// A layer in use is locked: the process that plans a sandbox on it (the
+// CLI of a run, the daemon) holds a shared flock on the layer's directory
+// until it exits, which is as long as its sandboxes live (they die with
+// it). `tine gc` removes only the layers it can lock exclusively, so no
+// overlay ever has a lower layer removed under it (RemoveUnusedViewLayers).
+// PID 1 closes the lock's descriptor with every other one it does not need:
+// no host directory is reachable from a sandbox.
 
 import (
 	"crypto/sha256"
@@ -110,13 +118,104 @@ func preparedViewLayer(p *Plan, in inputs) string {
 		return ""
 	}
 	dir := layers + "/" + viewLayerKey(p.Stage, steps)
-	if st, err := os.Lstat(dir); err == nil && st.IsDir() {
-		return dir
+	// Twice at most: a gc may remove the layer between our finding it and
+	// our lock; it is then made again.
+	for range 2 {
+		if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+			if err := makeViewLayer(layers, dir, p.Stage+"/view", steps); err != nil {
+				return ""
+			}
+		}
+		if holdViewLayer(dir) {
+			return dir
+		}
 	}
-	if err := makeViewLayer(layers, dir, p.Stage+"/view", steps); err != nil {
-		return ""
+	return ""
+}
+
+// heldViewLayers are the layers this process holds a shared lock on, by
+// directory: one descriptor each, for the life of the process.
+var heldViewLayers sync.Map
+
+// holdViewLayer takes this process's shared lock on the layer dir, once;
+// false when dir is gone or was replaced by the time the lock was taken (a
+// gc removed it).
+func holdViewLayer(dir string) bool {
+	if _, ok := heldViewLayers.Load(dir); ok {
+		return true
 	}
-	return dir
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	// Blocks only while a gc holds its exclusive lock, to remove the layer.
+	var held, named unix.Stat_t
+	if unix.Flock(fd, unix.LOCK_SH) != nil || unix.Fstat(fd, &held) != nil ||
+		unix.Lstat(dir, &named) != nil || held.Dev != named.Dev || held.Ino != named.Ino {
+		unix.Close(fd)
+		return false
+	}
+	if _, loaded := heldViewLayers.LoadOrStore(dir, fd); loaded {
+		unix.Close(fd) // another goroutine's lock came first
+	}
+	return true
+}
+
+// RemoveUnusedViewLayers removes the os view layers no running tine holds
+// (see holdViewLayer) and returns their paths. A layer being made is left
+// to its maker; one whose maker died is removed.
+func RemoveUnusedViewLayers() ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, layers := range viewLayersDirs {
+		entries, err := os.ReadDir(layers)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		removeStaleBuilds(layers)
+		for _, e := range entries {
+			if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			dir := layers + "/" + e.Name()
+			ok, err := removeViewLayer(layers, dir)
+			if err != nil {
+				errs = append(errs, err)
+			} else if ok {
+				removed = append(removed, dir)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeViewLayer removes dir unless a tine holds it: under an exclusive
+// lock it is first renamed out of the way (a tine looking for it then makes
+// a new one; one waiting for its lock finds the name gone and looks again),
+// then removed. false when it is in use.
+func removeViewLayer(layers, dir string) (bool, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("open view layer %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil
+		}
+		return false, fmt.Errorf("lock view layer %s: %w", dir, err)
+	}
+	trash := fmt.Sprintf("%s/.tmp-%d-%d", layers, os.Getpid(), time.Now().UnixNano())
+	if err := os.Rename(dir, trash); err != nil {
+		return false, fmt.Errorf("remove view layer %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(trash); err != nil {
+		return false, fmt.Errorf("remove view layer %s: %w", dir, err)
+	}
+	return true, nil
 }
 
 // makeViewLayer makes dir (in layers) with steps' entries (targets below stage), built

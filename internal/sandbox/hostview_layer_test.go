@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -111,4 +112,71 @@ func TestStaleViewLayerBuildsRemoved(t *testing.T) {
 			t.Errorf("%s was removed: %v", d, err)
 		}
 	}
+}
+
+// gc removes the view layers no tine holds: one locked by another process
+// (the shared flock a planner takes), one locked by this process and one
+// being built by a live process stay; an unlocked one goes, and so does
+// the held one once its holder is gone.
+func TestUnusedViewLayersRemoved(t *testing.T) {
+	layers := t.TempDir()
+	saved := viewLayersDirs
+	viewLayersDirs = []string{layers}
+	t.Cleanup(func() { viewLayersDirs = saved })
+	free, other, self := layers+"/00free", layers+"/01other", layers+"/02self"
+	building := fmt.Sprintf("%s/.tmp-%d-1", layers, os.Getppid())
+	for _, d := range []string{free, other, self, building} {
+		if err := os.MkdirAll(d+"/etc", 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !holdViewLayer(self) {
+		t.Fatalf("could not hold %s", self)
+	}
+	holder := exec.Command("flock", "--shared", "--close", other, "sleep", "60")
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); holder.Wait() })
+	// The holder's lock is taken once an exclusive lock of ours fails.
+	for i := 0; !lockedByOther(t, other); i++ {
+		if i == 1000 {
+			t.Fatal("flock(1) never took its lock")
+		}
+		unix.Nanosleep(&unix.Timespec{Nsec: 5e6}, nil)
+	}
+	removed, err := RemoveUnusedViewLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != free {
+		t.Errorf("removed %v, want only %s", removed, free)
+	}
+	if _, err := os.Stat(free); !os.IsNotExist(err) {
+		t.Errorf("%s (held by no one) is still there: %v", free, err)
+	}
+	for _, d := range []string{other, self, building} {
+		if _, err := os.Stat(d + "/etc"); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
+	}
+	holder.Process.Kill()
+	holder.Wait()
+	if removed, err := RemoveUnusedViewLayers(); err != nil || len(removed) != 1 || removed[0] != other {
+		t.Errorf("after its holder died: removed %v (%v), want %s", removed, err, other)
+	}
+	// A layer removed between its finding and its lock is not held.
+	if holdViewLayer(free) {
+		t.Errorf("held %s, which is gone", free)
+	}
+}
+
+func lockedByOther(t *testing.T, dir string) bool {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil
 }
