@@ -98,6 +98,38 @@ func (h *OwnFilesystem) Release() error {
 	return nil
 }
 
+// UnmountUnused unmounts dir's own image when no process holds the store
+// (a user killed before its Release leaves the image mounted; no later
+// user may come) and says whether it did. A directory that is not its
+// image's mount is left alone.
+func UnmountUnused(dir string) (bool, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return false, fmt.Errorf("layer store: %w", err)
+	}
+	if _, err := os.Stat(dir + ".users"); errors.Is(err, os.ErrNotExist) {
+		return false, nil // never a store of its own image
+	}
+	lock, err := lockMounts(dir)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Close()
+	users, err := os.OpenFile(dir+".users", os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Errorf("layer store: %w", err)
+	}
+	defer users.Close()
+	// Holds are taken under the mount lock: none comes while we hold it.
+	if unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || !isOwnImageMount(dir) {
+		return false, nil
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		return false, fmt.Errorf("layer store: unmount %s: %w", dir, err)
+	}
+	return true, nil
+}
+
 // lockMounts takes the lock under which one process at a time checks,
 // mounts, holds and unmounts dir's image: two could otherwise mount one
 // ext4 image through two loop devices and corrupt it, or unmount it under

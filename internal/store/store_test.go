@@ -298,6 +298,30 @@ func TestOwnFilesystemRemountsTheDeviceStillHoldingIt(t *testing.T) {
 	}
 }
 
+// A store left mounted by a user killed before its Release is unmounted
+// by UnmountUnused, and only once no live process holds it.
+func TestUnmountUnusedStore(t *testing.T) {
+	dir, _ := rootFSStoreDir(t)
+	if ok, err := UnmountUnused(dir); ok || err != nil {
+		t.Fatalf("a store never opened: unmounted %v, %v", ok, err)
+	}
+	h, err := EnsureOwnFilesystem(dir, 256<<20)
+	must(t, err)
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	if ok, err := UnmountUnused(dir); ok || err != nil || !isMountPoint(t, dir) {
+		t.Fatalf("with a hold: unmounted %v, %v; want it left mounted", ok, err)
+	}
+	// Dropping the hold without Release is what a killed user leaves.
+	h.users.Close()
+	h.users = nil
+	if !isMountPoint(t, dir) {
+		t.Fatal("negative control: the image is not mounted after its user died")
+	}
+	if ok, err := UnmountUnused(dir); !ok || err != nil || isMountPoint(t, dir) {
+		t.Fatalf("with no hold: unmounted %v, %v, mounted %v; want it unmounted", ok, err, isMountPoint(t, dir))
+	}
+}
+
 // rootFSStoreDir is a store directory on the root filesystem (under
 // /var/tmp), removed at the end, and the root filesystem's device; the
 // test is skipped where /var/tmp is a filesystem of its own.
