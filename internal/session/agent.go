@@ -47,7 +47,8 @@ type agent struct {
 	outcome *sandbox.Outcome
 	inbuf   []byte
 	// pending is output read from the pipes (stdout, stderr) and not yet
-	// passed on; released counts what was passed on.
+	// passed on; released counts what was passed on since the last cell's
+	// end, from that end's counts (see release and endCell).
 	pending  [2][]byte
 	released [2]int64
 	closeOne sync.Once
@@ -318,7 +319,10 @@ func (a *agent) readPipes(buf []byte) {
 }
 
 // release passes pending output on, up to out and err bytes written in
-// all (-1: all of it).
+// all (-1: all of it). The counts are sys.stdout's and sys.stderr's: what
+// a process writes to the pipes past them (a subprocess, os.write) still
+// counts in released, so within a cell it can hold a frame's output back
+// to a later frame; endCell passes on the rest and starts the count again.
 func (a *agent) release(out, err int64, output func(fd int, p []byte)) {
 	for i, upTo := range []int64{out, err} {
 		p := a.pending[i]
@@ -410,6 +414,9 @@ func (a *agent) run(ctx context.Context, cell api.CellRequest, o *Options, emit 
 	stop := context.AfterFunc(ctx, a.interrupt)
 	defer stop()
 
+	// What was read between cells came first (keepOutput); it is past
+	// the counts, so it is passed on uncounted.
+	a.passKept(output)
 	if err := a.send(map[string]any{"op": "run", "code": cell.Code, "env": cell.Env}); err != nil {
 		a.died(ex, err)
 		return finish()
@@ -448,6 +455,7 @@ func (a *agent) run(ctx context.Context, cell api.CellRequest, o *Options, emit 
 			ex.Error = &api.CellError{Name: f.Name, Value: f.Value, Traceback: f.Traceback}
 			emitEvent(emit, Event{Type: api.EventError, Error: ex.Error})
 		case "end":
+			a.endCell(f, output)
 			ex.ExecutionCount = f.Count
 			switch {
 			case ex.Error == nil:
@@ -518,6 +526,27 @@ func emitEvent(emit func(Event), e Event) {
 func (a *agent) interrupt() {
 	a.interrupts.Add(1)
 	a.proc.Signal(syscall.SIGINT)
+}
+
+// endCell passes on all output read by the end of a cell (f, its end
+// frame): what a process wrote past sys.stdout's count before the end is
+// the cell's, and its bytes must not count against the next cell's
+// frames (they would hold the next cell's own output back, past its end).
+// The count starts again from the end frame's.
+func (a *agent) endCell(f *frame, output func(fd int, p []byte)) {
+	a.release(-1, -1, output)
+	a.released = [2]int64{f.Out, f.Err}
+}
+
+// passKept passes on output read between cells, before the next cell
+// runs, leaving the counts as the last end frame set them.
+func (a *agent) passKept(output func(fd int, p []byte)) {
+	for i, fd := range []int{a.out, a.err} {
+		if len(a.pending[i]) > 0 {
+			output(fd, a.pending[i])
+			a.pending[i] = nil
+		}
+	}
 }
 
 // keepOutput is an output function for next between cells, and what

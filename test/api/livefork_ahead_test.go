@@ -332,12 +332,6 @@ func unparked(pids []string) []string {
 // interpreter's pipes while it waits for its answer and keeps what it
 // read.
 func TestLiveForkAheadKeepsOutputBetweenCells(t *testing.T) {
-	if os.Getenv("TINE_KNOWN_BUGS") == "" {
-		// Seen failing 1 run in 4 at ca02058: the next cell's stdout was
-		// "betwe", its own "next" lost too. The kept output (agent.go's
-		// keepOutput) is not right yet; TINE_KNOWN_BUGS=1 runs it.
-		t.Skip("known bug: output kept between cells is sometimes cut short (session closing note, sixth session); TINE_KNOWN_BUGS=1 runs this")
-	}
 	// The copy is forked 2 s after the cell; the write comes after the
 	// cell has ended (0.5 s), before the fork ahead reads the pipes.
 	d := startDaemon(t, "--fork-ahead-delay=2s")
