@@ -139,17 +139,28 @@ func (sb *Sandbox) ForkTarget() (t *ForkTarget, err error) {
 		return nil, err
 	}
 	defer release()
-	t = &ForkTarget{sb: sb}
+	t, err = openForkTarget(sb.init.pid, ForkNamespaces, "the child's", sb.init.group)
+	if err != nil {
+		return nil, err
+	}
+	t.sb = sb
+	return t, nil
+}
+
+// openForkTarget opens the namespaces nss of pid (a child's or a spare's
+// PID 1; whose names it in errors) and makes the copy's tracking group in
+// group: everything the copy starts is tracked, as for a launch.
+func openForkTarget(pid int, nss []ForkNamespace, whose string, group *cgroup.Group) (t *ForkTarget, err error) {
+	t = &ForkTarget{}
 	defer func() {
 		if err != nil {
 			t.Discard()
 		}
 	}()
-	if t.FDs, err = openNamespaces(sb.init.pid, ForkNamespaces, "the child's"); err != nil {
+	if t.FDs, err = openNamespaces(pid, nss, whose); err != nil {
 		return nil, err
 	}
-	// Everything the copy starts is tracked, as for a launch.
-	if t.track, err = sb.init.group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
+	if t.track, err = group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	procs, err := t.track.JoinFiles()

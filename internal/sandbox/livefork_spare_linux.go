@@ -119,23 +119,10 @@ func (s *Spare) EarlyForkTarget() (t *ForkTarget, err error) {
 	if s.sp.group == nil {
 		return nil, fmt.Errorf("%w: the spare has no cgroup", ErrSetup)
 	}
-	t = &ForkTarget{early: true}
-	defer func() {
-		if err != nil {
-			t.Discard()
-		}
-	}()
-	if t.FDs, err = openNamespaces(s.sp.pid, EarlyForkNamespaces, "the spare's"); err != nil {
+	if t, err = openForkTarget(s.sp.pid, EarlyForkNamespaces, "the spare's", s.sp.group); err != nil {
 		return nil, err
 	}
-	if t.track, err = s.sp.group.Track(fmt.Sprintf("exec-%d", execSeq.Add(1))); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
-	}
-	procs, err := t.track.JoinFiles()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
-	}
-	t.FDs = append(t.FDs, procs...)
+	t.early = true
 	return t, nil
 }
 
