@@ -350,3 +350,53 @@ func TestLiveForkCopyKnowsItsOwnThread(t *testing.T) {
 		}
 	}
 }
+
+// A live fork's child outlives what ends its parent's interpreter: its
+// copy is in no process group or session of the parent's (the daemon
+// kills the interpreter's process group at a timeout, a restart and the
+// session's delete), and answers after each.
+func TestLiveForkChildOutlivesItsParentsInterpreter(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := parent.Run(ctx, "x = 41"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("cell: %+v %v", ex, err)
+	}
+	kids, _, err := parent.Fork(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := func(when string) {
+		t.Helper()
+		for i, k := range kids {
+			if ex, err := k.Run(ctx, "x + 1"); err != nil || ex.Status != api.ExecOK || ex.Text() != "42" {
+				t.Fatalf("child %d after %s: %+v %v", i, when, ex, err)
+			}
+		}
+	}
+	ex, err := parent.Run(ctx, "import os\nos.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid()")
+	if err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("cell: %+v %v", ex, err)
+	}
+	for i, k := range kids {
+		got, err := k.Run(ctx, "import os\nos.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid()")
+		if err != nil || got.Status != api.ExecOK || got.Text() != "(True, True)" {
+			t.Errorf("child %d: its own session and process group: %+v %v, want (True, True) (the parent's: %s)", i, got, err, ex.Text())
+		}
+	}
+	if err := parent.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	answers("the parent's restart")
+	if err := parent.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	answers("the parent's delete")
+}

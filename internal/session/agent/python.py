@@ -760,9 +760,13 @@ class ForkWalls:
         # child goes on in this address space, on this stack, which the
         # caller leaves untouched: it only makes exit_group, signals
         # blocked), so the copy owns them alone once this one is gone.
+        # The one that goes on leaves the parent interpreter's session and
+        # process group: the daemon kills the parent's group with it
+        # (a timeout, a restart, its delete), and the copy is no longer its.
         if self.clone_vm is None:
             if os.fork() != 0:
                 os._exit(0)
+            os.setsid()
             return
         import signal
         old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
@@ -771,6 +775,7 @@ class ForkWalls:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
             raise OSError(-r, "clone into the child's pid namespace: %s" % os.strerror(-r))
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.setsid()
 
     def put_up(self):
         # In an exec's order: Landlock, the bounding set, capabilities,
