@@ -141,7 +141,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	if sess.ForksLeft() == 0 {
 		s.dropSpares(b, sess.ID())
 	} else {
-		s.refillSpares(b, sess)
+		s.refillAfterFirstCell(b, sess, boxes)
 		s.forkAhead(b, sess)
 	}
 	return nil

@@ -53,6 +53,20 @@ type box struct {
 	net *boxNet // its network (nil: loopback without published ports)
 
 	spares forkSpares // children made ahead for its forkable sessions
+	// afterCell runs once its next cell is answered (a live fork's child:
+	// its parent's spares refilled, refillAfterFirstCell).
+	afterCell func()
+}
+
+// cellAnswered runs what waits for b's next cell to be answered.
+func (b *box) cellAnswered() {
+	b.mu.Lock()
+	f := b.afterCell
+	b.afterCell = nil
+	b.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // info describes b for the API.

@@ -133,6 +133,7 @@ func (s *Server) runCell(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, ex)
+	b.cellAnswered()
 	s.refillSpares(b, sess)
 	s.forkAhead(b, sess)
 	return nil
@@ -207,6 +208,7 @@ func (s *Server) runCellStream(w http.ResponseWriter, r *http.Request) error {
 	if send(api.SessionEvent{Type: api.EventEnd, Execution: ex}) == nil {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
+	b.cellAnswered()
 	s.refillSpares(b, sess)
 	s.forkAhead(b, sess)
 	return nil

@@ -29,6 +29,9 @@ func (s *Session) ForksLeft() int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return 0
+	}
 	return max(MaxForks-s.forks, 0)
 }
 

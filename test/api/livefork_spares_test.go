@@ -359,3 +359,44 @@ func statusOf(err error) int {
 	}
 	return 0
 }
+
+// After a fork the session's spare is made again once a child has
+// answered its first cell, not while that cell runs (a spare's start would
+// compete with it): with the fork-ahead delay, which bounds that wait, at
+// 10 minutes, no spare is made in the second after the fork; the child's
+// first cell brings one, unless the parent's session was deleted.
+func TestLiveForkSpareRefilledAfterTheChildsFirstCell(t *testing.T) {
+	d := startDaemon(t, "--fork-ahead-delay=10m")
+	ctx := context.Background()
+	_, s, pid := sandboxWithSpare(t, d)
+	kids, res, err := s.Fork(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandboxes[0].Pid != pid {
+		t.Fatalf("the child's PID 1 is %d, want the spare's %d (the check below would prove nothing)", res.Sandboxes[0].Pid, pid)
+	}
+	time.Sleep(time.Second) // long enough for a spare made at once to show
+	if got := forkSpares(t, d); len(got) != 0 {
+		t.Fatalf("spares %v made before the child's first cell, want none", got)
+	}
+	if ex, err := kids[0].Run(ctx, "x"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("the child's first cell: %+v %v", ex, err)
+	}
+	awaitSpare(t, d)
+	// A session deleted meanwhile gets none.
+	kids, _, err = s.Fork(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := kids[0].Run(ctx, "x"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("the second child's first cell: %+v %v", ex, err)
+	}
+	time.Sleep(time.Second)
+	if got := forkSpares(t, d); len(got) != 0 {
+		t.Errorf("spares %v made for a deleted session, want none", got)
+	}
+}
