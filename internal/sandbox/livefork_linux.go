@@ -167,6 +167,20 @@ func openForkTarget(pid int, nss []ForkNamespace, whose string, group *cgroup.Gr
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	// On cgroup v1 the tracking group is in the pids hierarchy alone: the
+	// copy joins the sandbox's own group in the others (memory, cpu,
+	// cpuacct, freezer) first, or it would stay in the parent's there
+	// (charged to its memory, frozen with it).
+	if h, err := hostOnce(); err == nil && h.cgroup.Version == cgroup.V1 {
+		top, err := group.JoinFiles()
+		if err != nil {
+			for _, fd := range procs {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		procs = append(top, procs...)
+	}
 	t.FDs = append(t.FDs, procs...)
 	return t, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -273,7 +274,8 @@ func TestLiveForkSpareWhosePID1Died(t *testing.T) {
 // A child made from a spare is as walled and as fresh as one made at the
 // fork: in one fork into 2 (the first child the spare, the second made),
 // an exec's and the copy's capabilities, no_new_privs and seccomp are the
-// same, the mount tables are alike (mount points, types and options), and
+// same, so are their cgroups (but for each one's own tracking group) and
+// namespaces, the mount tables are alike (mount points, types and options), and
 // each has its own pid namespace, /tmp, writable layer and random draws.
 func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 	d := startDaemon(t)
@@ -294,7 +296,7 @@ func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 	// The namespaces of the copy (which joins a spare in two steps, the
 	// mount and cgroup ones once it is complete) and of an exec.
 	nsList := `for n in user mnt ipc uts net cgroup pid; do readlink /proc/self/ns/$n; done`
-	type child struct{ execWalls, copyWalls, mounts, pidns, draw, execNS, copyNS string }
+	type child struct{ execWalls, copyWalls, mounts, pidns, draw, execNS, copyNS, execCg, copyCg string }
 	var got [2]child
 	for i, c := range res.Sandboxes {
 		got[i].execWalls = execOut(t, d, c.ID, walls)
@@ -306,12 +308,13 @@ func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 			return k
 		})
 		got[i].execNS = execOut(t, d, c.ID, nsList)
-		var st struct{ Walls, PidNS, Draw, NS string }
+		got[i].execCg = cgroupsBut(execOut(t, d, c.ID, "cat /proc/self/cgroup"))
+		var st struct{ Walls, PidNS, Draw, NS, Cg string }
 		cellJSON(t, kids[i], fmt.Sprintf(`import json, os, subprocess
 open('/tmp/fresh-%d', 'w').close(); open('/etc/fresh-%d', 'w').close()
 ns = "".join(os.readlink('/proc/self/ns/' + n) + "\n" for n in ("user", "mnt", "ipc", "uts", "net", "cgroup", "pid"))
-json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, text=True).stdout, "PidNS": os.readlink('/proc/self/ns/pid'), "Draw": repr(random.random()), "NS": ns})`, i, i, walls), &st)
-		got[i].copyWalls, got[i].pidns, got[i].draw, got[i].copyNS = st.Walls, st.PidNS, st.Draw, st.NS
+json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, text=True).stdout, "PidNS": os.readlink('/proc/self/ns/pid'), "Draw": repr(random.random()), "NS": ns, "Cg": open('/proc/self/cgroup').read()})`, i, i, walls), &st)
+		got[i].copyWalls, got[i].pidns, got[i].draw, got[i].copyNS, got[i].copyCg = st.Walls, st.PidNS, st.Draw, st.NS, cgroupsBut(st.Cg)
 	}
 	if got[0].execWalls != got[1].execWalls || got[0].copyWalls != got[1].copyWalls {
 		t.Errorf("walls of the child from the spare (exec, copy's child):\n%s%s\nof the other:\n%s%s", got[0].execWalls, got[0].copyWalls, got[1].execWalls, got[1].copyWalls)
@@ -322,6 +325,9 @@ json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, 
 	for i, g := range got {
 		if g.copyNS != g.execNS || strings.Count(g.execNS, ":[") != 7 {
 			t.Errorf("child %d: the copy's namespaces (user mnt ipc uts net cgroup pid):\n%san exec's:\n%s", i, g.copyNS, g.execNS)
+		}
+		if g.copyCg != g.execCg || !strings.Contains(g.execCg, ":/") {
+			t.Errorf("child %d: the copy's cgroups:\n%san exec's:\n%s", i, g.copyCg, g.execCg)
 		}
 	}
 	if got[0].mounts != got[1].mounts || !strings.Contains(got[0].mounts, "/ rw,nosuid,nodev") {
@@ -339,6 +345,20 @@ json.dumps({"Walls": subprocess.run(["/bin/sh", "-c", %q], capture_output=True, 
 	if parent := execOut(t, d, sbID, "ls /tmp /etc | grep -c '^fresh-' || true"); strings.TrimSpace(parent) != "0" {
 		t.Errorf("the parent sees %s of its children's files", parent)
 	}
+}
+
+// cgroupsBut is /proc/PID/cgroup with each process's own tracking group
+// (its pids group on v1, its group on v2) cut to the group it is in.
+func cgroupsBut(procCgroup string) string {
+	var out strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && (f[1] == "pids" || f[1] == "") {
+			f[2] = path.Dir(f[2])
+		}
+		out.WriteString(strings.Join(f, ":") + "\n")
+	}
+	return out.String()
 }
 
 // execOut runs sh -c script in sandbox id and returns its stdout.
