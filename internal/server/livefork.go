@@ -142,7 +142,6 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		s.dropSpares(b, sess.ID())
 	} else {
 		s.refillAfterFirstCell(b, sess, boxes)
-		s.forkAhead(b, sess)
 	}
 	return nil
 }

@@ -59,20 +59,22 @@ func (s *Server) spareCount() int {
 }
 
 // refillSpares makes spares for sess of b in the background, up to the
-// count (or the forks it has left), unless that is under way already.
-func (s *Server) refillSpares(b *box, sess *session.Session) {
+// count (or the forks it has left), unless that is under way already; it
+// returns what is closed when the refill under way ends (nil: none).
+func (s *Server) refillSpares(b *box, sess *session.Session) <-chan struct{} {
 	want := min(s.spareCount(), sess.ForksLeft())
 	if want == 0 {
-		return
+		return nil
 	}
 	if _, ok := b.inst.(liveInstance); !ok {
-		return
+		return nil
 	}
 	sid, fs := sess.ID(), &b.spares
 	fs.mu.Lock()
 	if fs.closed || fs.filling[sid] != nil || len(fs.ready[sid]) >= want {
+		under := fs.filling[sid]
 		fs.mu.Unlock()
-		return
+		return under
 	}
 	if fs.filling == nil {
 		fs.filling, fs.ready, fs.gen = map[string]chan struct{}{}, map[string][]*spareChild{}, map[string]int{}
@@ -111,6 +113,7 @@ func (s *Server) refillSpares(b *box, sess *session.Session) {
 			go s.watchSpare(b, sid, sc)
 		}
 	}()
+	return done
 }
 
 // makeSpare makes one spare child of b, with the spec a live fork of its
@@ -317,8 +320,18 @@ const DefaultForkAheadDelay = 20 * time.Millisecond
 // fork-ahead delay has passed: a spare's start (a sandbox's, milliseconds
 // of CPU) would otherwise compete with that cell, which a client sends at
 // once (ADR 0013, session 7: the child's first cell 4.2–6.3 → 2.2–2.4 ms).
+// The interpreter forks ahead once the spare is made, so the two do not
+// compete either.
 func (s *Server) refillAfterFirstCell(b *box, sess *session.Session, children []*box) {
-	refill := sync.OnceFunc(func() { s.refillSpares(b, sess) })
+	refill := sync.OnceFunc(func() {
+		done := s.refillSpares(b, sess)
+		go func() {
+			if done != nil {
+				<-done
+			}
+			s.forkAhead(b, sess)
+		}()
+	})
 	for _, c := range children {
 		c.mu.Lock()
 		c.afterCell = refill
