@@ -315,6 +315,7 @@ class Agent:
         files = reopenable()
         cwd = os.getcwd()
         hop = clone_vm_stub()
+        walls_lib()
         sys.stdout.flush()
         sys.stderr.flush()
         pids, why = [], ""
@@ -366,6 +367,7 @@ class Agent:
         files = reopenable()
         cwd = os.getcwd()
         hop = clone_vm_stub()
+        walls_lib()
         prctl = libc_prctl()
         parent = os.getpid()
         sys.stdout.flush()
@@ -707,24 +709,14 @@ class ForkWalls:
     # ready before the copy joins, so that it then only makes system calls.
     def __init__(self, w, clone_vm):
         import base64
-        import ctypes
+        ctypes, lib = walls_lib()
         self.ctypes = ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        self.syscall, self.prctl = libc.syscall, libc.prctl
-        self.syscall.restype = ctypes.c_long
+        self.syscall, self.prctl = lib.syscall, lib.prctl
+        SockFprog, CapHeader, CapData = lib.SockFprog, lib.CapHeader, lib.CapData
         nr = w.get("syscalls") or {}
         self.nr = nr
         filt = base64.b64decode(w.get("seccomp") or "")
         self.filter_buf = ctypes.create_string_buffer(filt, len(filt)) if filt else None
-
-        class SockFprog(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-        class CapHeader(ctypes.Structure):
-            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-        class CapData(ctypes.Structure):
-            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
         if self.filter_buf is not None:
             self.fprog = SockFprog(len(filt) // 8, ctypes.cast(self.filter_buf, ctypes.c_void_p))
         self.cap_hdr = CapHeader(0x20080522, 0)
@@ -812,6 +804,33 @@ _CLONE_VM_X86_64 = bytes.fromhex(
     "b838000000" "0f05"                  # clone
     "4885c0" "7f01" "c3"                 # parent? else return
     "31ff" "b8e7000000" "0f05")          # exit_group(0)
+
+
+_walls_lib = []
+
+
+def walls_lib():
+    # ForkWalls' C functions and structures, made once per interpreter, in
+    # the parent before it forks: a copy joining its child only uses them
+    # (made there, they were 0.4-3 ms of each copy's join, on the fork's
+    # path).
+    if not _walls_lib:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        lib = types.SimpleNamespace(syscall=libc.syscall, prctl=libc.prctl)
+        lib.syscall.restype = ctypes.c_long
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        class CapHeader(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        class CapData(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+        lib.SockFprog, lib.CapHeader, lib.CapData = SockFprog, CapHeader, CapData
+        _walls_lib.append((ctypes, lib))
+    return _walls_lib[0]
 
 
 _clone_vm = []
