@@ -55,6 +55,10 @@ type spare struct {
 	group  *cgroup.Group // its cgroup, once ready (nil without one)
 	sb     *Sandbox
 	err    error
+	// prepared is the early target made while the spare idles, until
+	// EarlyForkTarget hands it out or the start drops it.
+	mu       sync.Mutex
+	prepared *ForkTarget
 }
 
 // lateRoot is a spare's stage and root overlay (Plan.lateRoot).
@@ -108,13 +112,20 @@ func CreateSpare(s *Spec, keep ...string) (*Spare, error) {
 // EarlyForkTarget opens, for a copy that joins the spare while it
 // completes, the namespaces of its PID 1 that are its for good
 // (EarlyForkNamespaces) and makes the copy's tracking group in its cgroup;
-// Late adds the rest once it is complete. The caller discards it if the
-// spare is not completed.
+// Late adds the rest once it is complete. The first call hands out the
+// one made while the spare idled. The caller discards it if the spare is
+// not completed.
 func (s *Spare) EarlyForkTarget() (t *ForkTarget, err error) {
 	select {
 	case <-s.sp.done:
 		return nil, fmt.Errorf("%w: the spare is gone", ErrSandboxGone)
 	default:
+	}
+	s.sp.mu.Lock()
+	t, s.sp.prepared = s.sp.prepared, nil
+	s.sp.mu.Unlock()
+	if t != nil {
+		return t, nil
 	}
 	if s.sp.group == nil {
 		return nil, fmt.Errorf("%w: the spare has no cgroup", ErrSetup)
@@ -180,6 +191,16 @@ func (s *Spare) Discard() {
 func (sp *spare) await(s *Spec, pr *Process, lr *lateRoot) error {
 	pid := pr.pid
 	sp.pid, sp.group = pid, pr.group
+	// The first copy's early target is made now, off the fork's path
+	// (0.4-1.8 ms there); one not handed out goes before the start
+	// returns, before its undo removes the cgroup its tracking group is in.
+	if sp.group != nil {
+		if t, err := openForkTarget(pid, EarlyForkNamespaces, "the spare's", sp.group); err == nil {
+			t.early = true
+			sp.prepared = t
+			defer sp.dropPrepared()
+		}
+	}
 	died, stop, err := watchExit(pr.pidfd)
 	if err != nil {
 		return err
@@ -208,6 +229,17 @@ func (sp *spare) await(s *Spec, pr *Process, lr *lateRoot) error {
 	}
 	s.Layers = slices.Concat(layers, s.Layers)
 	return nil
+}
+
+// dropPrepared discards the early target made ahead, unless handed out.
+func (sp *spare) dropPrepared() {
+	sp.mu.Lock()
+	t := sp.prepared
+	sp.prepared = nil
+	sp.mu.Unlock()
+	if t != nil {
+		t.Discard()
+	}
 }
 
 // mountStage makes the spare's mount namespace, a private copy of the

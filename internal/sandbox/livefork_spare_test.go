@@ -225,6 +225,7 @@ func TestForkSpareChildIsWalledAsAnyForkChild(t *testing.T) {
 func TestForkSpareDiscardLeavesNothing(t *testing.T) {
 	parent := spareParent(t)
 	before := stageMounts(t)
+	fds := openFDs(t)
 	sp, err := CreateSpare(spareSpec(parent))
 	if err != nil {
 		t.Fatal(err)
@@ -241,10 +242,23 @@ func TestForkSpareDiscardLeavesNothing(t *testing.T) {
 	if m := stageMounts(t); !slices.Equal(m, before) {
 		t.Fatalf("a stage is left mounted: %q, before %q", m, before)
 	}
+	if now := openFDs(t); now != fds {
+		t.Fatalf("%d descriptors open after the discard, %d before (the early target made ahead?)", now, fds)
+	}
 	if _, err := sp.Complete(nil); err == nil {
 		t.Fatal("Complete after Discard succeeded")
 	}
 	<-sp.Done()
+}
+
+// openFDs counts the test process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 // A spare goes with its parent: the parent's Destroy does not hang on it,
