@@ -308,11 +308,11 @@ func (s *Server) completeSpare(c *snapshot.Catalog, sn *snapshot.Snapshot, sc *s
 }
 
 // DefaultForkAheadDelay is how long a forkable session idles after a
-// cell or a fork before its interpreter forks a copy ahead
-// (Config.ForkAheadDelay): a client sending cells back to back does not
-// wait for the interpreter's fork (it holds the session's turn,
-// milliseconds), and the child of a fork answers its first cell before
-// the parent forks again.
+// cell, or after a fork's spare is made again, before its interpreter
+// forks a copy ahead (Config.ForkAheadDelay): a client sending cells back
+// to back does not wait for the interpreter's fork (it holds the
+// session's turn, milliseconds). It also bounds how long a fork's spare
+// refill waits for a child's first cell (refillAfterFirstCell).
 const DefaultForkAheadDelay = 20 * time.Millisecond
 
 // refillAfterFirstCell refills sess's spares after a live fork into
