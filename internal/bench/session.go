@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tine-run/tine/api"
 	"github.com/tine-run/tine/client"
@@ -242,6 +243,34 @@ func parentPid(pid int) int {
 	return int(n)
 }
 
+// aheadCopies counts the copies forked ahead among pids: interpreters
+// whose parent is one too (a child sandbox's interpreter is PID 1's).
+func aheadCopies(pids map[int]bool) int {
+	n := 0
+	for pid := range pids {
+		if pids[parentPid(pid)] {
+			n++
+		}
+	}
+	return n
+}
+
+// settledAgentPids is agentPids once it holds want copies forked ahead,
+// or after d. A PSS sum must count the session's copy forked ahead (a
+// standing cost of the parent, the same with 1 child or 32) both before a
+// fork and after it, or the copy made again after the fork is charged to
+// the children in one run and not in the next (ADR 0013, session 7).
+func settledAgentPids(daemon, want int, d time.Duration) map[int]bool {
+	deadline := time.Now().Add(d)
+	for {
+		pids := agentPids(daemon)
+		if aheadCopies(pids) == want || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // sumPSS is the PSS of pids, in bytes.
 func sumPSS(pids map[int]bool) int64 {
 	var total int64
@@ -293,7 +322,8 @@ func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, 
 				return nil, err
 			}
 		}
-		before := agentPids(d.Pid())
+		before := settledAgentPids(d.Pid(), 1, time.Second) // none when fork ahead is off
+		copies := aheadCopies(before)
 		total := sumPSS(before)
 		forks++
 		kids, res, err := s.Fork(ctx, LiveForkPSSChildren)
@@ -316,7 +346,7 @@ func liveForkVariants(ctx context.Context, d *Daemon, want string) (*liveForks, 
 					return 0, fmt.Errorf("a child's cell %q: %+v %v", code, ex, err)
 				}
 			}
-			now := agentPids(d.Pid())
+			now := settledAgentPids(d.Pid(), copies, 2*time.Second)
 			fresh := 0
 			for pid := range now {
 				if !before[pid] && !now[parentPid(pid)] { // (a copy forked ahead is the parent's child: not a child sandbox's)
