@@ -260,6 +260,9 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 const entryTarget = "/tine/fn"
 
 // agentConfig is the agent's first message.
+// bindNowEnv is the zygote's own: the agent removes it at start.
+const bindNowEnv = "LD_BIND_NOW=1"
+
 type agentConfig struct {
 	Entry    string                `json:"entry,omitempty"`
 	Handler  string                `json:"handler"`
@@ -315,7 +318,13 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		python = "python3"
 	}
 	l, err := sb.Launch(&sandbox.ExecSpec{
-		Args:  []string{python, "-I", "-c", pythonAgent},
+		Args: []string{python, "-I", "-c", pythonAgent},
+		// The dynamic linker binds every function at start, in the zygote:
+		// bound lazily, the first call of each in a request (setsid, dup2,
+		// socketpair, ...) writes its library's GOT there, a copied page
+		// each. The agent drops the variable again before any of the
+		// function's code runs, so what the function starts does not get it.
+		Env:   []string{bindNowEnv},
 		Stdio: [3]*os.File{agentEnd, logW, logW},
 	})
 	agentEnd.Close() // only the agent holds it now: its death is EOF here

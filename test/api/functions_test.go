@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -669,5 +670,25 @@ func TestFunctionsCountAgainstTheBudget(t *testing.T) {
 	}
 	if !testbin.Eventually(patience, func() bool { sb, err := d.c.Create(ctx, nil); return err == nil && d.c.Delete(ctx, sb.ID) == nil }) {
 		t.Fatal("the removed function still holds its share")
+	}
+}
+
+// The daemon starts the zygote with LD_BIND_NOW (so the dynamic linker
+// binds every function there, not in each request); the agent drops it
+// before the function's code runs: neither a request nor a program it
+// starts has it, and the zygote's own environment is left as it was.
+func TestFunctionEnvironmentHasNoneOfTheZygotes(t *testing.T) {
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "env", Entry: writeHandler(t, `import os, subprocess
+
+def handler(e):
+    child = subprocess.run(["env"], capture_output=True, text=True, check=True).stdout
+    return {"own": sorted(os.environ), "child": sorted(l.split("=", 1)[0] for l in child.splitlines())}
+`)})
+	got := resultOf[map[string][]string](t, invoke(t, d, "env", nil))
+	for _, who := range []string{"own", "child"} {
+		if len(got[who]) == 0 || slices.ContainsFunc(got[who], func(k string) bool { return strings.HasPrefix(k, "LD_") }) {
+			t.Errorf("the request's %s environment: %v", who, got[who])
+		}
 	}
 }

@@ -139,6 +139,12 @@ class Agent:
         # child then copies.
         self.c_unshare, self.c_mount, self.c_syscall, self.c_prctl = libc.unshare, libc.mount, libc.syscall, libc.prctl
         self.c_socket, self.c_ioctl, self.c_close = libc.socket, libc.ioctl, libc.close
+        # A spare's own socket pair, made with libc's call into this array:
+        # _socket.socketpair and the two socket objects it makes cost ≈ 13
+        # more copied pages per spare (minor faults counted in a child).
+        self.c_socketpair, self.pair = libc.socketpair, (ctypes.c_int * 2)()
+        self.unix, self.seqpacket = int(socket.AF_UNIX), int(socket.SOCK_SEQPACKET)
+        self.pair_type = self.seqpacket | int(socket.SOCK_CLOEXEC)
         self.has_shm = os.path.isdir("/dev/shm")
         self.has_pts = os.path.isdir("/dev/pts")
         # A request's own namespaces: mounts (its /tmp, /dev/shm, /dev/pts),
@@ -168,6 +174,7 @@ class Agent:
             del self.command_env["LC_CTYPE"]
         self.arms = []  # (group ID, cgroup descriptors) to fork spares for, oldest first
         self.armed = None  # the spares socket to the daemon
+        self.armed_fd = -1  # its descriptor, which a child closes by number
         self.strict = json.JSONEncoder()  # a result JSON cannot encode is the handler's error
         self.lenient = json.JSONEncoder(default=repr)
 
@@ -220,6 +227,13 @@ class Agent:
             self.lenient.encode({"type": "E", "message": "", "traceback": "", "line": None})
             '"t":{"fork":%d,"start":%d,"admitted":%d,"isolated":%d,"ran":%d}}' % (1, 2, 3, 4, 5)
             struct.pack("=Q", 1)
+            struct.pack("i", 1)
+            struct.unpack_from("=q", b"\0" * 8)
+        # struct caches a compiled format per string; a format first seen
+        # in a request is compiled and added to that cache there, on
+        # copied pages: every descriptor count a message can carry.
+        for n in range(1, MAX_FDS + 1):
+            fds_of([(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"\0" * (4 * n))])
         # The interpreter caches attribute lookups on types (the methods
         # and descriptors of an instance's or a module's type) in one
         # table; a lookup the zygote never made is a miss in every request,
@@ -562,8 +576,10 @@ class Agent:
         # the daemon a socket of its own as a spare, and be handed the next
         # request) and the cgroups armed for other spares are not its
         # business.
-        if self.armed is not None:
-            self.armed.close()
+        # (By number: the socket object's close is Python code, ≈ 12 copied
+        # pages; the object, left behind, is never used or finalized here.)
+        if self.armed_fd >= 0:
+            self.c_close(self.armed_fd)
         for _, gfds in self.arms:
             for fd in gfds:
                 os.close(fd)
@@ -609,22 +625,20 @@ class Agent:
         # Then the spares socket goes too, before anything of a request
         # runs (a request holding it could offer a socket of its own as a
         # spare, and be handed the next request).
-        try:
-            # (_socket's own objects: the socket module's wrappers are
-            # Python code, ≈ 10 more pages this child copies.)
-            sock, theirs = _socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        except OSError as e:
-            sys.stderr.write("tine zygote: no spare socket: %r\n" % (e,))
+        pair = self.pair
+        if self.c_socketpair(self.unix, self.pair_type, 0, pair) < 0:
+            sys.stderr.write("tine zygote: no spare socket: %s\n" % os.strerror(ctypes.get_errno()))
             try:
                 self.armed.send(b"unarmed " + group)  # the daemon gives the group back
             except OSError:
                 pass
             os._exit(0)
+        mine, theirs = pair[0], pair[1]
         try:
-            self.armed.sendmsg([b"armed " + group], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))])
+            self.armed.sendmsg([b"armed " + group], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", theirs))])
         except OSError:
             os._exit(0)  # the daemon is gone
-        theirs.close()
+        self.c_close(theirs)
         self.drop_others()
         walled = True
         try:
@@ -640,6 +654,7 @@ class Agent:
         for fd in cgroups:
             os.close(fd)
         try:
+            sock = _socket.socket(self.unix, self.seqpacket, 0, mine)
             msg, anc, _, _ = sock.recvmsg(MAX_HEADER + 8, socket.CMSG_SPACE(MAX_FDS * 4))
         except OSError:
             os._exit(0)
@@ -698,12 +713,16 @@ def main():
     msg, anc, _, _ = ctl.recvmsg(MAX_HEADER, socket.CMSG_SPACE(4))
     cfg = json.loads(msg)
     t0 = time.monotonic()
+    # The daemon's, for the dynamic linker of this process only (it bound
+    # the zygote's functions at start); nothing the function starts gets it.
+    os.environ.pop("LD_BIND_NOW", None)
     try:
         agent = Agent(cfg)
         armed = fds_of(anc)
         if armed:
             agent.armed = socket.socket(fileno=armed[0])
             agent.armed.set_inheritable(False)
+            agent.armed_fd = armed[0]
         agent.warm(ctl.fileno(), agent.armed.fileno() if agent.armed else -1)
     except BaseException as e:
         ctl.send(json.dumps({"ok": False, "error": error_of(e)}).encode())
