@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -690,5 +691,50 @@ def handler(e):
 		if len(got[who]) == 0 || slices.ContainsFunc(got[who], func(k string) bool { return strings.HasPrefix(k, "LD_") }) {
 			t.Errorf("the request's %s environment: %v", who, got[who])
 		}
+	}
+}
+
+// The zygote gives random's fork hook a fast path (Random.seed with no
+// argument on a plain Random); every other seeding is the original's: a
+// request draws what python3 draws outside tine from the same seeds, and
+// a generator reseeded from entropy forgets its pending gauss value.
+func TestFunctionRandomSeedsAsPythonDoes(t *testing.T) {
+	require.Binary(t, "python3")
+	const draws = `import random
+
+class Sub(random.Random):
+    pass
+
+def draws():
+    random.seed(7)
+    out = [random.random(), random.Random(42).random(), random.Random("abc").random(), Sub(5).random()]
+    r = random.Random(3)
+    r.seed(11, version=1)
+    out.append(r.random())
+    r.gauss(0, 1)
+    r.seed()
+    out.append(r.gauss_next is None)
+    s = Sub(1)
+    s.gauss(0, 1)
+    s.seed()
+    out.append(s.gauss_next is None)
+    return out
+`
+	d := startDaemon(t)
+	putFunction(t, d, api.FunctionSpec{Name: "rnd", Entry: writeHandler(t, draws+"\ndef handler(e):\n    return draws()\n")})
+	got, err := json.Marshal(resultOf[[]any](t, invoke(t, d, "rnd", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := exec.Command("python3", "-I", "-c", draws+"\nimport json\nprint(json.dumps(draws()))\n").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w []any
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatal(err)
+	}
+	if wb, _ := json.Marshal(w); string(got) != string(wb) {
+		t.Errorf("a request drew %s; python3 draws %s", got, wb)
 	}
 }
