@@ -27,6 +27,13 @@ import (
 //go:embed agent/python.py
 var pythonAgent string
 
+// pythonBoot is the zygote's `-c` program, which runs pythonAgent (its
+// argument) compiled in a child, so that the compiler's memory is not the
+// zygote's.
+//
+//go:embed agent/boot.py
+var pythonBoot string
+
 // Errors a caller can test for.
 var (
 	ErrNoFunction = errors.New("no such function")
@@ -318,7 +325,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		python = "python3"
 	}
 	l, err := sb.Launch(&sandbox.ExecSpec{
-		Args: []string{python, "-I", "-c", pythonAgent},
+		Args: []string{python, "-I", "-c", pythonBoot, pythonAgent},
 		// The dynamic linker binds every function at start, in the zygote:
 		// bound lazily, the first call of each in a request (setsid, dup2,
 		// socketpair, ...) writes its library's GOT there, a copied page
