@@ -27,9 +27,9 @@ import (
 //go:embed agent/python.py
 var pythonAgent string
 
-// pythonBoot is the zygote's `-c` program, which runs pythonAgent (its
-// argument) compiled in a child, so that the compiler's memory is not the
-// zygote's.
+// pythonBoot is the zygote's `-c` program, which runs pythonAgent (the
+// first message it reads) compiled in a child, so that neither the
+// compiler's memory nor copies of the source are the zygote's.
 //
 //go:embed agent/boot.py
 var pythonBoot string
@@ -325,7 +325,7 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 		python = "python3"
 	}
 	l, err := sb.Launch(&sandbox.ExecSpec{
-		Args: []string{python, "-I", "-c", pythonBoot, pythonAgent},
+		Args: []string{python, "-I", "-c", pythonBoot},
 		// The dynamic linker binds every function at start, in the zygote:
 		// bound lazily, the first call of each in a request (setsid, dup2,
 		// socketpair, ...) writes its library's GOT there, a copied page
@@ -360,7 +360,10 @@ func (f *function) startZygote(sb *sandbox.Sandbox) (*zygoteProc, error) {
 	}
 	b, _ := json.Marshal(cfg)
 	var ready agentReady
-	err = z.send(b, []int{spares[1]})
+	err = z.send([]byte(pythonAgent), nil) // the bootstrap runs it
+	if err == nil {
+		err = z.send(b, []int{spares[1]})
+	}
 	if err == nil {
 		var buf [1 << 16]byte
 		var n int
