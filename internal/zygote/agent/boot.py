@@ -1,6 +1,7 @@
-# tine's Python zygote bootstrap, the `-c` program: it runs the agent,
-# whose source is the first message on its control socket (stdin),
-# compiled in a child of its own. Every request forked from the zygote
+# tine's Python zygote agent, its bootstrap: the `-c` program (what the
+# zygote's command line shows). It runs the agent, whose source is the
+# first message on its control socket (stdin), compiled in a child of its
+# own. Every request forked from the zygote
 # copies the page tables of the zygote's memory and tears them down again
 # when it exits, so the agent's source does not go through it: compiled
 # here, the parser's and compiler's memory stays (≈ 1.4 MiB of heap pages
