@@ -266,10 +266,10 @@ func (f *function) sandboxSpec() *sandbox.Spec {
 // handed its own script's descriptors, so no script can read another.
 const entryTarget = "/tine/fn"
 
-// agentConfig is the agent's first message.
 // bindNowEnv is the zygote's own: the agent removes it at start.
 const bindNowEnv = "LD_BIND_NOW=1"
 
+// agentConfig is the agent's first message (the bootstrap reads its source before it).
 type agentConfig struct {
 	Entry    string                `json:"entry,omitempty"`
 	Handler  string                `json:"handler"`
