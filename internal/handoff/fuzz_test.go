@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/tine-run/tine/api"
+	"github.com/tine-run/tine/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -143,4 +145,42 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// FuzzRequestJSON: the request the client writes by hand is byte for byte
+// what encoding/json marshals, for every field set or not, strings with
+// quotes, controls, HTML characters, U+2028 and invalid UTF-8, and CPUs
+// from tiny to huge; and the daemon's encoding/json reads it back.
+func FuzzRequestJSON(f *testing.F) {
+	f.Add("/bin/true", "A=1", "/w", "h", "/r", "os", "default", "/src", "/dst", int64(512<<20), 1.0, int64(256), int64(0), uint32(0), true, true)
+	f.Add("", "", "", "", "", "", "", "", "", int64(0), 0.0, int64(0), int64(0), uint32(0), false, false)
+	f.Add("sh\x00-c\n\"x\"\\ <a&b> \u2028\u2029 \xff\xfe é 日本", "K=\t\r\b\f\x1f", "/w d", "", "", "", "", "", "", int64(-1), 1e-7, int64(1), int64(30000), uint32(1000), false, true)
+	f.Add("x", "", "", "", "", "", "", "", "", int64(0), 123456789e20, int64(0), int64(0), uint32(7), true, false)
+	f.Add("x", "", "", "", "", "", "", "", "", int64(0), 0.5, int64(0), int64(1), uint32(0), true, false)
+	f.Fuzz(func(t *testing.T, arg, env, workdir, hostname, rootfs, hostView, seccomp, src, dst string, mem int64, cpus float64, pids, timeout int64, uid uint32, userns, ro bool) {
+		if cpus != cpus || cpus > 1e308 || cpus < -1e308 {
+			return // Dial hands NaN and infinities to encoding/json, which refuses them
+		}
+		for _, r := range []Request{
+			{Args: []string{arg, arg + env}, Workdir: workdir, Hostname: hostname, RootFS: rootfs, HostView: hostView, Seccomp: seccomp,
+				UserNS: userns, DiskBytes: mem, TimeoutMs: timeout, Limits: api.Limits{MemoryBytes: mem, CPUs: cpus, Pids: pids}},
+			{Args: []string{arg}, Env: []string{env}, Layers: []string{rootfs, src}, User: &sandbox.User{UID: uid, GID: uid + 1, Groups: []uint32{uid, 5}},
+				Binds: []api.Bind{{Source: src, Target: dst, ReadOnly: ro}, {Source: dst, Target: src}}, Limits: api.Limits{CPUs: cpus}},
+			{Args: []string{}, User: &sandbox.User{}, Limits: api.Limits{Pids: pids}},
+			{},
+		} {
+			want, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := r.appendJSON(nil)
+			if string(got) != string(want) {
+				t.Fatalf("appendJSON\n got %s\nwant %s", got, want)
+			}
+			var back Request
+			if err := json.Unmarshal(got, &back); err != nil {
+				t.Fatalf("%s: %v", got, err)
+			}
+		}
+	})
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/textproto"
 	"os"
@@ -111,7 +112,12 @@ func Dial(socket string, req Request, stdio [3]*os.File) (*Session, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoDaemon, err)
 	}
 	conn := c.(*net.UnixConn)
-	body, err := json.Marshal(req)
+	var body []byte
+	if c := req.Limits.CPUs; math.IsNaN(c) || math.IsInf(c, 0) {
+		body, err = json.Marshal(req) // its error says what is wrong
+	} else {
+		body = req.appendJSON(make([]byte, 0, 512))
+	}
 	if err != nil {
 		conn.Close()
 		return nil, err
