@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"syscall"
@@ -181,6 +182,67 @@ func FuzzRequestJSON(f *testing.F) {
 			if err := json.Unmarshal(got, &back); err != nil {
 				t.Fatalf("%s: %v", got, err)
 			}
+		}
+	})
+}
+
+// FuzzFrameJSON: the client reads its started and outcome frames by hand
+// when they are exactly what the daemon's encoding/json writes, and any
+// other line with encoding/json. So for any line the hand reader either
+// declines or gives what encoding/json gives (and never takes a line that
+// encoding/json refuses), and it takes every started and outcome frame the
+// daemon can write, whatever the numbers.
+func FuzzFrameJSON(f *testing.F) {
+	enc := func(fr Frame) []byte {
+		var b bytes.Buffer
+		json.NewEncoder(&b).Encode(fr)
+		return b.Bytes()
+	}
+	f.Add(enc(Frame{Started: &Started{Pooled: true}}), 0, "exit", 0, 1.5, 2.25e-7, 3e21, int64(524288), 3.266, "v1", false)
+	f.Add(enc(Frame{Outcome: &sandbox.Outcome{ExitCode: 137, Reason: "oom", Signal: 9}}), 137, "signal", 9, 0.0, -0.0, 123.456, int64(-1), 0.0, "none", true)
+	f.Add([]byte(`{"outcome":{"exit_code":01,"reason":"exit","phases_ms":{"plan":1.,"start":-.5,"run":+1},"peak_memory_bytes":1e3,"cpu_time_ms":0,"cgroup":"v\u0031","rootless":false}}`+"\n"), 2, "ti\"me", -1, 1e-9, 5.0, 6.0, int64(1)<<62, 1e300, "v2", true)
+	f.Add([]byte(`{"started":{"pooled":true}} `), 0, "", 0, 0.0, 0.0, 0.0, int64(0), 0.0, "", false)
+	// One number each that is not JSON, or not an integer, in a frame
+	// otherwise the daemon's.
+	for _, n := range [][2]string{{"01", "1"}, {"0", "+1"}, {"0", "1."}, {"0", "-.5"}, {"0", "00"}, {"1e3", "1"}, {"-0", "-01"}} {
+		f.Add([]byte(`{"outcome":{"exit_code":`+n[0]+`,"reason":"exit","phases_ms":{"plan":`+n[1]+`,"start":1,"run":2},"peak_memory_bytes":3,"cpu_time_ms":4,"cgroup":"v1","rootless":false}}`+"\n"), 0, "", 0, 0.0, 0.0, 0.0, int64(0), 0.0, "", false)
+	}
+	f.Fuzz(func(t *testing.T, line []byte, code int, reason string, sig int, plan, start, run float64, peak int64, cpu float64, cg string, rootless bool) {
+		check := func(line []byte) (taken bool) {
+			got, ok := readFrameFast(line)
+			if !ok {
+				return false
+			}
+			var want Frame
+			if err := json.Unmarshal(line, &want); err != nil {
+				t.Fatalf("%q: taken by hand, refused by encoding/json: %v", line, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q: by hand %+v %+v, encoding/json %+v %+v", line, got.Started, got.Outcome, want.Started, want.Outcome)
+			}
+			return true
+		}
+		check(line)
+		for _, v := range []float64{plan, start, run, cpu} {
+			if v != v || v > 1e308 || v < -1e308 {
+				return // NaN and infinities are not JSON: the daemon cannot send them
+			}
+		}
+		o := &sandbox.Outcome{ExitCode: code, Reason: reason, Signal: sig, Phases: sandbox.Phases{Plan: plan, Start: start, Run: run},
+			PeakMemoryBytes: peak, CPUTimeMs: cpu, Cgroup: cg, Rootless: rootless}
+		plain := func(s string) bool {
+			for i := 0; i < len(s); i++ {
+				if s[i] < 0x20 || s[i] >= 0x7f || s[i] == '"' || s[i] == '\\' || s[i] == '<' || s[i] == '>' || s[i] == '&' {
+					return false
+				}
+			}
+			return true
+		}
+		if taken := check(enc(Frame{Outcome: o})); !taken && plain(reason) && plain(cg) {
+			t.Fatalf("the daemon's outcome frame %q was not taken by hand", enc(Frame{Outcome: o}))
+		}
+		if !check(enc(Frame{Started: &Started{Pooled: rootless}})) {
+			t.Fatal("the daemon's started frame was not taken by hand")
 		}
 	})
 }

@@ -289,6 +289,9 @@ func (s *Session) read() (Frame, error) {
 	if err != nil {
 		return Frame{}, fmt.Errorf("the daemon hung up: %w", err)
 	}
+	if f, ok := readFrameFast(line); ok {
+		return f, nil
+	}
 	var f Frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		return Frame{}, fmt.Errorf("bad frame from the daemon: %w", err)
