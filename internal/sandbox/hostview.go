@@ -131,46 +131,11 @@ func hostViewEntries(perms bool) []viewEntry {
 	return sc.Entries
 }
 
-// hostViewEntriesUnchecked is hostViewEntries for a caller that checks
-// the view's freshness itself, before anything can see it (Start does it
-// once PID 1 is cloned, while it mounts): a cached view is returned
-// without reading its directories' change times, with check, which does
-// (nil: the view was scanned now, there is nothing to check).
-func hostViewEntriesUnchecked(perms bool) (entries []viewEntry, check func() bool) {
-	hostViewMemo.Lock()
-	defer hostViewMemo.Unlock()
-	sc := hostViewMemo.scan
-	if sc == nil || sc.Perms != perms || !sc.recent() {
-		sc = nil
-		if perms && os.Geteuid() == 0 {
-			if c := readHostViewCache(); c != nil && c.recent() {
-				sc = c
-			}
-		}
-	}
-	if sc == nil {
-		sc = scanHostView(perms)
-		hostViewMemo.scan = sc
-		if perms && os.Geteuid() == 0 {
-			writeHostViewCache(sc)
-		}
-		return sc.Entries, nil
-	}
-	hostViewMemo.scan = sc
-	return sc.Entries, sc.unchanged
-}
-
 // fresh reports whether no directory the scan read has changed since.
-func (sc *hostViewScan) fresh() bool { return sc.recent() && sc.unchanged() }
-
-// recent reports whether the scan is younger than hostViewTTL.
-func (sc *hostViewScan) recent() bool {
-	return time.Since(sc.Built) <= hostViewTTL && !sc.Built.After(time.Now())
-}
-
-// unchanged reports whether every directory the scan read has the change
-// time it had then.
-func (sc *hostViewScan) unchanged() bool {
+func (sc *hostViewScan) fresh() bool {
+	if time.Since(sc.Built) > hostViewTTL || sc.Built.After(time.Now()) {
+		return false
+	}
 	for dir, ctime := range sc.Dirs {
 		if dirCtime(dir) != ctime {
 			return false
@@ -387,11 +352,6 @@ func entryOf(p string, info fs.FileInfo, hide bool) viewEntry {
 func (p *Plan) hostView() []viewEntry {
 	if p.Spec.RootFS != "" || p.Spec.HostView == HostViewFull {
 		return nil
-	}
-	if p.deferViewCheck {
-		entries, check := hostViewEntriesUnchecked(!p.UserNS)
-		p.viewCheck = check
-		return entries
 	}
 	return hostViewEntries(!p.UserNS)
 }

@@ -124,12 +124,6 @@ type Plan struct {
 	Workdir    string
 	Candidates []string
 	Hostname   string
-
-	// deferViewCheck: the host view may come from its cache unchecked
-	// (Start checks it after the clone, before PID 1 is released); then
-	// viewCheck is that check (nil: nothing to check).
-	deferViewCheck bool
-	viewCheck      func() bool
 }
 
 // devices are the nodes of the sandbox's minimal /dev.
@@ -157,11 +151,7 @@ var (
 
 // NewPlan builds the plan for s. rootless selects a user-namespace sandbox
 // run by an unprivileged user; s.UserNS one run by root.
-func NewPlan(s *Spec, rootless bool) (*Plan, error) { return newPlan(s, rootless, false) }
-
-// newPlan is NewPlan; deferViewCheck leaves the host view's freshness
-// check to the caller (Plan.viewCheck).
-func newPlan(s *Spec, rootless, deferViewCheck bool) (*Plan, error) {
+func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -173,7 +163,7 @@ func newPlan(s *Spec, rootless, deferViewCheck bool) (*Plan, error) {
 	if s.Setuid && (userns || s.Zygote || s.RootInPlace) {
 		return nil, fmt.Errorf("%w: set-user-ID programs (setuid) are for a sandbox of root's over tine's own overlay root: not with a user namespace, a zygote or an in-place root", ErrInvalidSpec)
 	}
-	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root", deferViewCheck: deferViewCheck}
+	p := &Plan{Spec: s, Rootless: rootless, UserNS: userns, Stage: stage, Root: stage + "/root"}
 	p.Hostname = s.Hostname
 	if p.Hostname == "" {
 		p.Hostname = "tine"

@@ -317,14 +317,6 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 		pg.addPTY(c.size)
 	}
 	pg.addWalls(p, in)
-	if p.viewCheck != nil {
-		// The host view came from its cache unchecked (Plan.viewCheck):
-		// the parent checks it while this runs, and says go, or kills it.
-		gate := new([1]byte)
-		o := sys(unix.SYS_READ, slotSync, pg.ptr(gate, unsafe.Pointer(gate)), 1)
-		o.want = 1
-		pg.addSetup("wait for the host view's check", o)
-	}
 	pg.addCommandProcess(p.command(), false, !in.userns, p.Spec.OOMScoreAdj)
 	if in.launch >= 0 {
 		var err error

@@ -38,43 +38,32 @@ var hostOnce = sync.OnceValues(func() (*host, error) {
 		if err := os.MkdirAll(StageDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", StageDir, err)
 		}
+		// A tine that was SIGKILLed leaves its cgroups behind: reap them,
+		// in the background (it reads every owner's /proc entry), while
+		// this process starts its own sandbox; Wait waits for it.
 		h.reaped = make(chan struct{})
+		go func() {
+			defer close(h.reaped)
+			cg.Reap()
+		}()
 	}
 	return h, nil
 })
-
-// startReap starts, once, the reap of the cgroups that SIGKILLed tines
-// left behind, in the background (it reads every owner's /proc entry);
-// the first sandbox's start calls it once its PID 1 is cloned, and Wait
-// waits for it (awaitReap).
-func (h *host) startReap() {
-	if h.reaped == nil {
-		return
-	}
-	h.reapOnce.Do(func() {
-		go func() {
-			defer close(h.reaped)
-			h.cgroup.Reap()
-		}()
-	})
-}
 
 type host struct {
 	cgroup      *cgroup.Host
 	landlockABI int
 	keepCaps    uint64
 	dropCaps    []int
-	// reaped is closed once the reap of dead tines' cgroups (startReap)
-	// is done (nil: there is none, not being root).
-	reaped   chan struct{}
-	reapOnce sync.Once
+	// reaped is closed once the start's reap of dead tines' cgroups is
+	// done (nil: none was started).
+	reaped chan struct{}
 }
 
 // awaitReap waits for the reap hostOnce started, so that a one-shot tine
 // does not exit in the middle of it.
 func awaitReap() {
 	if h, err := hostOnce(); err == nil && h.reaped != nil {
-		h.startReap() // none started if no sandbox was
 		<-h.reaped
 	}
 }
@@ -123,38 +112,18 @@ type Process struct {
 // command has been exec'd, or with the reason it could not be: ErrNotFound
 // (exit 127), ErrPermission (126), ErrSetup, ErrInvalidSpec.
 func Start(s *Spec) (*Process, error) {
-	p, err := start(s, true)
-	if errors.Is(err, errStaleView) {
-		// The cached host view had changed: PID 1 was killed before the
-		// command could run; start again from a fresh scan.
-		p, err = start(s, false)
-	}
-	return p, err
-}
-
-// errStaleView: the host view a sandbox was started with was stale when
-// checked after the clone (see Plan.viewCheck); its PID 1 is gone.
-var errStaleView = errors.New("the host view changed while the sandbox started")
-
-// start is Start; deferViewCheck checks the host view's cache after the
-// clone rather than before the plan (see startPlan).
-func start(s *Spec, deferViewCheck bool) (*Process, error) {
 	if len(s.Args) == 0 {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
 	}
 	t0 := time.Now()
 	rootless := os.Geteuid() != 0
 	// The host's facts (hostOnce: the cgroup hierarchies, the capability
-	// mask) and then the sandbox's cgroup are made on a goroutine of their
-	// own while this one makes the plan: neither needs the other. The
-	// plan's host view comes from its cache unchecked; the check (~170
-	// lstats) runs once PID 1 is cloned (startPlan).
+	// mask, the reap) and then the sandbox's cgroup are made on a goroutine
+	// of their own while this one makes the plan (whose host view checks
+	// the freshness of its cache, ~170 lstats): neither needs the other.
 	hc := make(chan hostStart, 1)
 	go beginHost(s, rootless, hc)
-	// (Only a plain one-shot run defers it: detached, terminal and fork
-	// starts use the release socket for more than this.)
-	deferViewCheck = deferViewCheck && !s.Detach && !s.TTY && s.ForkOf == nil && s.spare == nil
-	plan, err := newPlan(s, rootless, deferViewCheck)
+	plan, err := NewPlan(s, rootless)
 	hs := <-hc
 	if err != nil || hs.err != nil {
 		discardGroup(hs.group)
@@ -415,23 +384,6 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 		}
 		return nil, err
 	}
-	if plan.viewCheck != nil {
-		// The host view's deferred check runs while PID 1 sets up, on a
-		// core that was busy before the clone. PID 1 waits for its answer
-		// before it forks the command: no command sees a stale view.
-		if !plan.viewCheck() {
-			return nil, errStaleView
-		}
-		if err := ch.release(nil); err != nil {
-			if rerr := ch.awaitExec(pg, pr, s.Args); rerr != nil {
-				return nil, rerr
-			}
-			return nil, err
-		}
-	}
-	// The reap of dead tines' groups is no sandbox's business: it runs
-	// while this PID 1 finishes its setup, not before the clone.
-	h.startReap()
 	if s.TTY {
 		pr.tty = ch.receiveTTY()
 		undo = append(undo, func() {
