@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -75,3 +76,51 @@ func TestReadAnswerRefusesWhatIsNoHTTP(t *testing.T) {
 }
 
 func newReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
+
+// TestRequestJSONCoversEveryField: with every field of a Request (and of
+// the types it holds) set, appendJSON still writes what encoding/json does,
+// so a field added to Request, or to api.Limits, api.Bind or sandbox.User,
+// without its line in appendJSON fails here.
+func TestRequestJSONCoversEveryField(t *testing.T) {
+	var r Request
+	fill(t, reflect.ValueOf(&r).Elem())
+	want, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.appendJSON(nil); string(got) != string(want) {
+		t.Fatalf("appendJSON\n got %s\nwant %s", got, want)
+	}
+}
+
+// fill sets every field of v to a value that is not its zero value.
+func fill(t *testing.T, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		v.SetInt(7)
+	case reflect.Uint32, reflect.Uint64, reflect.Uint:
+		v.SetUint(7)
+	case reflect.Float64:
+		v.SetFloat(1.5)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(t, s.Index(0))
+		v.Set(s)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		fill(t, p.Elem())
+		v.Set(p)
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				fill(t, v.Field(i))
+			}
+		}
+	default:
+		t.Fatalf("fill: a field of kind %s; teach fill (and appendJSON) about it", v.Kind())
+	}
+}
