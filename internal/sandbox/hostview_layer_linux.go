@@ -118,19 +118,16 @@ func preparedViewLayer(p *Plan, in inputs) string {
 		return ""
 	}
 	dir := layers + "/" + viewLayerKey(p.Stage, steps)
-	// Twice at most: a gc may remove the layer between our finding it and
-	// our lock; it is then made again.
-	for range 2 {
-		if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
-			if err := makeViewLayer(layers, dir, p.Stage+"/view", steps); err != nil {
-				return ""
-			}
-		}
-		if holdViewLayer(dir) {
-			return dir
-		}
+	// Held if it exists (and is not being removed by a gc), else made and
+	// held; a gc that removes it again meanwhile leaves PID 1 to make the
+	// entries itself.
+	if holdViewLayer(dir) {
+		return dir
 	}
-	return ""
+	if err := makeViewLayer(layers, dir, p.Stage+"/view", steps); err != nil || !holdViewLayer(dir) {
+		return ""
+	}
+	return dir
 }
 
 // heldViewLayers are the layers this process holds a shared lock on, by
@@ -144,9 +141,9 @@ func holdViewLayer(dir string) bool {
 	if _, ok := heldViewLayers.Load(dir); ok {
 		return true
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false
+		return false // not there (yet)
 	}
 	// Blocks only while a gc holds its exclusive lock, to remove the layer.
 	var held, named unix.Stat_t

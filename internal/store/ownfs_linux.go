@@ -84,18 +84,22 @@ func (h *OwnFilesystem) Release() error {
 		return err
 	}
 	defer lock.Close()
-	// The conversion to exclusive succeeds only with no other hold left;
-	// holds are taken under the same mount lock, so none comes meanwhile.
-	if unix.Flock(int(h.users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return nil
+	_, err = unmountUnheld(h.dir, h.users)
+	return err
+}
+
+// unmountUnheld unmounts dir's own image when users (its open hold file)
+// can be locked exclusively: no hold is left but the caller's, and holds
+// are taken under the mount lock the caller holds, so none comes
+// meanwhile. It says whether it unmounted.
+func unmountUnheld(dir string, users *os.File) (bool, error) {
+	if unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || !isOwnImageMount(dir) {
+		return false, nil
 	}
-	if !isOwnImageMount(h.dir) {
-		return nil
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		return false, fmt.Errorf("layer store: unmount %s: %w", dir, err)
 	}
-	if err := unix.Unmount(h.dir, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("layer store: unmount %s: %w", h.dir, err)
-	}
-	return nil
+	return true, nil
 }
 
 // UnmountUnused unmounts dir's own image when no process holds the store
@@ -120,14 +124,7 @@ func UnmountUnused(dir string) (bool, error) {
 		return false, fmt.Errorf("layer store: %w", err)
 	}
 	defer users.Close()
-	// Holds are taken under the mount lock: none comes while we hold it.
-	if unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || !isOwnImageMount(dir) {
-		return false, nil
-	}
-	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-		return false, fmt.Errorf("layer store: unmount %s: %w", dir, err)
-	}
-	return true, nil
+	return unmountUnheld(dir, users)
 }
 
 // lockMounts takes the lock under which one process at a time checks,
