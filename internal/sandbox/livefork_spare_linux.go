@@ -331,7 +331,10 @@ func unescapeMountinfo(s string) string {
 }
 
 // close closes the spare's mount namespace (what is mounted there lives
-// on in PID 1's copy, and the overlay, as long as they do).
+// on in PID 1's copy, and the overlay, as long as they do). It is the
+// namespace's last reference: its teardown waits for an RCU grace period
+// (0.4-0.9 ms here), which the start lets overlap PID 1's steps after
+// its release.
 func (lr *lateRoot) close() {
 	if lr.ns >= 0 {
 		unix.Close(lr.ns)

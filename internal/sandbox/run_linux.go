@@ -384,6 +384,9 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 		}
 		return nil, err
 	}
+	if lr := plan.lateRoot; lr != nil {
+		lr.close() // while PID 1 finishes (its root is attached)
+	}
 	if s.TTY {
 		pr.tty = ch.receiveTTY()
 		undo = append(undo, func() {
