@@ -134,8 +134,19 @@ type Session struct {
 	// interrupts counts Interrupt calls: one that comes while a copy is
 	// being forked ahead drops it as one after would.
 	interrupts int
-	queued     int
-	closed     bool
+	// carried is the state in which the interpreter was last seen to hold
+	// nothing a fork refuses (its check passed, or a copy of it was
+	// forked): until a cell or an interrupt, a fork need not ask again.
+	carried forkableState
+	queued  int
+	closed  bool
+}
+
+// forkableState is an interpreter between two cells, as far as what it
+// holds goes: only a cell's code (or an interrupt's handler) changes that.
+type forkableState struct {
+	of                *agent
+	count, interrupts int
 }
 
 // Start launches a session's interpreter in a sandbox through l and waits

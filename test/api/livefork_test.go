@@ -409,6 +409,20 @@ func TestLiveForkRefusalsLeaveNothingBehind(t *testing.T) {
 	if ex, err := kids[0].Run(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
 		t.Fatalf("the child: %+v %v", ex, err)
 	}
+	// A fork that went through is no pass for the next once a cell ran
+	// (the daemon skips the check between forks without one): a thread
+	// started since refuses it.
+	hold := "import threading\nev = threading.Event()\nth = threading.Thread(target=ev.wait)\nth.start()"
+	if ex, err := s.Run(ctx, hold); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("a thread after the fork: %+v %v", ex, err)
+	}
+	var e *client.Error
+	if _, _, err := s.Fork(ctx, 1); !errors.As(err, &e) || e.Status != 409 || !strings.Contains(e.Message, "thread") {
+		t.Fatalf("a fork after a cell that started a thread: %v, want 409 naming it", err)
+	}
+	if ex, err := s.Run(ctx, "ev.set(); th.join()"); err != nil || ex.Status != api.ExecOK {
+		t.Fatalf("the thread's end: %+v %v", ex, err)
+	}
 	// The CLI: tine session fork prints each child's ID/SID.
 	sock := "--socket=" + d.sock
 	if _, err := s.Run(ctx, "y = 6 * 7"); err != nil {
