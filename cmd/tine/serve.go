@@ -125,7 +125,7 @@ them. SIGINT or SIGTERM destroys every sandbox and exits.`,
 	fl.IntVar(&f.pool, "pool", 2, "sandboxes kept ready for tine run handed to the daemon (0: none)")
 	fl.IntVar(&f.forkSpares, "fork-spares", 1, "children each forkable session keeps made ahead for its live forks; each counts against --max-sandboxes (0: none)")
 	fl.BoolVar(&f.noForkAhead, "no-fork-ahead", false, "do not fork a forkable session's interpreter ahead of its next live fork while it idles (the copy is killed when a cell starts)")
-	fl.DurationVar(&f.forkAheadDelay, "fork-ahead-delay", server.DefaultForkAheadDelay, "how long a forkable session idles after a cell before its interpreter forks ahead; also the longest a fork's spare refill, and its fork ahead, wait for a child's first cell (0: at once)")
+	fl.DurationVar(&f.forkAheadDelay, "fork-ahead-delay", server.DefaultForkAheadDelay, "how long a forkable session idles after a cell, or after its fork's spare is made again, before its interpreter forks ahead; also the longest a fork's spare refill waits for a child's first cell (0: at once)")
 	fl.StringVar(&f.defaultMemory, "default-memory", "1g", "memory limit of a sandbox or run that asks for none (as root; rootless there is none), and what it counts against --max-memory")
 	fl.Int64Var(&f.defaultPids, "default-pids", sandbox.DefaultPids, "process and thread limit of a sandbox or run that asks for none (as root; rootless there is none)")
 	fl.StringVar(&f.osworldHost, "osworld-host", "127.0.0.1", "address the OSWorld APIs of desktops made with --osworld are published on (a port each)")
