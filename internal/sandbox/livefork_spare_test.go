@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -148,6 +149,56 @@ func TestForkSpareCompletesOverLateLayers(t *testing.T) {
 	}
 }
 
+// A spare builds its /proc, /dev and /sys while it waits for its root
+// (Plan.buildAhead): before Complete they are mounted under its stage,
+// none on its root; once complete, they are the child's, and its root's
+// mount is listed with them.
+func TestForkSpareBuildsItsKernelTreesAhead(t *testing.T) {
+	parent := spareParent(t)
+	layer := spareLayer(t, "layer", "a")
+	sp, err := CreateSpare(spareSpec(parent), layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Discard()
+	ahead := StageDir + "/ahead"
+	want := []string{ahead + "/proc proc", ahead + "/dev tmpfs", ahead + "/dev/pts devpts", ahead + "/proc/sys proc", ahead + "/sys sysfs"}
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(sp.Pid()) + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if sep := slices.Index(f, "-"); sep > 4 {
+				got = append(got, f[4]+" "+f[sep+1])
+				if strings.HasPrefix(f[4], StageDir+"/root/") {
+					t.Fatalf("the spare mounted on its root before it had one: %s", l)
+				}
+			}
+		}
+		if !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(got, w) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the spare's mounts before Complete lack some of %q:\n%s", want, strings.Join(got, "\n"))
+		}
+	}
+	child, err := sp.Complete([]string{layer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Destroy()
+	shape := mountShape(t, child)
+	for _, m := range []string{"/proc rw,nosuid,nodev,noexec,relatime proc", "/dev/pts rw,nosuid,noexec,relatime devpts", "/sys ro,nosuid,nodev,noexec,relatime sysfs", "/proc/sys ro,nosuid,nodev,noexec,relatime proc"} {
+		if !strings.Contains(shape, m) {
+			t.Fatalf("the completed spare's mounts lack %q:\n%s", m, shape)
+		}
+	}
+}
+
 // mountShape is a sandbox's mount table as an exec sees it: mount point,
 // options, type and super options (pids and ids stripped), the layer
 // paths in the root overlay's options replaced by their count.
@@ -172,6 +223,10 @@ func mountShape(t *testing.T, sb *Sandbox) string {
 		})
 		lines = append(lines, strings.Join([]string{f[4], f[5], f[sep+1], super}, " "))
 	}
+	// Sorted: a spare builds its /proc, /dev and /sys before its root
+	// (Plan.buildAhead), and mountinfo lists mounts in the order they were
+	// made.
+	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
 

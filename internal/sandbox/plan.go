@@ -65,6 +65,9 @@ type Step struct {
 	// base changed since can fail the setup but never redirect it.
 	Beneath bool
 	Bind    int // StepBind: index in Plan.Binds
+	// Ahead steps, of a spare fork child's plan, build its /proc, /dev and
+	// /sys under the stage before its root exists (Plan.buildAhead).
+	Ahead bool
 }
 
 func (s Step) String() string {
@@ -381,6 +384,7 @@ func NewPlan(s *Spec, rootless bool) (*Plan, error) {
 
 	p.Landlock = p.landlockRules(v)
 	if lr := p.lateRoot; lr != nil {
+		p.buildAhead()
 		// What the spare's mount namespace keeps of the host's: the
 		// stage's directory, every lower, and what is mounted from.
 		lr.keep = append([]string{stage, lower}, s.Layers...)
@@ -583,4 +587,72 @@ const maxMountData = 4095
 func escapeOverlay(p string) string {
 	r := strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`)
 	return r.Replace(p)
+}
+
+// buildsAhead says the plan has Ahead steps (a spare's: buildAhead).
+func (p *Plan) buildsAhead() bool {
+	return slices.ContainsFunc(p.Steps, func(st Step) bool { return st.Ahead })
+}
+
+// aheadTrees are the roots of the trees a spare fork child builds before
+// its root exists: kernel filesystems and tmpfs, nothing of the root's.
+var aheadTrees = []string{"/proc", "/dev", "/sys"}
+
+// buildAhead has a spare fork child build its /proc, /dev and /sys trees
+// (their ~45 mounts and masks) under the stage while it idles, and move
+// each onto its root, whole, once the fork has given it one (ADR 0013,
+// session 8): the steps on them become Ahead steps at the same paths
+// under stage/ahead, in the same order, and in their place come a mkdir
+// and an MS_MOVE per tree. A plan with a step on those trees that needs
+// the root (a user's bind, a path resolved beneath the root, a source in
+// the root outside them) keeps its steps as they are.
+func (p *Plan) buildAhead() {
+	R, A := p.Root, p.Stage+"/ahead"
+	under := func(path string) (string, bool) {
+		for _, t := range aheadTrees {
+			if path == R+t || strings.HasPrefix(path, R+t+"/") {
+				return A + strings.TrimPrefix(path, R), true
+			}
+		}
+		return path, false
+	}
+	rest := p.Steps[p.RootSteps:]
+	var ahead, after []Step
+	for _, st := range rest {
+		target, in := under(st.Target)
+		if !in {
+			after = append(after, st)
+			continue
+		}
+		switch st.Kind {
+		case StepMount, StepMkdir, StepMknod, StepSymlink, StepTouch:
+		default:
+			return // a bind of the user's, an entry of the upper layer
+		}
+		if st.Beneath {
+			return
+		}
+		if st.Kind == StepMount && strings.HasPrefix(st.Source, R+"/") {
+			src, in := under(st.Source)
+			if !in {
+				return // a source in the root, which does not exist yet
+			}
+			st.Source = src
+		}
+		st.Target, st.Ahead = target, true
+		ahead = append(ahead, st)
+	}
+	if len(ahead) == 0 {
+		return
+	}
+	moves := []Step{{Kind: StepMkdir, Target: A, Mode: 0o755, Ahead: true}}
+	for _, t := range aheadTrees {
+		mode := uint32(0o555)
+		if t == "/dev" {
+			mode = 0o755
+		}
+		moves = append(moves, Step{Kind: StepMkdir, Target: R + t, Mode: mode},
+			Step{Kind: StepMount, Source: A + t, Target: R + t, Flags: unix.MS_MOVE})
+	}
+	p.Steps = slices.Concat(p.Steps[:p.RootSteps], moves[:1], ahead, moves[1:], after)
 }

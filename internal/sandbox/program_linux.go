@@ -242,6 +242,25 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 		pg.cloneBindSources(p)
 	}
 	pg.root = p.Root
+	if p.buildsAhead() {
+		// A spare's /proc, /dev and /sys, built while it idles; the rest
+		// waits for its root (a second release, once it is attached).
+		for _, inNetns := range []bool{false, true} {
+			for _, st := range p.Steps {
+				if !st.Ahead || st.InNetns != inNetns {
+					continue
+				}
+				o, err := pg.stepOp(st)
+				if err != nil {
+					return nil, err
+				}
+				for _, o := range o {
+					pg.addSetup(st.String(), o)
+				}
+			}
+		}
+		pg.addRelease(false)
+	}
 	uppers := upperEntries{modes: map[string]uint32{}}
 	// The os view's entries: one bind of the layer made on the host, when
 	// it could be made (hostview_layer_linux.go).
@@ -251,7 +270,7 @@ func compileBoot(p *Plan, in inputs, hop *nestedHop) (*program, error) {
 			pg.addRelease(true)
 		}
 		for i, st := range p.Steps {
-			if st.InNetns != inNetns || i < p.RootSteps {
+			if st.InNetns != inNetns || i < p.RootSteps || st.Ahead {
 				continue
 			}
 			if st.Kind == StepUpper && viewLayer != "" && !st.InNetns && strings.HasPrefix(st.Target, viewPrefix) {

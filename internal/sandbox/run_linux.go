@@ -362,6 +362,12 @@ func startPlan(h *host, plan *Plan, t0 time.Time, group chan groupResult) (*Proc
 		}
 	}
 	if s.spare != nil {
+		if plan.buildsAhead() {
+			// Its /proc, /dev and /sys while it waits for its root.
+			if err := ch.release(nil); err != nil {
+				return nil, err
+			}
+		}
 		if err := s.spare.await(s, pr, plan.lateRoot); err != nil {
 			return nil, err
 		}

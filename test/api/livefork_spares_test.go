@@ -292,7 +292,9 @@ func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 	// Paths and sizes vary; a spare's root names its layers one
 	// lowerdir+ each (fsconfig), the other's in one lowerdir.
 	shape := regexp.MustCompile(`(lowerdir\+?=[^,\s]*,)+|(upperdir|workdir|size|nr_inodes)=[^,\s]*`)
-	mounts := `awk '{for (i = 7; $i != "-"; i++); print $5, $6, $(i+1), $(i+3)}' /proc/self/mountinfo`
+	// Sorted: a spare's /proc, /dev and /sys are made before its root
+	// (ADR 0013, session 8), and mountinfo lists mounts as they were made.
+	mounts := `awk '{for (i = 7; $i != "-"; i++); print $5, $6, $(i+1), $(i+3)}' /proc/self/mountinfo | sort`
 	// The namespaces of the copy (which joins a spare in two steps, the
 	// mount and cgroup ones once it is complete) and of an exec.
 	nsList := `for n in user mnt ipc uts net cgroup pid; do readlink /proc/self/ns/$n; done`
