@@ -55,6 +55,7 @@ func (sb *Sandbox) Launch(e *ExecSpec) (*Launched, error) {
 	if len(e.Args) == 0 || e.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no command given", ErrInvalidSpec)
 	}
+	defer sb.touches.Add(1) // once it returns (see Exec)
 	release, err := sb.use()
 	if err != nil {
 		return nil, err

@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tine-run/tine/internal/kernel/cgroup"
@@ -35,7 +38,17 @@ type Sandbox struct {
 	// sandbox.
 	starting  sync.RWMutex
 	destroyed bool
+
+	// touches counts what was let into the sandbox from outside (Touches).
+	touches atomic.Uint64
 }
+
+// Touches counts the times something was let into the sandbox from
+// outside its processes: a command launched or joined (Launch, Exec), its
+// root handed out to the host's side (Root). While it and the processes
+// inside stay as they were (Alone), nothing but those processes can have
+// changed its files.
+func (sb *Sandbox) Touches() uint64 { return sb.touches.Load() }
 
 // use holds the sandbox's descriptors open while an exec or launch starts;
 // ErrSandboxGone once it is destroyed.
@@ -130,7 +143,10 @@ func (sb *Sandbox) Pid() int { return sb.init.pid }
 
 // Root returns a path to the sandbox's root filesystem as seen from the
 // host (through its PID 1), for confined file access.
-func (sb *Sandbox) Root() string { return "/proc/" + strconv.Itoa(sb.init.pid) + "/root" }
+func (sb *Sandbox) Root() string {
+	sb.touches.Add(1)
+	return "/proc/" + strconv.Itoa(sb.init.pid) + "/root"
+}
 
 // OpenUpper opens the sandbox's writable layer (the overlay's upper
 // directory: every file it created, changed or deleted, as whiteouts) for
@@ -230,6 +246,9 @@ func (sb *Sandbox) Exec(e *ExecSpec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Counted once it returns: a command started while a snapshot
+	// was taken is then seen by the snapshot (Alone) or after it.
+	defer sb.touches.Add(1)
 	release, err := sb.use()
 	if err != nil {
 		return nil, err
@@ -422,4 +441,33 @@ func (sb *Sandbox) SetLimits(lim cgroup.Limits) error {
 		return nil
 	}
 	return sb.init.group.SetLimits(lim)
+}
+
+// Alone reports whether the sandbox runs nothing but its PID 1, p (a
+// command of its Exec) and what p started: no other command, session or
+// function request. False whenever it cannot tell. Frozen, the answer
+// holds until the thaw; after it, Touches says whether anything else was
+// let in since.
+func (sb *Sandbox) Alone(p *Process) bool {
+	g := sb.init.group
+	if g == nil || p == nil || p.sandbox != sb || p.track == nil {
+		return false
+	}
+	members, err := g.Members()
+	if err != nil {
+		return false
+	}
+	own, err := filepath.Rel(g.Dirs()["pids"], p.track.Dirs()["pids"])
+	if err != nil || own == "." || strings.HasPrefix(own, "..") {
+		return false
+	}
+	for dir, pids := range members {
+		switch {
+		case dir == own || strings.HasPrefix(dir, own+"/"):
+		case dir == "" && len(pids) == 1 && pids[0] == sb.init.pid:
+		default:
+			return false
+		}
+	}
+	return true
 }

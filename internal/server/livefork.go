@@ -45,6 +45,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	var snap string
 	var ph forkPhases
 	var parent liveInstance
+	var fresh *keptSnapshot  // this fork's snapshot, kept for the next if it succeeds
 	var spares []*spareChild // claimed, until Early or Make takes them
 	var use []*spareChild    // taken by Early, until Make completes them
 	var gen int
@@ -76,7 +77,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		// the session's turn, changes nothing between the two.
 		Prepare: func() (err error) {
 			ph.asked = time.Now()
-			c, sn, err = s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sess.ID()}, true)
+			c, sn, fresh, ph.reused, err = s.liveForkSnapshot(b, sess)
 			if err == nil {
 				snap = sn.ID
 			}
@@ -118,10 +119,15 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		for _, child := range boxes {
 			s.destroy(child, "its live fork failed")
 		}
-		if snap != "" {
+		if snap != "" && !ph.reused {
 			c.Delete(snap) // nothing of a failed fork is left
 		}
 		return err
+	}
+	if fresh != nil {
+		b.mu.Lock()
+		b.keptFork = fresh
+		b.mu.Unlock()
 	}
 	out := api.ForkSessionResult{Snapshot: snap}
 	for i, c := range boxes {
@@ -135,7 +141,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out.ForkMs = float64(time.Since(t0).Microseconds()) / 1000
-	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "ahead", ph.ahead, "early_joins", ph.early, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
+	s.log.Info("session forked", "sandbox", b.id, "session", sess.ID(), "count", req.Count, "from_spares", ph.spares, "ahead", ph.ahead, "snapshot_reused", ph.reused, "early_joins", ph.early, "paused_ms", sn.PausedMs, "fork_ms", out.ForkMs,
 		"checks_ms", ms(ph.asked.Sub(t0)), "snapshot_ms", ms(ph.snapshot.Sub(ph.asked)), "interpreter_ms", ms(ph.forked.Sub(ph.snapshot)), "children_ms", ms(ph.children.Sub(ph.forked)), "copies_ms", ms(time.Since(ph.children)))
 	writeJSON(w, http.StatusCreated, out)
 	if sess.ForksLeft() == 0 {
@@ -155,6 +161,54 @@ type forkPhases struct {
 	spares                            int
 	ahead                             bool // the first copy was forked ahead
 	early                             int  // copies that joined spares early
+	reused                            bool // the snapshot was an earlier fork's (keptSnapshot)
+}
+
+// keptSnapshot is a live fork's snapshot kept for the next live fork of
+// the same session from the same state (ADR 0013, session 9): its copy,
+// freeze and commit (1.5-2 ms of the fork's path) are left out when the
+// sandbox's files cannot have changed since. They cannot when the
+// session ran no cell since (its mark), nothing ran in the sandbox but
+// its PID 1 and the session's interpreter when it was taken (Alone, while
+// frozen), and nothing was let in since (Touches: an exec, another
+// session, a file written by the API).
+type keptSnapshot struct {
+	session string
+	mark    session.Mark
+	touches uint64
+	id      string
+}
+
+// liveForkSnapshot is the file-tier snapshot a live fork of sess starts
+// its children from: the one kept from its last fork when it still
+// holds (reused), else a new one, with what to keep of it when it may be
+// kept.
+func (s *Server) liveForkSnapshot(b *box, sess *session.Session) (c *snapshot.Catalog, sn *snapshot.Snapshot, kept *keptSnapshot, reused bool, err error) {
+	li, live := b.inst.(liveInstance)
+	if !live {
+		return nil, nil, nil, false, fmt.Errorf("%w: this runtime's sandboxes cannot be snapshotted", ErrNoSnapshots)
+	}
+	now := keptSnapshot{session: sess.ID(), mark: sess.Mark(), touches: li.Touches()}
+	b.mu.Lock()
+	k := b.keptFork
+	b.mu.Unlock()
+	if k != nil && k.session == now.session && k.mark == now.mark && k.touches == now.touches {
+		if c, err = s.snapshots(); err == nil {
+			if sn, err = c.Get(k.id); err == nil {
+				return c, sn, nil, true, nil
+			}
+		}
+		// Deleted meanwhile (DELETE /v1/snapshots): a new one.
+	}
+	proc, _ := sess.Process().(*sandbox.Process)
+	alone := false
+	how := snapshotHow{unsynced: true, frozen: func() { alone = li.Alone(proc) }}
+	c, sn, err = s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sess.ID()}, how)
+	if err != nil || !alone {
+		return c, sn, nil, false, err
+	}
+	now.id = sn.ID
+	return c, sn, &now, false, nil
 }
 
 // forkParentScope is the layer b's forkable interpreter puts up after a

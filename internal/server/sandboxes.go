@@ -46,9 +46,10 @@ type box struct {
 	aci        int          // ACI sessions proxied to its guest now
 	sessions   *session.Set // its code-interpreter sessions, made on first use
 
-	forkedFrom string       // the snapshot it was forked from
-	forkOf     string       // the sandbox whose session it is a live fork of
-	lease      *image.Lease // the image it runs from, kept from removal
+	forkedFrom string        // the snapshot it was forked from
+	keptFork   *keptSnapshot // its last live fork's snapshot, for the next
+	forkOf     string        // the sandbox whose session it is a live fork of
+	lease      *image.Lease  // the image it runs from, kept from removal
 
 	net *boxNet // its network (nil: loopback without published ports)
 

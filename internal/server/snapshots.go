@@ -98,13 +98,22 @@ const maxDepth = 24
 // takeSnapshot captures b: frozen, its writable layer committed to the
 // store, thawed.
 func (s *Server) takeSnapshot(b *box, req api.SnapshotRequest) (*snapshot.Catalog, *snapshot.Snapshot, error) {
-	return s.snapshotBox(b, req, false)
+	return s.snapshotBox(b, req, snapshotHow{})
 }
 
-// snapshotBox is takeSnapshot; unsynced commits without waiting for the
-// disk (snapshot.Draft.Unsynced: a live fork's, good until the host goes
-// down, as its children are).
-func (s *Server) snapshotBox(b *box, req api.SnapshotRequest, unsynced bool) (*snapshot.Catalog, *snapshot.Snapshot, error) {
+// snapshotHow is how a live fork's snapshot differs from takeSnapshot's.
+type snapshotHow struct {
+	// unsynced commits without waiting for the disk (snapshot.Draft.
+	// Unsynced: good until the host goes down, as a live fork's children
+	// are).
+	unsynced bool
+	// frozen, when not nil, runs while the sandbox is frozen, before its
+	// files are copied.
+	frozen func()
+}
+
+// snapshotBox is takeSnapshot, as how says.
+func (s *Server) snapshotBox(b *box, req api.SnapshotRequest, how snapshotHow) (*snapshot.Catalog, *snapshot.Snapshot, error) {
 	tier := snapshot.TierFS
 	switch req.Tier {
 	case "", api.TierFS:
@@ -155,7 +164,7 @@ func (s *Server) snapshotBox(b *box, req api.SnapshotRequest, unsynced bool) (*s
 	if err != nil {
 		return nil, nil, err
 	}
-	if unsynced {
+	if how.unsynced {
 		draft.Unsynced()
 	}
 	committed := false
@@ -176,6 +185,9 @@ func (s *Server) snapshotBox(b *box, req api.SnapshotRequest, unsynced bool) (*s
 	}
 	if err := snap.Freeze(); err != nil {
 		return nil, nil, fmt.Errorf("freeze sandbox %s: %w", b.id, err)
+	}
+	if how.frozen != nil {
+		how.frozen()
 	}
 	var paused time.Duration
 	thaw := func() {

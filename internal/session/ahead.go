@@ -87,7 +87,7 @@ func (s *Session) ForkAhead() error {
 		return nil
 	}
 	s.ahead, s.aheadOf, s.aheadCount = c, a, count
-	s.carried = forkableState{a, count, interrupts} // the agent checked before it forked
+	s.carried = Mark{a, count, interrupts} // the agent checked before it forked
 	return nil
 }
 

@@ -102,7 +102,7 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 	defer s.give()
 	s.mu.Lock()
 	a, why, count, forks := s.agent, s.dead, s.count, s.forks
-	now := forkableState{a, s.count, s.interrupts}
+	now := Mark{a, s.count, s.interrupts}
 	checked := s.carried == now
 	s.mu.Unlock()
 	if a == nil {
@@ -181,7 +181,7 @@ func (s *Session) Fork(r ForkRequest) ([]*Session, error) {
 // cell between skips the check's round trip, 1.2-2.9 ms). As with a copy
 // forked ahead, what a signal handler or timer of the user's does
 // between cells is not seen.
-func (s *Session) markCarried(st forkableState) {
+func (s *Session) markCarried(st Mark) {
 	s.mu.Lock()
 	s.carried = st
 	s.mu.Unlock()

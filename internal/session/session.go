@@ -137,16 +137,38 @@ type Session struct {
 	// carried is the state in which the interpreter was last seen to hold
 	// nothing a fork refuses (its check passed, or a copy of it was
 	// forked): until a cell or an interrupt, a fork need not ask again.
-	carried forkableState
+	carried Mark
 	queued  int
 	closed  bool
 }
 
-// forkableState is an interpreter between two cells, as far as what it
-// holds goes: only a cell's code (or an interrupt's handler) changes that.
-type forkableState struct {
+// Mark is an interpreter between two cells: only a cell's code (or an
+// interrupt's handler) changes what it holds, and what its files are, as
+// far as it goes. Two equal marks of a session mean no cell, interrupt or
+// restart came between them (what a signal handler or timer of the
+// user's does between cells is not seen).
+type Mark struct {
 	of                *agent
 	count, interrupts int
+}
+
+// Mark is where the session's interpreter stands now: take it while the
+// session's turn is held (in a ForkRequest's hooks), or it may be a cell
+// old when it is read.
+func (s *Session) Mark() Mark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Mark{s.agent, s.count, s.interrupts}
+}
+
+// Process is the session's interpreter (nil once it died).
+func (s *Session) Process() Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.agent == nil {
+		return nil
+	}
+	return s.agent.proc
 }
 
 // Start launches a session's interpreter in a sandbox through l and waits

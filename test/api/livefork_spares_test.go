@@ -280,7 +280,11 @@ func TestLiveForkSpareWhosePID1Died(t *testing.T) {
 func TestLiveForkChildFromSpareIsWalledAndFresh(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sbID, s, pid := sandboxWithSpare(t, d)
+	sbID, s, _ := sandboxWithSpare(t, d)
+	// The copy forked ahead comes once the spare after the cell is made:
+	// a spare seen before it may have been one being replaced.
+	awaitParked(t, d)
+	pid := awaitSpare(t, d)
 	kids, res, err := s.Fork(ctx, 2)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -554,6 +555,47 @@ func (h *Host) OpenAt(path string) (*Group, error) {
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// Members lists the processes of the group and of every group nested in
+// it (an exec's tracking group, a request's), by directory relative to
+// the group's ("" for its own; directories without processes are left
+// out), from the pids hierarchy, which Track makes its groups in.
+func (g *Group) Members() (map[string][]int, error) {
+	root, ok := g.dirs["pids"]
+	if !ok {
+		return nil, fmt.Errorf("%w: the group has no pids directory", ErrUnavailable)
+	}
+	out := map[string][]int{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		var pids []int
+		for _, f := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return fmt.Errorf("%s/cgroup.procs: %q is not a pid", path, f)
+			}
+			pids = append(pids, pid)
+		}
+		if len(pids) > 0 {
+			rel, _ := filepath.Rel(root, path)
+			if rel == "." {
+				rel = ""
+			}
+			out[rel] = pids
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the members of cgroup %s: %w", g.name, err)
+	}
+	return out, nil
 }
 
 // Procs lists the pids in the group (its pids hierarchy's cgroup.procs).
