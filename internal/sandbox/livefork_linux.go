@@ -123,9 +123,13 @@ type ForkTarget struct {
 	// late ones' (Late).
 	FDs     []int
 	LateFDs []int
-	sb      *Sandbox
-	track   *cgroup.Group
-	early   bool
+	// Walls, of a target made early, are the child's ForkWalls, known
+	// before it is complete (nil if they could not be made then): its
+	// copy readies them while the child completes.
+	Walls *RequestWalls
+	sb    *Sandbox
+	track *cgroup.Group
+	early bool
 }
 
 // ForkTarget opens sb's namespaces and makes a tracking group for one copy
@@ -292,16 +296,20 @@ func (f *Forked) Signal(sig syscall.Signal) error {
 // answers: those of an exec in sb — its Landlock rules (unscoped, as an
 // exec's), its seccomp filter stacked on the Session filter the copy
 // inherits, its capabilities.
-func (sb *Sandbox) ForkWalls() (*RequestWalls, error) {
-	if sb.plan.Spec.ForkOf == nil {
+func (sb *Sandbox) ForkWalls() (*RequestWalls, error) { return forkWalls(sb.plan, sb.h) }
+
+// forkWalls are the ForkWalls of a fork child planned as p: a spare's
+// are known before it is complete (its root changes none of them).
+func forkWalls(p *Plan, h *host) (*RequestWalls, error) {
+	if p.Spec.ForkOf == nil {
 		return nil, fmt.Errorf("%w: not a live fork's child", ErrInvalidSpec)
 	}
-	filter, err := seccomp.Program(sb.plan.Spec.Seccomp)
+	filter, err := seccomp.Program(p.Spec.Seccomp)
 	if err != nil {
 		return nil, err
 	}
-	w := &RequestWalls{KeepCaps: sb.h.keepCaps, DropCaps: sb.h.dropCaps}
-	if list := sb.plan.Spec.Capabilities; list != nil {
+	w := &RequestWalls{KeepCaps: h.keepCaps, DropCaps: h.dropCaps}
+	if list := p.Spec.Capabilities; list != nil {
 		var in inputs
 		in.narrowCaps(list)
 		w.KeepCaps, w.DropCaps = in.keepCaps, in.dropCaps
@@ -309,9 +317,9 @@ func (sb *Sandbox) ForkWalls() (*RequestWalls, error) {
 	if len(filter) > 0 {
 		w.Seccomp = unsafe.Slice((*byte)(unsafe.Pointer(&filter[0])), len(filter)*int(unsafe.Sizeof(unix.SockFilter{})))
 	}
-	if abi := sb.h.landlockABI; abi > 0 {
+	if abi := h.landlockABI; abi > 0 {
 		w.Landlock = &LandlockRuleset{Attr: landlock.UnscopedRulesetAttr(abi)}
-		for _, r := range sb.plan.Landlock {
+		for _, r := range p.Landlock {
 			w.Landlock.Rules = append(w.Landlock.Rules, LandlockRule{Path: r.Path, Rights: landlock.Supported(r.Rights, abi)})
 		}
 	}

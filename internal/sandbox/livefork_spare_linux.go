@@ -53,6 +53,7 @@ type spare struct {
 	keep   []string      // host paths whose mounts its namespace keeps (CreateSpare)
 	pid    int           // PID 1's host pid, once ready
 	group  *cgroup.Group // its cgroup, once ready (nil without one)
+	walls  *RequestWalls // its ForkWalls, once ready (nil if they failed)
 	sb     *Sandbox
 	err    error
 	// prepared is the early target made while the spare idles, until
@@ -133,7 +134,7 @@ func (s *Spare) EarlyForkTarget() (t *ForkTarget, err error) {
 	if t, err = openForkTarget(s.sp.pid, EarlyForkNamespaces, "the spare's", s.sp.group); err != nil {
 		return nil, err
 	}
-	t.early = true
+	t.early, t.Walls = true, s.sp.walls
 	return t, nil
 }
 
@@ -191,12 +192,15 @@ func (s *Spare) Discard() {
 func (sp *spare) await(s *Spec, pr *Process, lr *lateRoot) error {
 	pid := pr.pid
 	sp.pid, sp.group = pid, pr.group
+	if h, err := hostOnce(); err == nil {
+		sp.walls, _ = forkWalls(pr.plan, h) // nil: the copy gets them with its join
+	}
 	// The first copy's early target is made now, off the fork's path
 	// (0.4-1.8 ms there); one not handed out goes before the start
 	// returns, before its undo removes the cgroup its tracking group is in.
 	if sp.group != nil {
 		if t, err := openForkTarget(pid, EarlyForkNamespaces, "the spare's", sp.group); err == nil {
-			t.early = true
+			t.early, t.Walls = true, sp.walls
 			sp.prepared = t
 			defer sp.dropPrepared()
 		}

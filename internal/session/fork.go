@@ -269,7 +269,11 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 		if i >= len(copies) {
 			break
 		}
-		if err := copies[i].sendFDs(map[string]any{"op": "join_early", "nfds": len(t.FDs), "types": earlyTypes, "syscalls": sandbox.ForkSyscalls}, t.FDs); err != nil {
+		msg := map[string]any{"op": "join_early", "nfds": len(t.FDs), "types": earlyTypes, "syscalls": sandbox.ForkSyscalls}
+		if t.Walls != nil {
+			msg["walls"] = t.Walls // readied while the child completes
+		}
+		if err := copies[i].sendFDs(msg, t.FDs); err != nil {
 			return nil, copies, fmt.Errorf("%w: a copy: %v", ErrStart, err)
 		}
 	}
@@ -304,6 +308,9 @@ func (a *agent) fork(r ForkRequest, ahead *agent) (into []ForkInto, copies []*ag
 				return into, copies, fmt.Errorf("%w: the child %s was made ahead for another copy", ErrStart, t.SandboxID)
 			}
 			join["nfds"], join["types"], fds = len(t.Target.LateFDs), lateTypes, t.Target.LateFDs
+			if t.Target.Walls != nil {
+				delete(join, "walls") // the copy has them from its early join
+			}
 		}
 		if err := c.sendFDs(join, fds); err != nil {
 			return into, copies, fmt.Errorf("%w: the copy for sandbox %s: %v", ErrStart, t.SandboxID, err)

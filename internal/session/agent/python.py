@@ -464,6 +464,7 @@ class Agent:
 
     def become_copy(self, fds, others, msg, files, cwd, hop, parked=False):
         ctl, out, err = fds
+        readied = None  # the walls, when readied at an early join
         try:
             for fd in others:
                 os.close(fd)
@@ -479,7 +480,8 @@ class Agent:
                 got, self.fds_in = self.fds_in, []
                 types_ = join.get("types") or []
                 ns, procs = got[:len(types_)], got[len(types_):]
-                early = ForkWalls({"syscalls": join.get("syscalls")}, hop)
+                given = join.get("walls")
+                early = ForkWalls(given or {"syscalls": join.get("syscalls")}, hop)
                 for fd, (name, nstype) in zip(ns, types_):
                     early.setns(fd, nstype, name)
                 early.hop()
@@ -487,11 +489,19 @@ class Agent:
                     os.write(fd, b"0")
                 for fd in ns + procs:
                     os.close(fd)
+                if given:
+                    # The child's walls came early: what of them and of
+                    # the copy needs nothing of its root is done while
+                    # it completes.
+                    close_others(ctl, out, err, files)
+                    early.ready()  # (its ruleset's descriptor is kept)
+                    reseed()
+                    readied = early
                 join = self.recv()
                 if join is None or join.get("op") != "join":
                     os._exit(0)  # the fork was given up
                 got, self.fds_in = self.fds_in, []
-                walls = ForkWalls(join.get("walls") or {}, hop)
+                walls = readied or ForkWalls(join.get("walls") or {}, hop)
                 for fd, (name, nstype) in zip(got, join.get("types") or []):
                     walls.setns(fd, nstype, name)
                 for fd in got:
@@ -519,7 +529,6 @@ class Agent:
                 os.chdir("/")
             os.dup2(out, 1)
             os.dup2(err, 2)
-            keep = {0, 1, 2, ctl}
             lost = []
             for fd, path, flags, cloexec, pos in files:
                 try:
@@ -534,19 +543,19 @@ class Agent:
                         os.lseek(fd, pos, os.SEEK_SET)
                     except OSError:
                         pass
-                keep.add(fd)
-            for name in os.listdir("/proc/self/fd"):
-                fd = int(name)
-                if fd not in keep and fd != out and fd != err:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass  # the listing's own descriptor
+            for fd in lost:
+                try:
+                    os.close(fd)  # the parent's, which the child cannot have
+                except OSError:
+                    pass
+            if readied is None:
+                close_others(ctl, out, err, files)
             os.close(out)
             os.close(err)
             self.out.n = self.err.n = 0
             self.copies = []
-            reseed()
+            if readied is None:
+                reseed()
             self.forked_lost = lost
         except BaseException as e:
             try:
@@ -769,13 +778,29 @@ class ForkWalls:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         os.setsid()
 
+    def ready(self):
+        # What of the walls needs nothing of the child's root, done before
+        # it is joined: the bounding set's drops (this process's own
+        # capabilities, which its joins need, stay as they are; Landlock
+        # needs only no_new_privs, the parent's already) and the ruleset.
+        self.drop_bounding()
+        if self.ll_attr is not None:
+            self.ruleset = self.check(self.syscall(self.nr["landlock_create_ruleset"], self.ll_attr, self.ll_size, 0), "landlock ruleset")
+
+    def drop_bounding(self):
+        for cap in self.drop:
+            self.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL: unknown to this kernel
+        self.drop = []
+
     def put_up(self):
         # In an exec's order: Landlock, the bounding set, capabilities,
         # seccomp (each later step would forbid an earlier one); no_new_privs
-        # is the parent's already.
+        # is the parent's already. ready may have done part.
         sysc, c = self.syscall, self.ctypes
         if self.ll_attr is not None:
-            rs = self.check(sysc(self.nr["landlock_create_ruleset"], self.ll_attr, self.ll_size, 0), "landlock ruleset")
+            rs = getattr(self, "ruleset", None)
+            if rs is None:
+                rs = self.check(sysc(self.nr["landlock_create_ruleset"], self.ll_attr, self.ll_size, 0), "landlock ruleset")
             for path, rights in self.ll_rules:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -786,8 +811,7 @@ class ForkWalls:
                 os.close(fd)
             self.check(sysc(self.nr["landlock_restrict_self"], rs, 0), "landlock restrict")
             os.close(rs)
-        for cap in self.drop:
-            self.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL: unknown to this kernel
+        self.drop_bounding()
         self.check(sysc(self.nr["capset"], c.byref(self.cap_hdr), self.cap_data), "set capabilities")
         # Joining a user namespace gave this process capabilities, which
         # made it undumpable; an exec's command is dumpable.
@@ -880,6 +904,21 @@ def restrict_to_scope(attr_b64, nr):
             raise OSError(e, "landlock restrict: %s" % os.strerror(e))
     finally:
         os.close(rs)
+
+
+def close_others(ctl, out, err, files):
+    # A copy keeps its standard streams, its control socket, its new
+    # output pipes and the descriptors of the parent's open files (each
+    # re-opened by path in the child); the rest was the parent's.
+    keep = {0, 1, 2, ctl, out, err}
+    keep.update(f[0] for f in files)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor
 
 
 def reseed():
