@@ -288,10 +288,12 @@ func (s *Server) makeForkChildren(b *box, parent liveInstance, c *snapshot.Catal
 		if err != nil {
 			return fail(err)
 		}
-		walls, err := sb.ForkWalls()
-		if err != nil {
-			t.Discard()
-			return fail(err)
+		walls := t.Walls // a spare's, made while it idled
+		if walls == nil {
+			if walls, err = sb.ForkWalls(); err != nil {
+				t.Discard()
+				return fail(err)
+			}
 		}
 		into = append(into, session.ForkInto{SandboxID: child.id, Target: t, Walls: walls, Launcher: child.launcher()})
 	}

@@ -465,6 +465,7 @@ class Agent:
     def become_copy(self, fds, others, msg, files, cwd, hop, parked=False):
         ctl, out, err = fds
         readied = None  # the walls, when readied at an early join
+        tidied = False  # the parent's descriptors closed, random reseeded
         try:
             for fd in others:
                 os.close(fd)
@@ -472,6 +473,12 @@ class Agent:
                 self.ctl = socket.socket(fileno=ctl)
                 self.ctl.set_inheritable(False)
                 self.inbuf, self.fds_in = b"", []
+            else:
+                # Parked, it has time: what needs neither the child nor
+                # its walls is done before a fork claims it.
+                close_others(ctl, out, err, files)
+                reseed()
+                tidied = True
             join = self.recv()
             if join is not None and join.get("op") == "join_early":
                 # A spare's namespaces that are its for good, while it
@@ -493,9 +500,11 @@ class Agent:
                     # The child's walls came early: what of them and of
                     # the copy needs nothing of its root is done while
                     # it completes.
-                    close_others(ctl, out, err, files)
-                    early.ready()  # (its ruleset's descriptor is kept)
-                    reseed()
+                    if not tidied:
+                        close_others(ctl, out, err, files)
+                        reseed()
+                        tidied = True
+                    early.ready()  # (after the close: its ruleset's descriptor stays)
                     readied = early
                 join = self.recv()
                 if join is None or join.get("op") != "join":
@@ -548,13 +557,13 @@ class Agent:
                     os.close(fd)  # the parent's, which the child cannot have
                 except OSError:
                     pass
-            if readied is None:
+            if not tidied:
                 close_others(ctl, out, err, files)
             os.close(out)
             os.close(err)
             self.out.n = self.err.n = 0
             self.copies = []
-            if readied is None:
+            if not tidied:
                 reseed()
             self.forked_lost = lost
         except BaseException as e:
