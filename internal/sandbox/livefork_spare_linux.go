@@ -210,6 +210,8 @@ func (sp *spare) await(s *Spec, pr *Process, lr *lateRoot) error {
 		return err
 	}
 	defer stop()
+	parked := lr.park(pid)
+	defer parked.release()
 	close(sp.ready)
 	var layers []string
 	var ok bool
@@ -228,11 +230,48 @@ func (sp *spare) await(s *Spec, pr *Process, lr *lateRoot) error {
 		// Destroy waits for this start to let go of it.
 		return fmt.Errorf("%w: the spare's parent sandbox died", ErrSandboxGone)
 	}
-	if err := lr.attach(pid, layers); err != nil {
+	if err := parked.attach(layers); err != nil {
 		return err
 	}
 	s.Layers = slices.Concat(layers, s.Layers)
 	return nil
+}
+
+// parkedAttach is a thread parked in a spare's stage namespace with its
+// root overlay's filesystem context open (lateRoot.park), waiting for the
+// fork's layers: the thread's start, its joins and the context's opening
+// are off the fork's path (ADR 0013, session 9).
+type parkedAttach struct {
+	layers chan []string // closed to let the thread go
+	done   chan error    // the thread's answer, once it has ended
+	once   sync.Once
+}
+
+// park starts the thread that attaches the root of the spare whose PID 1
+// is pid.
+func (lr *lateRoot) park(pid int) *parkedAttach {
+	p := &parkedAttach{layers: make(chan []string), done: make(chan error, 1)}
+	go osthread.Throwaway(func() { p.done <- lr.attachWhenGiven(pid, p.layers) })
+	return p
+}
+
+// attach has the parked thread attach the root over layers.
+func (p *parkedAttach) attach(layers []string) error {
+	err := ErrSpareDiscarded
+	p.once.Do(func() {
+		p.layers <- layers
+		err = <-p.done
+	})
+	return err
+}
+
+// release lets the thread go unless attach used it, and waits for its end:
+// it holds the stage namespace, which the start's undo tears down.
+func (p *parkedAttach) release() {
+	p.once.Do(func() {
+		close(p.layers)
+		<-p.done
+	})
 }
 
 // dropPrepared discards the early target made ahead, unless handed out.
@@ -346,63 +385,74 @@ func (lr *lateRoot) close() {
 	}
 }
 
-// attach makes the root overlay over layers and lr.under in the spare's
-// namespace, detached, and moves it onto the root in PID 1's (pid's)
-// namespace, from a thread of its own that joins both (and dies after).
-func (lr *lateRoot) attach(pid int, layers []string) error {
-	var err error
-	osthread.Throwaway(func() {
-		err = func() error {
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				return fmt.Errorf("%w: unshare the thread's filesystem context: %v", ErrSetup, err)
+// attachWhenGiven, on a thread of its own (osthread.Throwaway), joins the
+// spare's stage namespace and readies the root overlay's filesystem
+// context, waits for the fork's layers, then mounts the overlay over them
+// and attaches it to the spare's root, in its PID 1's mount namespace
+// (pid). It returns ErrSpareDiscarded once layers is closed instead.
+func (lr *lateRoot) attachWhenGiven(pid int, layers <-chan []string) error {
+	fs, target := -1, -1
+	defer func() {
+		for _, fd := range []int{fs, target} {
+			if fd >= 0 {
+				unix.Close(fd)
 			}
-			if err := unix.Setns(lr.ns, unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("%w: join the spare's mount namespace: %v", ErrSetup, err)
+		}
+	}()
+	ready := func() (err error) {
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fmt.Errorf("%w: unshare the thread's filesystem context: %v", ErrSetup, err)
+		}
+		if err := unix.Setns(lr.ns, unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("%w: join the spare's mount namespace: %v", ErrSetup, err)
+		}
+		if fs, err = unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC); err != nil {
+			return fmt.Errorf("%w: fsopen overlay: %v", ErrSetup, err)
+		}
+		for key, dir := range map[string]string{"upperdir": lr.stage + "/upper", "workdir": lr.stage + "/work"} {
+			if err := unix.FsconfigSetString(fs, key, dir); err != nil {
+				return fmt.Errorf("%w: the root overlay's %s: %v", ErrSetup, key, err)
 			}
-			fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
-			if err != nil {
-				return fmt.Errorf("%w: fsopen overlay: %v", ErrSetup, err)
-			}
-			defer unix.Close(fs)
-			// One layer a call ("lowerdir+", Linux 6.8): no escaping, and
-			// no page limit on the options.
-			for _, l := range slices.Concat(layers, lr.under) {
-				if err := unix.FsconfigSetString(fs, "lowerdir+", l); err != nil {
-					return fmt.Errorf("%w: the root overlay's layer %s: %v", ErrSetup, l, err)
-				}
-			}
-			for key, dir := range map[string]string{"upperdir": lr.stage + "/upper", "workdir": lr.stage + "/work"} {
-				if err := unix.FsconfigSetString(fs, key, dir); err != nil {
-					return fmt.Errorf("%w: the root overlay's %s: %v", ErrSetup, key, err)
-				}
-			}
-			if err := unix.FsconfigCreate(fs); err != nil {
-				return fmt.Errorf("%w: make the root overlay: %v", ErrSetup, err)
-			}
-			attr := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
-			if lr.setuid {
-				attr = unix.MOUNT_ATTR_NODEV // as NewPlan's root (Spec.Setuid)
-			}
-			m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attr)
-			if err != nil {
-				return fmt.Errorf("%w: fsmount the root overlay: %v", ErrSetup, err)
-			}
-			defer unix.Close(m)
-			target, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("%w: open the spare's PID 1's mount namespace: %v", ErrSetup, err)
-			}
-			defer unix.Close(target)
-			if err := unix.Setns(target, unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("%w: join the spare's PID 1's mount namespace: %v", ErrSetup, err)
-			}
-			if err := unix.MoveMount(m, "", unix.AT_FDCWD, lr.root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-				return fmt.Errorf("%w: attach the root overlay: %v", ErrSetup, err)
-			}
-			return nil
-		}()
-	})
-	return err
+		}
+		if target, err = unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("%w: open the spare's PID 1's mount namespace: %v", ErrSetup, err)
+		}
+		return nil
+	}
+	readied := ready()
+	given, ok := <-layers
+	switch {
+	case !ok:
+		return ErrSpareDiscarded
+	case readied != nil:
+		return readied
+	}
+	// One layer a call ("lowerdir+", Linux 6.8): no escaping, and no page
+	// limit on the options.
+	for _, l := range slices.Concat(given, lr.under) {
+		if err := unix.FsconfigSetString(fs, "lowerdir+", l); err != nil {
+			return fmt.Errorf("%w: the root overlay's layer %s: %v", ErrSetup, l, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fmt.Errorf("%w: make the root overlay: %v", ErrSetup, err)
+	}
+	attr := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	if lr.setuid {
+		attr = unix.MOUNT_ATTR_NODEV // as NewPlan's root (Spec.Setuid)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attr)
+	if err != nil {
+		return fmt.Errorf("%w: fsmount the root overlay: %v", ErrSetup, err)
+	}
+	defer unix.Close(m)
+	if err := unix.Setns(target, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("%w: join the spare's PID 1's mount namespace: %v", ErrSetup, err)
+	}
+	if err := unix.MoveMount(m, "", unix.AT_FDCWD, lr.root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("%w: attach the root overlay: %v", ErrSetup, err)
+	}
+	return nil
 }
 
 // watchExit closes died when the process of pidfd exits, until stop.
