@@ -129,14 +129,7 @@ func forkChildren(t *testing.T, s *client.Session, n int) []*client.Session {
 func TestLiveForkAheadCopyIsTheStateAsOfTheFork(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := sandboxWithForkable(t, d)
 	if ex, err := s.Run(ctx, "import json, os, random\nx = 1"); err != nil || ex.Status != api.ExecOK {
 		t.Fatalf("cell: %+v %v", ex, err)
 	}
@@ -247,14 +240,7 @@ func TestLiveForkAheadCopyGoesWithItsSession(t *testing.T) {
 func TestLiveForkAheadCopyIsUndumpable(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, s := sandboxWithForkable(t, d)
 	// The prober waits for /tmp/go holding a pid, then attaches to it and
 	// to a sleep of its own, and writes what it got to /tmp/got.
 	prober := `import ctypes, json, os, subprocess, time
@@ -336,14 +322,7 @@ func TestLiveForkAheadKeepsOutputBetweenCells(t *testing.T) {
 	// cell has ended (0.5 s), before the fork ahead reads the pipes.
 	d := startDaemon(t, "--fork-ahead-delay=2s")
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := sandboxWithForkable(t, d)
 	// Detached (no child of the interpreter's, so the copy is forked), it
 	// writes to the session's stdout once the cell has ended.
 	code := `import os, time

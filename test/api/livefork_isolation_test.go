@@ -284,14 +284,7 @@ func TestLiveForkChildrenUnreachableFromParentAndSiblings(t *testing.T) {
 func TestLiveForkSixteenTimesPerInterpreter(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := sandboxWithForkable(t, d)
 	forkOnce := func(i int) error {
 		kids, res, err := s.Fork(ctx, 1)
 		if err != nil {
@@ -307,7 +300,7 @@ func TestLiveForkSixteenTimesPerInterpreter(t *testing.T) {
 			t.Fatalf("fork %d: %v", i, err)
 		}
 	}
-	err = forkOnce(17)
+	err := forkOnce(17)
 	var e *client.Error
 	if !errors.As(err, &e) || e.Status != 409 || !strings.Contains(e.Message, "16") {
 		t.Fatalf("the 17th fork: %v, want 409 naming the limit", err)
@@ -328,14 +321,7 @@ func TestLiveForkSixteenTimesPerInterpreter(t *testing.T) {
 func TestLiveForkCopyKnowsItsOwnThread(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := sandboxWithForkable(t, d)
 	const code = "import signal, threading\nsignal.pthread_kill(threading.main_thread().ident, 0)\nsignal.raise_signal(0)\n'ok'"
 	if ex, err := s.Run(ctx, code); err != nil || ex.Text() != "'ok'" {
 		t.Fatalf("in the parent (the control): %+v %v", ex, err)

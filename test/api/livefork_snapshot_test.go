@@ -19,14 +19,7 @@ import (
 func TestLiveForkKeepsItsSnapshotOnlyWhileNothingChanged(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, s := sandboxWithForkable(t, d)
 	run := func(s *client.Session, code string) string {
 		t.Helper()
 		ex, err := s.Run(ctx, code)
@@ -91,4 +84,19 @@ func TestLiveForkKeepsItsSnapshotOnlyWhileNothingChanged(t *testing.T) {
 	if again := fork("by-api", "by-cell", "by-exec", "by-other"); again == withOther {
 		t.Fatal("a snapshot was kept while another session ran in the sandbox")
 	}
+}
+
+// sandboxWithForkable creates a sandbox and a forkable session in it.
+func sandboxWithForkable(t *testing.T, d *daemon) (*api.Sandbox, *client.Session) {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := d.c.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, s
 }
