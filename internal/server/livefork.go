@@ -184,9 +184,11 @@ type keptSnapshot struct {
 // holds (reused), else a new one, with what to keep of it when it may be
 // kept.
 func (s *Server) liveForkSnapshot(b *box, sess *session.Session) (c *snapshot.Catalog, sn *snapshot.Snapshot, kept *keptSnapshot, reused bool, err error) {
+	req := api.SnapshotRequest{Name: "live fork of session " + sess.ID()}
 	li, live := b.inst.(liveInstance)
-	if !live {
-		return nil, nil, nil, false, fmt.Errorf("%w: this runtime's sandboxes cannot be snapshotted", ErrNoSnapshots)
+	if !live { // nothing to keep it by: snapshotBox says whether it can be taken
+		c, sn, err = s.snapshotBox(b, req, snapshotHow{unsynced: true})
+		return c, sn, nil, false, err
 	}
 	now := keptSnapshot{session: sess.ID(), mark: sess.Mark(), touches: li.Touches()}
 	b.mu.Lock()
@@ -203,7 +205,7 @@ func (s *Server) liveForkSnapshot(b *box, sess *session.Session) (c *snapshot.Ca
 	proc, _ := sess.Process().(*sandbox.Process)
 	alone := false
 	how := snapshotHow{unsynced: true, frozen: func() { alone = li.Alone(proc) }}
-	c, sn, err = s.snapshotBox(b, api.SnapshotRequest{Name: "live fork of session " + sess.ID()}, how)
+	c, sn, err = s.snapshotBox(b, req, how)
 	if err != nil || !alone {
 		return c, sn, nil, false, err
 	}

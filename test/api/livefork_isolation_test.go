@@ -344,14 +344,7 @@ func TestLiveForkCopyKnowsItsOwnThread(t *testing.T) {
 func TestLiveForkChildOutlivesItsParentsInterpreter(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	sb, err := d.c.Create(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent, err := d.c.CreateSession(ctx, sb.ID, &api.SessionSpec{Forkable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, parent := sandboxWithForkable(t, d)
 	if ex, err := parent.Run(ctx, "x = 41"); err != nil || ex.Status != api.ExecOK {
 		t.Fatalf("cell: %+v %v", ex, err)
 	}
